@@ -1,0 +1,97 @@
+// The report model (report.json, the part others rely on: SCENARIO_FORMAT.md "Results") and its
+// writers: report.json, junit.xml, report.md and the console table.
+//
+// The judge (harness/judge.cpp) fills a ScenarioResult per scenario from the ranks' event logs;
+// this module only models and writes. Writers throw std::runtime_error naming the path when a
+// file cannot be written. Nothing here includes torch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanchaos::results {
+
+/// One [expect] key judged.
+struct Check {
+  std::string key;
+  nlohmann::json expected;
+  nlohmann::json actual;  ///< null when the run gave no value (e.g. no detection)
+  bool pass = false;
+};
+
+/// A detection the stack made (after consensus: the ranks that flagged, and the decision).
+struct Detection {
+  std::string detector;            ///< batch, loss, grad, param, post_reduce, watchdog, ...
+  std::vector<int64_t> ranks;      ///< blamed ranks (empty: the stack could not tell)
+  int64_t step = -1;
+  std::string layer;               ///< module/parameter, "inputs"/"labels", "" when unknown
+  std::string cause;               ///< data, loss_math, gradient, ... ("" when unknown)
+  std::optional<bool> transient;   ///< set by the replay (issue 4)
+  std::optional<int64_t> latency_steps;  ///< detection step - first fault step
+  std::optional<double> latency_ms;      ///< first injection -> first local detection (ms)
+  std::optional<double> decision_us;     ///< first local detection -> all ranks agreed (us)
+  std::string action;              ///< skip_step, abort, none, ...
+};
+
+/// One logged firing of a fault.
+struct Injection {
+  int fault = 0;        ///< index into the scenario's [[fault]] array
+  std::string kind;
+  int64_t rank = 0;
+  int64_t step = 0;
+  std::string target;   ///< "" when the kind has none
+  double t_ms = 0;      ///< ms since the job started (controller clock)
+  bool replay = false;  ///< fired during a replay/re-execution
+};
+
+struct ScenarioResult {
+  std::string name;
+  std::string file;
+  std::string verdict = "error";  ///< pass, fail, error, skipped
+  std::string reason;             ///< why not pass (first failed check, error text, skip reason)
+  std::string outcome;            ///< completed, aborted, hung, crashed ("" when never started)
+  double wall_ms = 0;
+  uint64_t seed = 0;
+  int64_t ranks = 0;
+  std::vector<Check> checks;
+  std::string fault_outcome;      ///< masked, detected_recovered, ... ("" with no fault)
+  std::optional<Detection> first_detection;
+  std::vector<Detection> detections;
+  std::vector<Injection> injections;
+  int64_t steps_completed = 0;    ///< steps every rank finished (min over ranks)
+  std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
+  std::string run_dir;            ///< folder with events/, per-rank logs
+  nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
+};
+
+struct SuiteReport {
+  std::string suite;
+  std::string started;            ///< ISO-8601 UTC
+  std::string nanchaos_version;
+  std::string host;
+  std::vector<ScenarioResult> scenarios;
+  int passed() const;
+  int failed() const;
+  int errors() const;
+  int skipped() const;
+};
+
+nlohmann::json to_json(const Detection& d);
+nlohmann::json to_json(const ScenarioResult& r);
+nlohmann::json to_json(const SuiteReport& r);
+
+void write_report_json(const SuiteReport& r, const std::string& path);
+void write_junit(const SuiteReport& r, const std::string& path);
+void write_markdown(const SuiteReport& r, const std::string& path);
+
+/// Console table: header row, one line per scenario (verdict, first detector, rank, layer, cause,
+/// latency in steps and ms, wall time), and a summary footer.
+std::string console_header();
+std::string console_row(const ScenarioResult& r);
+std::string console_footer(const SuiteReport& r);
+
+}  // namespace nanchaos::results
