@@ -84,11 +84,13 @@ class Params {
   std::vector<int64_t> get_ints(const std::string& key) const;  ///< int or int array
   const Value& get(const std::string& key) const;
   SourcePos pos(const std::string& key) const;  ///< where the key was written (or the table)
+  void set_table_pos(SourcePos pos);  ///< what pos() returns for keys not written in the file
   const std::map<std::string, Value>& values() const { return values_; }
 
  private:
   std::map<std::string, Value> values_;
   std::map<std::string, SourcePos> given_;
+  SourcePos table_pos_;
 };
 
 /// Levenshtein-nearest candidate for a misspelt name, or "" when nothing is close

@@ -1,2 +1,134 @@
-// Placeholder until the CLI lands.
-int main() { return 0; }
+// nanchaos command line: run, validate, targets, rank (internal), --version.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <limits.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "harness/controller.h"
+#include "harness/runner.h"
+#include "harness/scenario.h"
+#include "harness/workload.h"
+#include "nanchaos/config.h"
+
+namespace {
+
+std::string self_exe(const char* argv0) {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) return std::string(buf, size_t(n));
+  return argv0;
+}
+
+int cmd_validate(const std::vector<std::string>& paths) {
+  using namespace nanchaos::harness;
+  std::vector<std::string> files;
+  try {
+    files = expand_scenario_paths(paths);
+  } catch (const ScenarioError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  int bad = 0;
+  for (const auto& f : files) {
+    try {
+      Scenario s = load_scenario(f);
+      auto missing = unimplemented_features(s);
+      if (missing.empty()) {
+        std::cout << fmt::format("ok    {} ({})\n", f, s.name);
+      } else {
+        std::cout << fmt::format("ok    {} ({}); runs once built: {}\n", f, s.name,
+                                 fmt::join(missing, "; "));
+      }
+    } catch (const ScenarioError& e) {
+      std::cerr << e.what() << "\n";
+      ++bad;
+    }
+  }
+  std::cout << fmt::format("{} file(s), {} valid, {} invalid\n", files.size(),
+                           files.size() - size_t(bad), bad);
+  return bad ? 2 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace nanchaos::harness;
+  CLI::App app{"nanchaos: fault injection and chaos testing for numerical faults in distributed "
+               "training"};
+  app.set_version_flag("--version", std::string("nanchaos ") + NANCHAOS_VERSION + " (LibTorch " +
+                                        NANCHAOS_TORCH_VERSION + ")");
+  app.require_subcommand(1);
+
+  RunOptions run_opts;
+  auto* run = app.add_subcommand("run", "run scenario files or folders and judge them");
+  run->add_option("paths", run_opts.paths, "scenario files or folders (*.toml, recursive)")
+      ->required();
+  run->add_option("--out", run_opts.out_dir, "run folder (default results/runs/<UTC>-<suite>)");
+  run->add_option("--tag", run_opts.tags, "run only scenarios with this tag (repeatable)");
+  run->add_option("--junit", run_opts.junit, "also write junit.xml here");
+  run->add_option("--launcher", run_opts.launcher,
+                  "launcher command (default $NANCHAOS_LAUNCHER or mpirun), e.g. "
+                  "\"mpirun --hostfile hosts\" or \"srun --mpi=pmix\"");
+  run->add_flag("--quiet", run_opts.quiet, "no console table");
+
+  std::vector<std::string> validate_paths;
+  auto* validate = app.add_subcommand("validate", "check scenario files without running them");
+  validate->add_option("paths", validate_paths, "scenario files or folders")->required();
+
+  std::string workload_name;
+  Scenario tscen;
+  std::string norm = "none";
+  auto* targets = app.add_subcommand("targets", "list module and parameter names of a workload");
+  targets->add_option("workload", workload_name, "mlp or transformer")
+      ->required()
+      ->check(CLI::IsMember({"mlp", "transformer"}));
+  targets->add_option("--layers", tscen.workload.layers, "hidden layers / decoder blocks")
+      ->check(CLI::Range(1, 1024));
+  targets->add_option("--hidden", tscen.workload.hidden, "width")->check(CLI::Range(1, 1 << 16));
+  targets->add_option("--heads", tscen.workload.heads, "heads")->check(CLI::Range(1, 1024));
+  targets->add_option("--norm", norm, "mlp norm")
+      ->check(CLI::IsMember({"none", "batchnorm", "layernorm"}));
+
+  std::string rank_scenario, rank_dir;
+  auto* rank = app.add_subcommand("rank", "internal: one MPI rank of a job (launched by run)");
+  rank->add_option("--scenario", rank_scenario)->required();
+  rank->add_option("--run-dir", rank_dir)->required();
+  rank->group("");  // hidden from --help
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (*run) {
+    run_opts.self_exe = self_exe(argv[0]);
+    return run_suite(run_opts);
+  }
+  if (*validate) return cmd_validate(validate_paths);
+  if (*rank) return run_rank(rank_scenario, rank_dir);
+  if (*targets) {
+    tscen.workload.norm = norm == "batchnorm"   ? Norm::kBatchNorm
+                          : norm == "layernorm" ? Norm::kLayerNorm
+                                                : Norm::kNone;
+    tscen.job.workload = workload_name == "mlp" ? WorkloadKind::kMlp : WorkloadKind::kTransformer;
+    if (tscen.workload.hidden % tscen.workload.heads != 0 &&
+        tscen.job.workload == WorkloadKind::kTransformer) {
+      std::cerr << "nanchaos targets: error: --hidden must be a multiple of --heads\n";
+      return 2;
+    }
+    auto t = list_targets(tscen);
+    std::cout << "# activation targets (forward order)\n";
+    for (const auto& m : t.modules) std::cout << "activation:" << m << "\n";
+    std::cout << "# parameter / gradient targets\n";
+    for (const auto& p : t.parameters) std::cout << "parameter:" << p << "  gradient:" << p << "\n";
+    std::cout << "loss\n";
+    return 0;
+  }
+  return 2;
+}

@@ -1,0 +1,77 @@
+// Detector: a check at one hook point of the step pipeline (DESIGN.md).
+//
+// Detectors only look; the runner turns findings into the consensus bits, the decision and the
+// recovery. A detector returns a Finding with what it can tell locally (layer, cause); the
+// consensus round then makes every rank see every rank's findings.
+// The bit a detector occupies in the consensus word is its index in kDetectorOrder, which is also
+// the pipeline order used to pick "the first detector" of a step.
+// Thread-safety: called from the rank's single thread; must not block.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harness/fused_scan.h"
+#include "harness/scenario.h"
+#include "harness/workload.h"
+
+namespace nanchaos::detect {
+
+/// Pipeline order; bit i of the consensus word is kDetectorOrder[i].
+inline constexpr std::array<const char*, 11> kDetectorOrder = {
+    "param",   "batch",     "activation",  "loss",     "loss_spike", "grad",
+    "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
+/// Index in kDetectorOrder, -1 if unknown (defined below).
+inline int detector_bit(const std::string& name);
+
+enum class Hook { kStepStart, kBatch, kLoss, kGradients, kPostReduce };
+
+struct Finding {
+  std::string layer;  ///< "" when the detector cannot tell
+  std::string cause;  ///< "" when the detector cannot tell
+  int code = 0;       ///< detector-specific small integer that travels in the consensus
+};
+
+/// What a detector may look at. Pointers are null outside their hook.
+struct StepView {
+  int64_t step = 0;
+  int rank = 0;
+  int world = 1;
+  harness::Workload* workload = nullptr;
+  const harness::Batch* batch = nullptr;          ///< kBatch: as the model receives it
+  const torch::Tensor* loss = nullptr;            ///< kLoss: scalar float32
+  const torch::Tensor* logits = nullptr;          ///< kLoss
+  const harness::ScanStats* grad_stats = nullptr; ///< kGradients: backward order
+  const std::vector<std::string>* grad_names = nullptr;  ///< kGradients/kStepStart: backward order
+  const std::vector<torch::Tensor>* params = nullptr;    ///< kStepStart: backward order
+  const harness::ScanStats* reduce_stats = nullptr;      ///< kPostReduce
+  double global_max_abs = 0;                      ///< kPostReduce: max |g| over all ranks
+  harness::WireType wire = harness::WireType::kFp32;
+};
+
+class Detector {
+ public:
+  explicit Detector(std::string name) : name_(std::move(name)) {}
+  virtual ~Detector() = default;
+  const std::string& name() const { return name_; }
+  virtual Hook hook() const = 0;
+  virtual std::optional<Finding> check(const StepView& view) = 0;
+
+ private:
+  std::string name_;
+};
+
+}  // namespace nanchaos::detect
+
+namespace nanchaos::detect {
+inline int detector_bit(const std::string& name) {
+  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
+    if (name == kDetectorOrder[i]) return int(i);
+  }
+  return -1;
+}
+}  // namespace nanchaos::detect

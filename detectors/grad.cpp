@@ -1,0 +1,42 @@
+// Detector `grad`: flags non-finite local gradients in the fused pass that packs the all-reduce
+// buffer. The detector and its keys live here.
+#include <cmath>
+
+#include "detectors/detector.h"
+#include "harness/registry.h"
+
+namespace nanchaos::detect {
+namespace {
+
+// Reads the fused pack-and-scan's flags (harness/fused_scan.h): no extra pass over gradients.
+class GradDetector final : public Detector {
+ public:
+  GradDetector() : Detector("grad") {}
+  Hook hook() const override { return Hook::kGradients; }
+  std::optional<Finding> check(const StepView& v) override {
+    const auto& st = *v.grad_stats;
+    if (!st.any_nonfinite()) return std::nullopt;
+    // Layer: the first parameter in backward order with a non-finite gradient.
+    return Finding{v.grad_names->at(size_t(st.first_nonfinite)), "gradient", st.first_nonfinite};
+  }
+};
+
+
+using harness::DetectorInfo;
+
+DetectorInfo grad_detector() {
+  DetectorInfo info;
+  info.name = "grad";
+  info.doc = "flags non-finite local gradients in the fused pass that packs the all-reduce buffer";
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<GradDetector>();
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_DETECTOR(grad, grad_detector());
+
+}  // namespace nanchaos::detect

@@ -1,0 +1,47 @@
+// Detector `param`: flags non-finite parameters at step start.
+// The detector and its keys live here.
+#include <cmath>
+
+#include "detectors/detector.h"
+#include "harness/registry.h"
+
+namespace nanchaos::detect {
+namespace {
+
+// Scans every parameter at step start (one pass over the weights; in the `full` preset only).
+class ParamDetector final : public Detector {
+ public:
+  ParamDetector() : Detector("param") {}
+  Hook hook() const override { return Hook::kStepStart; }
+  std::optional<Finding> check(const StepView& v) override {
+    const auto& params = *v.params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const float* d = params[i].data_ptr<float>();
+      const int64_t n = params[i].numel();
+      bool bad = false;
+      for (int64_t j = 0; j < n; ++j) bad |= !std::isfinite(d[j]);
+      if (bad) return Finding{v.grad_names->at(i), "parameter", int(i)};
+    }
+    return std::nullopt;
+  }
+};
+
+
+using harness::DetectorInfo;
+
+DetectorInfo param_detector() {
+  DetectorInfo info;
+  info.name = "param";
+  info.doc = "flags non-finite parameters at step start";
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<ParamDetector>();
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_DETECTOR(param, param_detector());
+
+}  // namespace nanchaos::detect

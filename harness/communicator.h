@@ -1,0 +1,53 @@
+// Communicator: the collectives a rank runs (consensus and gradient all-reduce).
+//
+// Contract (after c10d's ProcessGroup/Work): every collective is non-blocking and returns a
+// Work; Work::wait(deadline) polls it and returns kTimeout once the deadline passes instead of
+// blocking forever (the watchdog's job). Nothing here throws on the hot path; setup errors throw
+// std::runtime_error with the MPI error string and [host pid rank].
+// Thread-safety: one thread per rank calls everything; collectives are issued in the same order
+// on every rank (the runner guarantees it; the controller checks it from the event logs).
+// Engines: Open MPI (CPU tensors, MPI_Iallreduce + MPI_Test). NCCL is the GPU issue's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace nanchaos::harness {
+
+enum class ElemType { kFloat64, kFloat32, kFloat16, kBFloat16 };
+const char* elem_name(ElemType t);
+
+enum class CollStatus { kOk, kTimeout, kError };
+
+/// A collective in flight. Destroying an unfinished Work is not allowed (MPI needs the buffer):
+/// either wait() returned kOk, or the job is being aborted.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Polls until done or `deadline_us` (CLOCK_MONOTONIC, see events.h) passes. Never blocks
+  /// past the deadline by more than one poll interval (~50 us).
+  virtual CollStatus wait(int64_t deadline_us) = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// In-place SUM all-reduce of `count` elements. fp16/bf16 sums round at every add, like a
+  /// half-precision NCCL all-reduce, so a sum can overflow to inf although every input is finite.
+  virtual std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) = 0;
+  /// Takes every rank of the job down (MPI_Abort). Does not return.
+  [[noreturn]] virtual void abort_job(int exit_code) = 0;
+};
+
+/// Initializes MPI (once per process) and returns the world communicator. Throws on failure.
+std::unique_ptr<Communicator> make_mpi_communicator();
+/// MPI_Abort on the world communicator (initializing MPI first if needed). Does not return.
+[[noreturn]] void abort_world(int exit_code);
+/// MPI_Finalize when MPI was initialized; safe to call twice.
+void finalize_mpi();
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,293 @@
+// Controller: launch, watch, kill, judge, report. See controller.h.
+#include "harness/controller.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "harness/events.h"
+#include "harness/judge.h"
+#include "nanchaos/config.h"
+#include "results/report.h"
+
+namespace fs = std::filesystem;
+
+namespace nanchaos::harness {
+namespace {
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string utc_stamp(const char* fmt_str) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), fmt_str, &tm);
+  return buf;
+}
+
+std::string hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+void kill_job(pid_t pgid, const std::string& job_id, int sig) {
+  if (pgid > 0) ::kill(-pgid, sig);
+  for (int pid : job_processes(job_id)) ::kill(pid, sig);
+}
+
+bool gpu_present() {
+#if NANCHAOS_WITH_CUDA
+  return fs::exists("/dev/nvidia0");
+#else
+  return false;
+#endif
+}
+
+std::string suite_name(const std::vector<std::string>& paths) {
+  if (paths.size() != 1) return "suite";
+  fs::path p = fs::path(paths[0]).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
+}
+
+}  // namespace
+
+std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
+                                       const std::string& self_exe, const std::string& scenario,
+                                       const std::string& run_dir) {
+  std::vector<std::string> argv = split_words(launcher.empty() ? "mpirun" : launcher);
+  const std::string tool = fs::path(argv.at(0)).filename().string();
+  const std::string np = std::to_string(s.job.ranks);
+  if (tool == "srun") {
+    argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
+  } else {  // Open MPI's mpirun (or orterun/mpiexec)
+    argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
+                             "NANCHAOS_JOB_ID", "-x", "NANCHAOS_LOG", "--mca",
+                             "mpi_yield_when_idle", "1"});
+    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  }
+  argv.insert(argv.end(), {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir});
+  return argv;
+}
+
+std::vector<int> job_processes(const std::string& job_id) {
+  std::vector<int> pids;
+  const std::string marker = "NANCHAOS_JOB_ID=" + job_id;
+  DIR* d = opendir("/proc");
+  if (!d) return pids;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+    std::string entry;
+    while (std::getline(env, entry, '\0')) {
+      if (entry == marker) {
+        // Zombies have already exited; only live processes count.
+        std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+        std::string statline;
+        std::getline(stat, statline);
+        const auto rp = statline.rfind(')');
+        if (rp != std::string::npos && rp + 2 < statline.size() && statline[rp + 2] == 'Z') break;
+        pids.push_back(int(pid));
+        break;
+      }
+    }
+  }
+  closedir(d);
+  return pids;
+}
+
+JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
+                     int64_t timeout_ms, const std::string& job_id) {
+  JobResult r;
+  r.t0_us = now_us();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    r.launch_error = std::string("fork failed: ") + std::strerror(errno);
+    return r;
+  }
+  if (pid == 0) {
+    setsid();  // own process group: the whole tree can be signalled at once
+    setenv("NANCHAOS_JOB_ID", job_id.c_str(), 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    std::vector<char*> cargv;
+    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    execvp(cargv[0], cargv.data());
+    std::fprintf(stderr, "nanchaos: cannot execute %s: %s\n", cargv[0], std::strerror(errno));
+    _exit(127);
+  }
+  const int64_t deadline = r.t0_us + timeout_ms * 1000;
+  int status = 0;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (now_us() >= deadline) {
+      r.timed_out = true;
+      kill_job(pid, job_id, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      kill_job(pid, job_id, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r.t_end_us = now_us();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  // No orphans: whatever of this job is still alive (a rank that outlived its launcher) dies now.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto left = job_processes(job_id);
+    if (left.empty()) break;
+    r.orphans_killed = std::max<int>(r.orphans_killed, int(left.size()));
+    kill_job(pid, job_id, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return r;
+}
+
+int run_suite(const RunOptions& opts) {
+  // 1. Load everything first: a bad scenario never starts a job.
+  std::vector<std::string> files;
+  try {
+    files = expand_scenario_paths(opts.paths);
+  } catch (const ScenarioError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  if (files.empty()) {
+    std::cerr << "nanchaos run: error: no *.toml scenario found in the given paths\n";
+    return 2;
+  }
+  std::vector<Scenario> scenarios;
+  bool bad = false;
+  std::map<std::string, std::string> names;
+  for (const auto& f : files) {
+    try {
+      Scenario s = load_scenario(f);
+      if (auto it = names.find(s.name); it != names.end()) {
+        std::cerr << fmt::format("{}: error: [scenario].name \"{}\" is also used by {}\n", f,
+                                 s.name, it->second);
+        bad = true;
+        continue;
+      }
+      names[s.name] = f;
+      if (!opts.tags.empty()) {
+        bool hit = false;
+        for (const auto& t : opts.tags) {
+          hit |= std::find(s.tags.begin(), s.tags.end(), t) != s.tags.end();
+        }
+        if (!hit) continue;
+      }
+      scenarios.push_back(std::move(s));
+    } catch (const ScenarioError& e) {
+      std::cerr << e.what() << "\n";
+      bad = true;
+    }
+  }
+  if (bad) {
+    std::cerr << "nanchaos run: no job started (fix the scenario errors above)\n";
+    return 2;
+  }
+
+  results::SuiteReport report;
+  report.suite = suite_name(opts.paths);
+  report.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
+  report.nanchaos_version = NANCHAOS_VERSION;
+  report.host = hostname();
+  const std::string out = opts.out_dir.empty()
+                              ? "results/runs/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + report.suite
+                              : opts.out_dir;
+  fs::create_directories(out);
+  const std::string launcher =
+      !opts.launcher.empty() ? opts.launcher
+                             : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER")
+                                                                 : "mpirun");
+  if (!opts.quiet) std::cout << results::console_header() << std::flush;
+
+  auto write_reports = [&] {
+    results::write_report_json(report, out + "/report.json");
+    results::write_junit(report, out + "/junit.xml");
+    results::write_markdown(report, out + "/report.md");
+  };
+
+  bool usage_error = false;
+  int job_counter = 0;
+  for (const auto& s : scenarios) {
+    results::ScenarioResult res;
+    res.name = s.name;
+    res.file = s.file;
+    res.seed = s.seed;
+    res.ranks = s.job.ranks;
+    const std::string run_dir = out + "/" + s.name;
+    res.run_dir = run_dir;
+    auto missing = unimplemented_features(s);
+    if (s.job.device == Device::kCuda && !gpu_present()) {
+      res.verdict = "skipped";
+      res.reason = "device cuda needs a GPU; this host has none";
+    } else if (!missing.empty()) {
+      res.verdict = "error";
+      res.reason = "not implemented yet: " + missing.front();
+      for (size_t i = 1; i < missing.size(); ++i) res.reason += "; " + missing[i];
+      usage_error = true;
+    } else {
+      fs::create_directories(run_dir + "/events");
+      fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
+      const std::string job_id =
+          fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
+      auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
+                                fs::absolute(run_dir).string());
+      JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id);
+      res = judge(s, run_dir, job);
+      if (!job.launch_error.empty()) {
+        res.verdict = "error";
+        res.reason = job.launch_error;
+      }
+    }
+    if (res.verdict == "error") usage_error = true;
+    report.scenarios.push_back(res);
+    if (!opts.quiet) std::cout << results::console_row(res) << std::flush;
+    write_reports();  // after every scenario: nothing measured is lost if the controller dies
+  }
+  write_reports();
+  if (!opts.junit.empty()) results::write_junit(report, opts.junit);
+  if (!opts.quiet) {
+    std::cout << results::console_footer(report);
+    std::cout << "reports: " << out << "/report.json, junit.xml, report.md\n";
+  }
+  if (usage_error || report.errors() > 0) return 2;
+  return report.failed() > 0 ? 1 : 0;
+}
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,57 @@
+// The controller: `nanchaos run`. Never an MPI rank, so a hung or crashed job cannot take it down.
+//
+// For each scenario: makes a run folder, launches the ranks with the launcher (mpirun by default,
+// oversubscribed and root-safe; `--launcher`/NANCHAOS_LAUNCHER for a hostfile or Slurm), enforces
+// [job].timeout_ms by killing the job's whole process tree, then judges from the ranks' event logs
+// and process exit states (judge.h) and writes the reports.
+// Thread-safety: single-threaded; blocks while a job runs (polling every 10 ms).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/scenario.h"
+
+namespace nanchaos::harness {
+
+struct RunOptions {
+  std::vector<std::string> paths;  ///< files or folders (searched recursively for *.toml)
+  std::string out_dir;             ///< "" = results/runs/<UTC time>-<suite>
+  std::vector<std::string> tags;   ///< run only scenarios carrying one of these tags
+  std::string junit;               ///< extra copy of junit.xml
+  std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or "mpirun"
+  std::string self_exe;            ///< this binary (ranks run `<self_exe> rank ...`)
+  bool quiet = false;
+};
+
+/// How a launched job ended, as the controller saw it.
+struct JobResult {
+  int exit_code = -1;       ///< launcher exit code (or 128 + signal)
+  bool timed_out = false;   ///< the controller killed it at timeout_ms
+  int64_t t0_us = 0;        ///< launch time (CLOCK_MONOTONIC us, as in events.h)
+  int64_t t_end_us = 0;     ///< launcher reaped
+  int orphans_killed = 0;   ///< job processes still alive after the launcher was reaped
+  std::string launch_error; ///< fork/exec failure text
+};
+
+/// Builds the launcher command for `s` (argv), e.g.
+/// mpirun -np 4 --oversubscribe --bind-to none [--allow-run-as-root] -x NANCHAOS_JOB_ID ...
+/// <self_exe> rank --scenario FILE --run-dir DIR
+std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
+                                       const std::string& self_exe, const std::string& scenario,
+                                       const std::string& run_dir);
+
+/// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
+/// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind.
+JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
+                     int64_t timeout_ms, const std::string& job_id);
+
+/// Pids of live processes whose environment has NANCHAOS_JOB_ID=<job_id>.
+std::vector<int> job_processes(const std::string& job_id);
+
+/// `nanchaos run`: returns the exit status (0 all passed or skipped, 1 a check failed,
+/// 2 a scenario or usage error).
+int run_suite(const RunOptions& opts);
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,49 @@
+// Per-rank structured event log: JSON lines in <run>/events/rank-N.jsonl, one fact per line,
+// written and flushed as it happens, so a rank that dies mid-step still leaves its evidence.
+//
+// Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
+// ranks of one host and the controller share. Event types written by the rank runner:
+//   start {rank, world, pid, host}        step_begin {step}     step_end {step, loss, action, lr}
+//   inject {fault, kind, step, target, detail, replay}
+//   detect {detector, step, layer, cause}   (local, before consensus)
+//   decision {step, detector, ranks, layer, cause, action, flagged}
+//   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
+//   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
+//   abort {step, reason, cause}           exit {code}
+// Thread-safety: one writer per file (the rank's thread).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanchaos::harness {
+
+/// CLOCK_MONOTONIC in microseconds.
+int64_t now_us();
+
+class EventLog {
+ public:
+  EventLog() = default;
+  /// Opens (truncates) `path`; throws std::runtime_error naming the path on failure.
+  explicit EventLog(const std::string& path);
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  /// Adds "ev" and "t_us" (unless present), writes one line and flushes it to the kernel.
+  void write(const std::string& ev, nlohmann::json fields = nlohmann::json::object());
+  bool is_open() const { return f_ != nullptr; }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+/// Reads a JSON-lines file; a truncated or garbled last line (a rank killed mid-write) is skipped.
+/// A missing file gives an empty vector.
+std::vector<nlohmann::json> read_events(const std::string& path);
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,335 @@
+// Fused pack + scan. Why it is written this way:
+//
+// - Tensors are processed in chunks of kChunk elements. The scan of a chunk pulls it into L1, and
+//   the wire store (memcpy for fp32 at scale 1, a conversion loop otherwise) reads it from there:
+//   each gradient byte comes from memory once, and the copy is glibc's memcpy, which picks the
+//   widest stores of the CPU at run time. (Writing the copy inside the scan loop is no faster:
+//   GCC's loop distribution turns it into a memcpy of the whole tensor anyway, a second pass.)
+// - The scan loop is branch-free so that GCC's vectorizer (-O2 in GCC 12 with the very-cheap cost
+//   model, -O3 in Release) turns it into SIMD code without -ffast-math:
+//     * max |x| as an integer max of (bits & 0x7fffffff) (for non-negative IEEE floats integer
+//       order is numeric order). NaN and inf have abs bits >= 0x7f800000, so the same max also
+//       tells whether the chunk is all finite, and the hot loop needs no per-element
+//       (bits & 0x7f800000) == 0x7f800000 test. A chunk that fails it (a detection: rare) is
+//       rescanned by scan_chunk_masked, which ORs that test into a flag and masks those elements
+//       out of the norm and the max with integer ANDs (nf - 1 is all ones for a finite element).
+//       A ternary would not do: a select feeding FP math gets jump-threaded into control flow
+//       that GCC's if-conversion will not undo for trapping FP ops, and the loop stays scalar.
+//     * squares accumulated in double. A finite fp32 value squared overflows fp32 (3e38^2), and
+//       float partial sums would also lose squares below ~1e-19 to underflow; in double the
+//       product of two fp32 values is exact (24 + 24 < 53 bits), so only the sums round.
+//     * kLanes independent accumulators (acc[j] gets elements j, j + kLanes, ... in order) and a
+//       fixed tree at the end: no single sum is reassociated, so the vectorizer needs no
+//       -ffast-math and the result is bit-for-bit the same with SSE2, AVX2 or AVX-512. The max is
+//       kept per lane too; a scalar max would be reduced horizontally in every block, a serial
+//       chain longer than the block's loads.
+// - fp32 wire with scale == 1 copies bits, so NaN payloads (signalling ones included) reach the
+//   all-reduce buffer unchanged; x * 1.0f would quiet them.
+// - fp16/bf16 conversions are pure bit/FP arithmetic (no table, no branch), vectorizable.
+
+#include "harness/fused_scan.h"
+
+#include <cstring>
+
+// Runtime dispatch of the hot scan to the widest SIMD the CPU has (GCC function multi-versioning,
+// resolved once at load time through an ifunc). The library is built for baseline x86-64 (SSE2),
+// where the float -> double conversions and the emulated 32-bit integer max make the scan slower
+// than the copy's memory traffic; the AVX-512 version scans ~40 GB/s from L1 on the reference
+// host, three times the copy's bandwidth. Results are bit-identical across
+// versions: no sum is reassociated, and a fused multiply-add of v * v + acc rounds exactly like
+// the separate ops because v * v of an fp32 value is exact in double.
+// Define NANCHAOS_SCAN_CLONES empty on the command line to build one version only.
+#if defined(NANCHAOS_SCAN_CLONES)
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NANCHAOS_SCAN_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define NANCHAOS_SCAN_CLONES
+#endif
+
+namespace nanchaos::harness {
+namespace {
+
+constexpr uint32_t kExpMask = 0x7f800000u;
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+// Elements per block = independent accumulators. The inner loop over one block is a plain
+// elementwise loop (acc[j] += x[i + j]^2) that the vectorizer handles at -O2 without reassociating
+// any sum; a block this long is not fully unrolled at -O3 (which would leave an SLP form that
+// GCC 12 does not vectorize).
+constexpr size_t kLanes = 32;
+// Elements per chunk: 8 KB of input plus its wire copy stay in L1 (48 KB on the reference host)
+// between the scan and the store. 1024..8192 measured within noise of each other.
+constexpr size_t kChunk = 2048;
+
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// binary16 from binary32, round to nearest even (Marat Dukhan's FP16 library construction).
+// Multiplying |f| by 2^112 then 2^-110 pushes overflow to inf and leaves the value rounded to fp16
+// precision by the FPU's own RNE when it is added to a power of two aligned with the fp16 ulp.
+inline uint16_t to_half(float f) {
+  const float kScaleToInf = 0x1.0p+112f;
+  const float kScaleToZero = 0x1.0p-110f;
+  float base = (__builtin_fabsf(f) * kScaleToInf) * kScaleToZero;
+  const uint32_t w = bits_of(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xff000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  base = float_of((bias >> 1) + 0x07800000u) + base;
+  const uint32_t b = bits_of(base);
+  const uint32_t exp_bits = (b >> 13) & 0x00007c00u;
+  const uint32_t mantissa_bits = b & 0x00000fffu;
+  const uint32_t nonsign = exp_bits + mantissa_bits;
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
+}
+
+// binary32 from binary16 (exact). Normal and inf/NaN inputs: shift the exponent/mantissa into
+// place and rescale by 2^-112; subnormals: build 0.5 + m * 2^-24 ... via the magic-bias trick.
+inline float from_half(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  const uint32_t kExpOffset = 0xe0u << 23;
+  const float kExpScale = 0x1.0p-112f;
+  const float normalized = float_of((two_w >> 4) + kExpOffset) * kExpScale;
+  const uint32_t kMagicMask = 126u << 23;
+  const float kMagicBias = 0.5f;
+  const float denormalized = float_of((two_w >> 17) | kMagicMask) - kMagicBias;
+  const uint32_t kDenormCutoff = 1u << 27;
+  return float_of(sign | (two_w < kDenormCutoff ? bits_of(denormalized) : bits_of(normalized)));
+}
+
+// bfloat16 from binary32: RNE on the dropped 16 bits; the carry out of the mantissa rounds
+// FLT_MAX up to inf as IEEE says. NaN keeps sign and top payload, with the quiet bit set (a payload
+// living only in the low 16 bits would otherwise truncate to inf).
+inline uint16_t to_bf16(float f) {
+  const uint32_t b = bits_of(f);
+  const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+  const uint32_t nan = (b >> 16) | 0x0040u;
+  return static_cast<uint16_t>((b & kAbsMask) > kExpMask ? nan : rounded);
+}
+
+inline float from_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+
+// ---- the scan ----
+
+struct Partial {
+  bool nonfinite = false;
+  uint32_t max_abs_bits = 0;
+  double sq = 0;
+};
+
+// Slow path, taken only for a chunk that holds a NaN or inf (i.e. on a detection): the same
+// statistics restricted to the finite elements. Branch-free too, but speed does not matter here.
+Partial scan_chunk_masked(const float* x, size_t n) {
+  uint32_t flag = 0;
+  int32_t mx = 0;
+  double acc[kLanes] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t s = bits_of(x[i]);
+    const uint32_t nf = (s & kExpMask) == kExpMask;
+    flag |= nf;
+    // nf - 1 is all ones for a finite element, 0 for a non-finite one.
+    const int32_t a = static_cast<int32_t>(s & kAbsMask & (nf - 1u));
+    mx = a > mx ? a : mx;
+    const double v = float_of(static_cast<uint32_t>(a));
+    acc[i % kLanes] += v * v;
+  }
+  for (size_t w = kLanes / 2; w > 0; w /= 2) {
+    for (size_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return {flag != 0, static_cast<uint32_t>(mx), acc[0]};
+}
+
+// Hot path: statistics of one chunk assuming it is all finite. The max of the abs bit patterns
+// covers every element, so a NaN/inf (abs bits >= 0x7f800000) shows up in it for free, and then
+// the chunk is rescanned with the mask. Per element that is one AND, one integer max and one
+// multiply-add in double; lane j of acc only ever adds elements j, j + kLanes, ..., in order.
+NANCHAOS_SCAN_CLONES Partial scan_chunk(const float* __restrict x, size_t n) {
+  // Per-lane max as well as per-lane sums: a scalar max would be reduced horizontally inside every
+  // block, a serial chain that costs more than the block's loads.
+  int32_t mx[kLanes] = {};  // abs bits fit int32 (NaN is 0x7fffffff at most): signed max is fine
+  double acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const int32_t a = static_cast<int32_t>(bits_of(x[i + j]) & kAbsMask);
+      mx[j] = a > mx[j] ? a : mx[j];
+      const double v = x[i + j];
+      acc[j] += v * v;
+    }
+  }
+  for (size_t j = 0; i < n; ++i, ++j) {
+    const int32_t a = static_cast<int32_t>(bits_of(x[i]) & kAbsMask);
+    mx[j] = a > mx[j] ? a : mx[j];
+    const double v = x[i];
+    acc[j] += v * v;
+  }
+  int32_t m = 0;
+  for (size_t j = 0; j < kLanes; ++j) m = mx[j] > m ? mx[j] : m;
+  if (static_cast<uint32_t>(m) >= kExpMask) return scan_chunk_masked(x, n);
+  // Fixed pairwise combination: the result depends only on the data, not on the SIMD width.
+  for (size_t w = kLanes / 2; w > 0; w /= 2) {
+    for (size_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return {false, static_cast<uint32_t>(m), acc[0]};
+}
+
+void add(Partial* total, const Partial& p) {
+  total->nonfinite |= p.nonfinite;
+  total->sq += p.sq;
+  if (p.max_abs_bits > total->max_abs_bits) total->max_abs_bits = p.max_abs_bits;
+}
+
+// ---- wire conversions of one chunk (the chunk is in L1 by then) ----
+
+void store_chunk(const float* __restrict x, size_t n, float scale, float* __restrict out) {
+  if (scale == 1.0f) {
+    std::memcpy(out, x, n * sizeof(float));  // bit-exact, NaN payloads included
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] * scale;
+}
+
+void store_chunk(const float* __restrict x, size_t n, float scale, uint16_t* __restrict out,
+                 WireType wire) {
+  if (wire == WireType::kFp16) {
+    for (size_t i = 0; i < n; ++i) out[i] = to_half(x[i] * scale);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = to_bf16(x[i] * scale);
+  }
+}
+
+void load_chunk(const void* in, size_t offset, size_t n, WireType wire, float scale,
+                float* __restrict out) {
+  if (wire == WireType::kFp32) {
+    const float* src = static_cast<const float*>(in) + offset;
+    if (scale == 1.0f) {
+      std::memcpy(out, src, n * sizeof(float));
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = src[i] * scale;
+    }
+    return;
+  }
+  const uint16_t* src = static_cast<const uint16_t*>(in) + offset;
+  if (wire == WireType::kFp16) {
+    for (size_t i = 0; i < n; ++i) out[i] = from_half(src[i]) * scale;
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = from_bf16(src[i]) * scale;
+  }
+}
+
+void reset(ScanStats* stats, size_t tensors) {
+  stats->nonfinite.assign(tensors, 0);
+  stats->first_nonfinite = -1;
+  stats->sq_norm = 0;
+  stats->max_abs = 0;
+}
+
+void merge(ScanStats* stats, size_t t, const Partial& p, uint32_t* max_bits) {
+  if (p.nonfinite) {
+    stats->nonfinite[t] = 1;
+    if (stats->first_nonfinite < 0) stats->first_nonfinite = static_cast<int>(t);
+  }
+  stats->sq_norm += p.sq;
+  if (p.max_abs_bits > *max_bits) *max_bits = p.max_abs_bits;
+}
+
+}  // namespace
+
+size_t wire_bytes(WireType t) {
+  switch (t) {
+    case WireType::kFp32:
+      return 4;
+    case WireType::kFp16:
+    case WireType::kBf16:
+      return 2;
+  }
+  return 4;
+}
+
+void pack_and_scan(const std::vector<ConstSpan>& grads, void* out, WireType wire, float scale,
+                   ScanStats* stats) {
+  reset(stats, grads.size());
+  uint32_t max_bits = 0;
+  size_t offset = 0;  // in wire elements
+  for (size_t t = 0; t < grads.size(); ++t) {
+    const ConstSpan& g = grads[t];
+    Partial tensor;
+    for (size_t c = 0; c < g.n; c += kChunk) {
+      const size_t m = g.n - c < kChunk ? g.n - c : kChunk;
+      const float* x = g.data + c;
+      add(&tensor, scan_chunk(x, m));  // pulls the chunk into L1 ...
+      if (wire == WireType::kFp32) {   // ... where the store reads it again
+        store_chunk(x, m, scale, static_cast<float*>(out) + offset + c);
+      } else {
+        store_chunk(x, m, scale, static_cast<uint16_t*>(out) + offset + c, wire);
+      }
+    }
+    merge(stats, t, tensor, &max_bits);
+    offset += g.n;
+  }
+  stats->max_abs = float_of(max_bits);
+}
+
+void unpack_and_scan(const void* in, WireType wire, float scale, const std::vector<MutSpan>& out,
+                     ScanStats* stats) {
+  reset(stats, out.size());
+  uint32_t max_bits = 0;
+  size_t offset = 0;  // in wire elements
+  for (size_t t = 0; t < out.size(); ++t) {
+    const MutSpan& o = out[t];
+    Partial tensor;
+    for (size_t c = 0; c < o.n; c += kChunk) {
+      const size_t m = o.n - c < kChunk ? o.n - c : kChunk;
+      load_chunk(in, offset + c, m, wire, scale, o.data + c);
+      add(&tensor, scan_chunk(o.data + c, m));  // the outputs just written, still in L1
+    }
+    merge(stats, t, tensor, &max_bits);
+    offset += o.n;
+  }
+  stats->max_abs = float_of(max_bits);
+}
+
+// The fp16/bf16 sums add in fp32 and round once to the wire type. That double rounding is
+// harmless: fp32 carries 24 >= 2 * 11 + 2 significand bits, and for a sum of two binary16 (or
+// bfloat16) values rounding to fp32 first and then to the narrow type gives the correctly rounded
+// narrow sum (Figueroa's p' >= 2p + 2 condition). Overflow rounds to inf in the final conversion.
+void wire_sum(const void* in, void* inout, size_t n, WireType wire) {
+  switch (wire) {
+    case WireType::kFp32: {
+      const auto* a = static_cast<const float*>(in);
+      auto* b = static_cast<float*>(inout);
+      for (size_t i = 0; i < n; ++i) b[i] = a[i] + b[i];
+      return;
+    }
+    case WireType::kFp16: {
+      const auto* a = static_cast<const uint16_t*>(in);
+      auto* b = static_cast<uint16_t*>(inout);
+      for (size_t i = 0; i < n; ++i) b[i] = to_half(from_half(a[i]) + from_half(b[i]));
+      return;
+    }
+    case WireType::kBf16: {
+      const auto* a = static_cast<const uint16_t*>(in);
+      auto* b = static_cast<uint16_t*>(inout);
+      for (size_t i = 0; i < n; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+      return;
+    }
+  }
+}
+
+uint16_t float_to_half_bits(float f) { return to_half(f); }
+float half_bits_to_float(uint16_t h) { return from_half(h); }
+uint16_t float_to_bf16_bits(float f) { return to_bf16(f); }
+float bf16_bits_to_float(uint16_t h) { return from_bf16(h); }
+
+}  // namespace nanchaos::harness

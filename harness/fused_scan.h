@@ -1,0 +1,95 @@
+// Fused gradient scan: the always-on detection pass that rides on the all-reduce packing.
+//
+// Each gradient byte is read exactly once, in the loop that packs the gradients into the
+// all-reduce buffer; the same loop computes per-tensor non-finite flags, the squared L2 norm (in
+// double) and max |x|. There is no per-tensor `isfinite(g).all().item()` (a kernel and a host sync
+// per parameter) anywhere on the clean path; see DESIGN.md "Performance principles".
+//
+// Torch-free: callers pass raw pointers (`tensor.data_ptr<float>()`, `numel()`), so the scan can be
+// tested and benchmarked without LibTorch.
+//
+// Contract:
+//   - All functions are pure computations on caller-owned memory; they do not allocate except to
+//     size `ScanStats::nonfinite`, never block and never throw. Any thread may call them; calls on
+//     disjoint buffers may run concurrently.
+//   - Input spans must not overlap the output buffer. Spans with n == 0 are allowed (data may be
+//     null then).
+//   - Buffers need no particular alignment.
+//
+// Example (pre-division by world size, fp16 wire):
+//   std::vector<ConstSpan> grads = {{w.data_ptr<float>(), w.numel()}, ...};
+//   std::vector<uint16_t> wire(total);
+//   ScanStats pre;
+//   pack_and_scan(grads, wire.data(), WireType::kFp16, 1.0f / world, &pre);
+//   if (pre.any_nonfinite()) report(pre.first_nonfinite);
+//   ... all-reduce `wire` with wire_sum as the reduction ...
+//   ScanStats post;
+//   unpack_and_scan(wire.data(), WireType::kFp16, 1.0f, outs, &post);
+//
+// Caveats: flags, norm and max of pack_and_scan describe the ORIGINAL fp32 gradients; an overflow
+// created by the scale or the fp16 conversion only shows up in the post-reduce scan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace nanchaos::harness {
+
+/// Element type of the all-reduce buffer.
+enum class WireType { kFp32, kFp16, kBf16 };
+
+/// Bytes per wire element: 4, 2, 2.
+size_t wire_bytes(WireType t);
+
+/// Result of one scan over a list of tensors.
+struct ScanStats {
+  /// One entry per tensor: 1 if the tensor holds a NaN or ±inf, else 0.
+  std::vector<uint8_t> nonfinite;
+  /// Lowest index of a flagged tensor, -1 if none.
+  int first_nonfinite = -1;
+  /// Sum of squares over the finite elements, accumulated in double (each square of an fp32 value
+  /// is exact in double, so 3e38^2 is representable).
+  double sq_norm = 0;
+  /// Max |x| over the finite elements (0 if there are none).
+  float max_abs = 0;
+
+  bool any_nonfinite() const { return first_nonfinite >= 0; }
+};
+
+struct ConstSpan {
+  const float* data;
+  size_t n;
+};
+
+struct MutSpan {
+  float* data;
+  size_t n;
+};
+
+/// Packs `grads` back to back into `out` (sum of n elements of `wire` type), each element
+/// multiplied by `scale` first (1/world for pre-division, 1 otherwise), and scans the ORIGINAL fp32
+/// values into `*stats`. With fp32 wire and scale == 1 the copy is bit-exact (NaN payloads
+/// included). fp16 / bf16 conversion rounds to nearest even, overflows to ±inf (65519.99 -> 65504,
+/// 65520 -> inf) and keeps NaN a NaN (quiet, sign kept).
+void pack_and_scan(const std::vector<ConstSpan>& grads, void* out, WireType wire, float scale,
+                   ScanStats* stats);
+
+/// The reverse after the all-reduce: converts `in` (wire type) to fp32, multiplies by `scale`
+/// (1/world for post-division, 1 otherwise) and writes the values into `out` tensor by tensor; the
+/// same pass fills `*stats` from the OUTPUT values (the post-reduce detector).
+void unpack_and_scan(const void* in, WireType wire, float scale, const std::vector<MutSpan>& out,
+                     ScanStats* stats);
+
+/// inout[i] = in[i] + inout[i] for n wire elements, each sum rounded to the wire type (RNE,
+/// overflow -> inf) as an fp16/bf16 all-reduce does. Fits MPI_User_function.
+void wire_sum(const void* in, void* inout, size_t n, WireType wire);
+
+/// IEEE binary16 conversions (RNE, overflow -> inf, NaN -> quiet NaN with sign kept).
+uint16_t float_to_half_bits(float f);
+float half_bits_to_float(uint16_t h);
+/// bfloat16 conversions (RNE, overflow -> inf, NaN -> quiet NaN with sign and top payload kept).
+uint16_t float_to_bf16_bits(float f);
+float bf16_bits_to_float(uint16_t h);
+
+}  // namespace nanchaos::harness

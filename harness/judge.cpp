@@ -1,0 +1,425 @@
+// Judging a job from evidence only: the per-rank event logs and how the processes ended.
+#include "harness/judge.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "harness/events.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+using results::Check;
+using results::Detection;
+
+struct RankLog {
+  std::vector<json> events;
+  bool started = false;
+  bool has_final = false;
+  json final_ev;
+  std::optional<json> abort_ev;
+  std::optional<int> exit_code;
+  int64_t last_t = 0;
+  int64_t steps_done = 0;                    // highest step_end step + 1
+  std::map<int64_t, std::string> actions;    // step -> update/skip/early_return
+  std::map<int64_t, json> coll_enter;        // seq -> event
+  std::set<int64_t> coll_left;
+};
+
+RankLog read_rank(const std::string& run_dir, int rank) {
+  RankLog r;
+  r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
+  for (const auto& e : r.events) {
+    const std::string ev = e.value("ev", "");
+    r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
+    if (ev == "start") r.started = true;
+    else if (ev == "final") { r.has_final = true; r.final_ev = e; }
+    else if (ev == "abort") r.abort_ev = e;
+    else if (ev == "exit") r.exit_code = e.value("code", -1);
+    else if (ev == "step_end") {
+      const int64_t st = e.value("step", int64_t(0));
+      r.steps_done = std::max(r.steps_done, st + 1);
+      r.actions[st] = e.value("action", "");
+    } else if (ev == "coll_enter") r.coll_enter[e.value("seq", int64_t(0))] = e;
+    else if (ev == "coll_leave") r.coll_left.insert(e.value("seq", int64_t(0)));
+  }
+  return r;
+}
+
+std::string first_error_line(const std::string& log_path) {
+  std::ifstream in(log_path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("error:") != std::string::npos) return line;
+  }
+  return "";
+}
+
+json ranks_json(const std::vector<int64_t>& r) {
+  if (r.empty()) return nullptr;
+  if (r.size() == 1) return r[0];
+  return r;
+}
+
+bool finite_json(const json& j) { return j.is_number() && std::isfinite(j.get<double>()); }
+
+}  // namespace
+
+results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
+  results::ScenarioResult res;
+  res.name = s.name;
+  res.file = s.file;
+  res.seed = s.seed;
+  res.ranks = s.job.ranks;
+  res.run_dir = run_dir;
+  res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
+  const int world = int(s.job.ranks);
+  std::vector<RankLog> logs;
+  for (int r = 0; r < world; ++r) logs.push_back(read_rank(run_dir, r));
+  const double t0 = double(job.t0_us);
+  auto ms_since_start = [&](int64_t t) { return (double(t) - t0) / 1000.0; };
+
+  // --- How the job ended ---------------------------------------------------------------------
+  bool all_final = true, any_abort = false, all_exit0 = true;
+  for (const auto& l : logs) {
+    all_final = all_final && l.has_final;
+    any_abort = any_abort || l.abort_ev.has_value();
+    all_exit0 = all_exit0 && l.exit_code && *l.exit_code == 0;
+  }
+  if (job.timed_out) res.outcome = "hung";
+  else if (all_final && all_exit0 && !any_abort && job.exit_code == 0) res.outcome = "completed";
+  else if (any_abort) res.outcome = "aborted";
+  else res.outcome = "crashed";
+
+  // --- Injections ----------------------------------------------------------------------------
+  std::optional<int64_t> first_fault_step;
+  std::optional<int64_t> first_inject_t;
+  std::set<int> fired;
+  for (int r = 0; r < world; ++r) {
+    for (const auto& e : logs[r].events) {
+      if (e.value("ev", "") != "inject") continue;
+      results::Injection inj;
+      inj.fault = e.value("fault", 0);
+      inj.kind = e.value("kind", "");
+      inj.rank = r;
+      inj.step = e.value("step", int64_t(0));
+      inj.target = e.value("target", "");
+      inj.t_ms = ms_since_start(e.value("t_us", int64_t(0)));
+      inj.replay = e.value("replay", false);
+      fired.insert(inj.fault);
+      if (!first_fault_step || inj.step < *first_fault_step) first_fault_step = inj.step;
+      const int64_t t = e.value("t_us", int64_t(0));
+      if (!first_inject_t || t < *first_inject_t) first_inject_t = t;
+      res.injections.push_back(inj);
+    }
+  }
+  std::sort(res.injections.begin(), res.injections.end(),
+            [](const auto& a, const auto& b) { return a.t_ms < b.t_ms; });
+
+  // --- Post-mortem: collectives each rank was in, absent and dead ranks ------------------------
+  json last_coll = json::object();
+  int64_t first_gap_seq = -1;
+  std::vector<int64_t> absent;
+  {
+    int64_t max_seq = -1;
+    for (const auto& l : logs) {
+      if (!l.coll_enter.empty()) max_seq = std::max(max_seq, l.coll_enter.rbegin()->first);
+    }
+    for (int64_t k = 0; k <= max_seq && first_gap_seq < 0; ++k) {
+      std::vector<int64_t> missing;
+      for (int r = 0; r < world; ++r) {
+        if (!logs[r].coll_enter.count(k)) missing.push_back(r);
+      }
+      if (!missing.empty() && int(missing.size()) < world) {
+        first_gap_seq = k;
+        absent = missing;
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      const auto& l = logs[r];
+      if (l.coll_enter.empty()) {
+        last_coll[std::to_string(r)] = nullptr;
+        continue;
+      }
+      const auto& [seq, e] = *l.coll_enter.rbegin();
+      last_coll[std::to_string(r)] = {{"seq", seq},
+                                      {"name", e.value("name", "")},
+                                      {"step", e.value("step", int64_t(0))},
+                                      {"left", l.coll_left.count(seq) > 0}};
+    }
+  }
+  // Sequence mismatch: the same collective number entered at different steps or names.
+  json mismatch = nullptr;
+  for (int64_t k = 0; mismatch.is_null(); ++k) {
+    std::set<std::pair<int64_t, std::string>> seen;
+    bool any = false;
+    for (const auto& l : logs) {
+      auto it = l.coll_enter.find(k);
+      if (it == l.coll_enter.end()) continue;
+      any = true;
+      seen.insert({it->second.value("step", int64_t(0)), it->second.value("name", "")});
+    }
+    if (!any) break;
+    if (seen.size() > 1) {
+      json ranks = json::array();
+      for (int r = 0; r < world; ++r) {
+        auto it = logs[r].coll_enter.find(k);
+        if (it != logs[r].coll_enter.end()) {
+          ranks.push_back({{"rank", r}, {"step", it->second.value("step", int64_t(0))},
+                           {"name", it->second.value("name", "")}});
+        }
+      }
+      mismatch = {{"seq", k}, {"ranks", ranks}};
+    }
+  }
+  std::vector<int64_t> dead;
+  if (res.outcome != "completed") {
+    for (int r = 0; r < world; ++r) {
+      // A rank that started but left no exit/abort record while the job was not torn down by the
+      // controller died on its own.
+      if (logs[r].started && !logs[r].exit_code && !logs[r].abort_ev && !job.timed_out &&
+          res.outcome == "crashed") {
+        dead.push_back(r);
+      }
+    }
+  }
+  // Deadlock: some rank waited in a collective past collective_timeout_ms + 1 s.
+  bool deadlock = false;
+  double longest_wait_ms = 0;
+  for (const auto& l : logs) {
+    for (const auto& [seq, e] : l.coll_enter) {
+      if (l.coll_left.count(seq)) continue;
+      const int64_t end = l.exit_code ? l.last_t : job.t_end_us;
+      const double waited = double(end - e.value("t_us", int64_t(0))) / 1000.0;
+      longest_wait_ms = std::max(longest_wait_ms, waited);
+      if (waited > double(s.detectors.collective_timeout_ms) + 1000.0) deadlock = true;
+    }
+  }
+
+  // --- Detections ----------------------------------------------------------------------------
+  // Consensus decisions are identical on every rank: keep one per step (lowest rank). Local
+  // decisions (no consensus) and watchdog expiries are per rank and merged per step.
+  std::map<std::pair<int64_t, std::string>, Detection> by_step;
+  std::map<int64_t, int64_t> first_detect_t, last_decision_t;
+  for (int r = 0; r < world; ++r) {
+    for (const auto& e : logs[r].events) {
+      const std::string ev = e.value("ev", "");
+      const int64_t step = e.value("step", int64_t(-1));
+      const int64_t t = e.value("t_us", int64_t(0));
+      if (ev == "detect") {
+        auto it = first_detect_t.find(step);
+        if (it == first_detect_t.end() || t < it->second) first_detect_t[step] = t;
+      }
+      const bool watchdog = ev == "detect" && e.value("detector", "") == "watchdog";
+      if (ev != "decision" && !watchdog) continue;
+      if (ev == "decision") last_decision_t[step] = std::max(last_decision_t[step], t);
+      const bool local = watchdog || e.value("local", false);
+      auto key = std::make_pair(step, e.value("detector", ""));
+      auto found = by_step.find(key);
+      if (found != by_step.end()) {
+        if (local) {
+          auto& rk = found->second.ranks;
+          if (!watchdog && std::find(rk.begin(), rk.end(), r) == rk.end()) rk.push_back(r);
+        }
+        continue;
+      }
+      Detection d;
+      d.detector = e.value("detector", "");
+      d.step = step;
+      d.layer = e.value("layer", "");
+      d.cause = e.value("cause", "");
+      d.action = watchdog ? "abort" : e.value("action", "");
+      if (watchdog) {
+        d.ranks = absent;  // the flight-recorder answer: who never entered collective #k
+      } else if (e.contains("ranks") && e["ranks"].is_array()) {
+        for (const auto& x : e["ranks"]) d.ranks.push_back(x.get<int64_t>());
+      }
+      by_step.emplace(key, d);
+    }
+  }
+  for (auto& [key, d] : by_step) {
+    std::sort(d.ranks.begin(), d.ranks.end());
+    res.detections.push_back(d);
+  }
+  std::stable_sort(res.detections.begin(), res.detections.end(),
+                   [](const Detection& a, const Detection& b) { return a.step < b.step; });
+  int64_t false_positives = 0;
+  for (auto& d : res.detections) {
+    if (!first_fault_step || d.step < *first_fault_step) {
+      ++false_positives;
+      continue;
+    }
+    if (!res.first_detection) {
+      d.latency_steps = d.step - *first_fault_step;
+      if (first_inject_t && first_detect_t.count(d.step)) {
+        d.latency_ms = double(first_detect_t[d.step] - *first_inject_t) / 1000.0;
+      }
+      if (first_detect_t.count(d.step) && last_decision_t.count(d.step)) {
+        d.decision_us = double(last_decision_t[d.step] - first_detect_t[d.step]);
+      }
+      res.first_detection = d;
+    }
+  }
+
+  // --- End state -----------------------------------------------------------------------------
+  int64_t steps_completed = std::numeric_limits<int64_t>::max();
+  for (const auto& l : logs) steps_completed = std::min(steps_completed, l.steps_done);
+  res.steps_completed = world > 0 ? steps_completed : 0;
+  bool eval_finite = all_final, params_finite = all_final, diverged = false;
+  std::optional<bool> consistent;
+  if (all_final) {
+    const json& f0 = logs[0].final_ev;
+    if (finite_json(f0["eval_loss"])) res.final_loss = f0["eval_loss"].get<double>();
+    else res.final_loss = std::numeric_limits<double>::quiet_NaN();
+    bool same = true;
+    for (const auto& l : logs) {
+      eval_finite = eval_finite && finite_json(l.final_ev["eval_loss"]);
+      params_finite = params_finite && l.final_ev.value("params_finite", false);
+      same = same && l.final_ev.value("params_hash", "") == f0.value("params_hash", "") &&
+             l.final_ev.value("optim_hash", "") == f0.value("optim_hash", "") &&
+             l.actions == logs[0].actions;
+    }
+    consistent = same;
+    if (eval_finite && finite_json(f0["initial_eval_loss"])) {
+      diverged = *res.final_loss > 1.5 * f0["initial_eval_loss"].get<double>();
+    }
+  }
+  const bool recovered = res.outcome == "completed" && res.steps_completed == s.job.steps &&
+                         eval_finite && params_finite;
+  const bool detected = res.first_detection.has_value();
+
+  if (!s.faults.empty()) {
+    if (res.outcome == "hung" || deadlock) res.fault_outcome = "hang";
+    else if (detected) res.fault_outcome = recovered ? "detected_recovered" : "detected_unrecovered";
+    else if (!recovered || diverged || (consistent && !*consistent)) res.fault_outcome = "silent_corruption";
+    else res.fault_outcome = "masked";
+  }
+
+  // Blame: the stack's first detection, else the harness's post-mortem.
+  std::vector<int64_t> blamed;
+  std::string blamed_cause;
+  if (res.first_detection) {
+    blamed = res.first_detection->ranks;
+    blamed_cause = res.first_detection->cause;
+  } else if (!dead.empty()) {
+    blamed = dead;
+    blamed_cause = "rank_failure";
+  } else if (!absent.empty() && res.outcome != "completed") {
+    blamed = absent;
+    blamed_cause = "hang";
+  }
+  const double abort_ms = first_inject_t ? double(job.t_end_us - *first_inject_t) / 1000.0 : -1;
+
+  res.extra["last_collective"] = last_coll;
+  res.extra["collective_mismatch"] = mismatch;
+  res.extra["absent_ranks"] = absent;
+  res.extra["first_gap_collective"] = first_gap_seq >= 0 ? json(first_gap_seq) : json(nullptr);
+  res.extra["dead_ranks"] = dead;
+  res.extra["deadlock"] = deadlock;
+  res.extra["longest_collective_wait_ms"] = longest_wait_ms;
+  res.extra["abort_latency_ms"] = (res.outcome == "aborted" && abort_ms >= 0) ? json(abort_ms) : json(nullptr);
+  res.extra["false_positives"] = false_positives;
+  res.extra["consistent"] = consistent ? json(*consistent) : json(nullptr);
+  res.extra["recovered"] = recovered;
+  res.extra["launcher_exit_code"] = job.exit_code;
+  res.extra["orphans_killed"] = job.orphans_killed;
+
+  // --- [expect] ------------------------------------------------------------------------------
+  const auto& ex = s.expect;
+  auto add = [&](const std::string& key, json expected, json actual, bool pass) {
+    res.checks.push_back(Check{key, std::move(expected), std::move(actual), pass});
+  };
+  const auto& fd = res.first_detection;
+  if (ex.detected) add("detected", *ex.detected, detected, detected == *ex.detected);
+  if (ex.first_detector) {
+    add("first_detector", *ex.first_detector, fd ? json(fd->detector) : json(nullptr),
+        fd && fd->detector == *ex.first_detector);
+  }
+  if (ex.within_steps) {
+    add("within_steps", *ex.within_steps, fd ? json(*fd->latency_steps) : json(nullptr),
+        fd && *fd->latency_steps <= *ex.within_steps);
+  }
+  if (ex.within_ms) {
+    const bool have = fd && fd->latency_ms;
+    add("within_ms", *ex.within_ms, have ? json(*fd->latency_ms) : json(nullptr),
+        have && *fd->latency_ms <= *ex.within_ms);
+  }
+  if (ex.rank) {
+    auto want = *ex.rank;
+    std::sort(want.begin(), want.end());
+    auto got = blamed;
+    std::sort(got.begin(), got.end());
+    add("rank", ranks_json(want), ranks_json(got), !got.empty() && want == got);
+  }
+  if (ex.layer) {
+    const std::string got = fd ? fd->layer : "";
+    add("layer", *ex.layer, fd ? json(got) : json(nullptr),
+        fd && !got.empty() && got.rfind(*ex.layer, 0) == 0);
+  }
+  if (ex.cause) {
+    add("cause", *ex.cause, blamed_cause.empty() ? json(nullptr) : json(blamed_cause),
+        blamed_cause == *ex.cause);
+  }
+  if (ex.outcome) add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
+  add("deadlock", ex.deadlock, deadlock, deadlock == ex.deadlock);
+  if (ex.abort_within_ms) {
+    const bool ok = res.outcome == "aborted" && abort_ms >= 0 && abort_ms <= *ex.abort_within_ms;
+    add("abort_within_ms", *ex.abort_within_ms,
+        abort_ms >= 0 ? json(abort_ms) : json(nullptr), ok);
+  }
+  if (ex.recovered) add("recovered", *ex.recovered, recovered, recovered == *ex.recovered);
+  if (ex.final_loss_max) {
+    const bool have = res.final_loss && std::isfinite(*res.final_loss);
+    add("final_loss_max", *ex.final_loss_max, have ? json(*res.final_loss) : json(nullptr),
+        have && *res.final_loss <= *ex.final_loss_max);
+  }
+  if (ex.consistent || res.outcome == "completed") {
+    const bool want = ex.consistent.value_or(true);
+    add("consistent", want, consistent ? json(*consistent) : json(nullptr),
+        consistent && *consistent == want);
+  }
+  if (ex.fault_outcome) {
+    add("fault_outcome", *ex.fault_outcome, res.fault_outcome, res.fault_outcome == *ex.fault_outcome);
+  }
+  add("max_false_positives", ex.max_false_positives, false_positives,
+      false_positives <= ex.max_false_positives);
+
+  // --- Verdict -------------------------------------------------------------------------------
+  std::vector<std::string> unverified;
+  for (const auto& f : s.faults) {
+    if (!fired.count(f.index) && f.probability >= 1.0) {
+      unverified.push_back(fmt::format("fault #{} ({}, step {})", f.index, f.kind, f.step));
+    }
+  }
+  bool setup_failed = false;
+  for (const auto& l : logs) setup_failed = setup_failed || !l.started;
+  const std::string err = first_error_line(run_dir + "/ranks.log");
+  if (setup_failed && res.outcome != "completed") {
+    res.verdict = "error";
+    res.reason = err.empty() ? "a rank never started; see " + run_dir + "/ranks.log" : err;
+  } else if (!unverified.empty()) {
+    res.verdict = "error";
+    res.reason = "injection not verified: ";
+    for (size_t i = 0; i < unverified.size(); ++i) {
+      res.reason += (i ? ", " : "") + unverified[i] + " never fired";
+    }
+  } else {
+    std::string failed;
+    for (const auto& c : res.checks) {
+      if (c.pass) continue;
+      failed += fmt::format("{}{}: expected {}, got {}", failed.empty() ? "" : "; ", c.key,
+                            c.expected.dump(), c.actual.dump());
+    }
+    res.verdict = failed.empty() ? "pass" : "fail";
+    res.reason = failed;
+  }
+  return res;
+}
+
+}  // namespace nanchaos::harness

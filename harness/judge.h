@@ -1,0 +1,17 @@
+// The judge: turns a finished job's event logs (events.h) and exit state (JobResult) into a
+// ScenarioResult: outcome, detections with latency, attribution, post-mortem of absent or dead
+// ranks, the [expect] checks and the verdict. Pure function of its inputs (no clocks, no I/O but
+// reading the run folder), so a test can judge hand-written logs.
+#pragma once
+
+#include <string>
+
+#include "harness/controller.h"
+#include "harness/scenario.h"
+#include "results/report.h"
+
+namespace nanchaos::harness {
+
+results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job);
+
+}  // namespace nanchaos::harness

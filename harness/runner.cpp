@@ -1,0 +1,531 @@
+// The rank loop: one training step through the hook points of DESIGN.md, with consensus.
+#include "harness/runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "detectors/detector.h"
+#include "harness/communicator.h"
+#include "harness/events.h"
+#include "harness/fused_scan.h"
+#include "harness/registry.h"
+#include "harness/scenario.h"
+#include "harness/torch_compat.h"
+#include "harness/workload.h"
+#include "inject/injector.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using detect::Detector;
+using detect::Finding;
+using detect::Hook;
+using detect::StepView;
+using inject::FaultContext;
+using inject::Injector;
+using inject::NamedTensors;
+
+// Consensus row per rank (float64): every rank fills its own row, zeros elsewhere, SUM.
+enum RowField { kBits, kGradIdx, kBatchField, kLogitsFinite, kMaxAbs, kParamIdx, kRowWidth };
+
+WireType wire_of(DType d) {
+  switch (d) {
+    case DType::kFp16: return WireType::kFp16;
+    case DType::kBf16: return WireType::kBf16;
+    default: return WireType::kFp32;
+  }
+}
+ElemType elem_of(WireType w) {
+  switch (w) {
+    case WireType::kFp16: return ElemType::kFloat16;
+    case WireType::kBf16: return ElemType::kBFloat16;
+    default: return ElemType::kFloat32;
+  }
+}
+double wire_max(WireType w) {
+  switch (w) {
+    case WireType::kFp16: return 65504.0;
+    case WireType::kBf16: return 3.3895313892515355e38;
+    default: return 3.4028234663852886e38;
+  }
+}
+
+uint64_t hash_bytes(uint64_t h, const torch::Tensor& t) {
+  auto c = t.contiguous();
+  std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  return h * 1099511628211ull ^ std::hash<std::string_view>{}(bytes);
+}
+
+/// What every rank agreed happened at a step.
+struct Decision {
+  bool flagged = false;
+  std::string detector;
+  std::vector<int64_t> ranks;
+  std::string layer;
+  std::string cause;
+  nlohmann::json flagged_detail = nlohmann::json::array();
+};
+
+class RankRunner {
+ public:
+  RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir)
+      : s_(std::move(s)), comm_(std::move(comm)) {
+    rank_ = comm_->rank();
+    world_ = comm_->world_size();
+    std::filesystem::create_directories(run_dir + "/events");
+    log_ = std::make_unique<EventLog>(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank_));
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    log_->write("start", {{"rank", rank_}, {"world", world_}, {"pid", getpid()}, {"host", host},
+                          {"seed", s_.seed}});
+    if (world_ != s_.job.ranks) {
+      throw std::runtime_error(fmt::format("{}: [job].ranks is {} but the job has {} ranks",
+                                           s_.file, s_.job.ranks, world_));
+    }
+    torch::set_num_threads(1);
+    workload_ = make_workload(s_);
+    for (auto& [name, p] : workload_->parameters()) {
+      fwd_names_.push_back(name);
+      fwd_params_.push_back(p);
+    }
+    // Backward order: the reverse of registration order (head first).
+    bwd_names_.assign(fwd_names_.rbegin(), fwd_names_.rend());
+    bwd_params_.assign(fwd_params_.rbegin(), fwd_params_.rend());
+    size_t total = 0;
+    for (auto& p : bwd_params_) total += size_t(p.numel());
+    wire_ = wire_of(s_.job.grad_allreduce_dtype);
+    wire_buf_.resize(total * wire_bytes(wire_));
+    make_optimizer();
+    for (const auto& f : s_.faults) {
+      const auto& info = fault_kinds().at(f.kind);
+      if (!info.make) throw std::runtime_error("fault kind " + f.kind + " is not implemented yet");
+      injectors_.push_back(info.make(f, s_));
+    }
+    for (const auto& name : s_.detectors.enabled) {
+      const auto& info = detectors().at(name);
+      if (!info.make) continue;  // optional, not built (the controller refused the rest)
+      detectors_.push_back(info.make(s_));
+    }
+    consensus_ = s_.detectors.consensus && !detectors_.empty();
+    // Without a watchdog a collective waits forever, as a stock c10d job does (until the
+    // launcher's timeout); with one, it waits collective_timeout_ms.
+    has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
+                              "watchdog") != s_.detectors.enabled.end();
+  }
+
+  int run() {
+    initial_eval_ = eval_loss();
+    int64_t consecutive = 0;
+    for (int64_t step = 0; step < s_.job.steps; ++step) {
+      const bool detected = run_step(step);
+      consecutive = detected ? consecutive + 1 : 0;
+      if (aborting_) return finish_abort(step, "policy abort", abort_cause_);
+      if (detected && consecutive >= s_.recovery.max_consecutive) {
+        return finish_abort(step, fmt::format("{} consecutive detections (max_consecutive)",
+                                              consecutive), abort_cause_);
+      }
+    }
+    write_final(s_.job.steps);
+    log_->write("exit", {{"code", 0}});
+    return 0;
+  }
+
+ private:
+  void make_optimizer() {
+    std::vector<torch::Tensor> params = fwd_params_;
+    const double lr = s_.workload.lr;
+    switch (s_.workload.optimizer) {
+      case Optimizer::kSgd:
+        opt_ = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
+        break;
+      case Optimizer::kAdam:
+        opt_ = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+        break;
+      case Optimizer::kAdamW:
+        opt_ = std::make_unique<torch::optim::AdamW>(
+            params, torch::optim::AdamWOptions(lr).weight_decay(0.01));
+        break;
+    }
+  }
+
+  double scheduled_lr(int64_t step) const {
+    const auto& w = s_.workload;
+    if (w.warmup_steps > 0 && step < w.warmup_steps) {
+      return w.lr * double(step + 1) / double(w.warmup_steps);
+    }
+    if (w.schedule == Schedule::kCosine) {
+      const double span = double(std::max<int64_t>(1, s_.job.steps - w.warmup_steps));
+      const double progress = double(step - w.warmup_steps) / span;
+      return w.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+    }
+    return w.lr;
+  }
+
+  FaultContext context(int64_t step) {
+    FaultContext ctx;
+    ctx.step = step;
+    ctx.rank = rank_;
+    ctx.world = world_;
+    ctx.seed = s_.seed;
+    ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
+      log_->write("inject", {{"fault", fault}, {"kind", s_.faults[fault].kind}, {"step", step},
+                             {"target", target}, {"detail", std::move(detail)},
+                             {"replay", false}});
+    };
+    return ctx;
+  }
+
+  // Runs detectors of one hook; records findings into the local consensus row.
+  void run_detectors(Hook hook, const StepView& view, std::vector<double>& row, int64_t step) {
+    for (auto& d : detectors_) {
+      if (d->hook() != hook) continue;
+      auto finding = d->check(view);
+      if (!finding) continue;
+      const int bit = detect::detector_bit(d->name());
+      const auto bits = uint64_t(row[kBits]);
+      if (!first_local_us_) first_local_us_ = now_us();
+      row[kBits] = double(bits | (uint64_t(1) << bit));
+      log_->write("detect", {{"detector", d->name()}, {"step", step}, {"layer", finding->layer},
+                             {"cause", finding->cause}});
+      local_findings_[d->name()] = *finding;
+    }
+  }
+
+  /// Collective with enter/leave events, polled against the watchdog deadline.
+  bool collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
+    const int64_t seq = coll_seq_++;
+    log_->write("coll_enter", {{"seq", seq}, {"name", name}, {"count", count},
+                               {"dtype", elem_name(type)}, {"step", step}});
+    auto work = comm_->iallreduce_sum(buf, count, type);
+    const int64_t deadline =
+        has_watchdog_ ? now_us() + s_.detectors.collective_timeout_ms * 1000
+                      : std::numeric_limits<int64_t>::max();
+    const CollStatus st = work->wait(deadline);
+    if (st == CollStatus::kOk) {
+      log_->write("coll_leave", {{"seq", seq}, {"name", name}, {"step", step}});
+      return true;
+    }
+    // Watchdog: name the collective, then take the whole job down (never hang).
+    const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
+    log_->write("detect", {{"detector", "watchdog"}, {"step", step}, {"layer", name},
+                           {"cause", "hang"}, {"seq", seq}, {"status", what}});
+    log_->write("abort", {{"step", step}, {"reason", fmt::format("watchdog: collective #{} {} {}",
+                                                                 seq, name, what)},
+                          {"cause", "hang"}});
+    log_->write("exit", {{"code", kRankExitWatchdog}});
+    comm_->abort_job(kRankExitWatchdog);
+  }
+
+  Decision decide(const std::vector<double>& rows, int world) const {
+    Decision d;
+    uint64_t any = 0;
+    for (int r = 0; r < world; ++r) any |= uint64_t(rows[r * kRowWidth + kBits]);
+    if (!any) return d;
+    d.flagged = true;
+    int first_bit = 0;
+    while (!(any & (uint64_t(1) << first_bit))) ++first_bit;
+    d.detector = detect::kDetectorOrder[first_bit];
+    for (int r = 0; r < world; ++r) {
+      const auto bits = uint64_t(rows[r * kRowWidth + kBits]);
+      if (!bits) continue;
+      nlohmann::json dets = nlohmann::json::array();
+      for (int b = 0; b < int(detect::kDetectorOrder.size()); ++b) {
+        if (bits & (uint64_t(1) << b)) dets.push_back(detect::kDetectorOrder[b]);
+      }
+      d.flagged_detail.push_back({{"rank", r}, {"detectors", dets}});
+      if (bits & (uint64_t(1) << first_bit)) d.ranks.push_back(r);
+    }
+    // Attribution from the first blamed rank's row (DESIGN.md "Attribution").
+    const double* row = &rows[d.ranks.front() * kRowWidth];
+    if (d.detector == "batch") {
+      d.cause = "data";
+      d.layer = row[kBatchField] > 0.5 ? "labels" : "inputs";
+    } else if (d.detector == "param") {
+      d.cause = "parameter";
+      d.layer = bwd_names_.at(size_t(row[kParamIdx]));
+    } else if (d.detector == "loss") {
+      d.cause = row[kLogitsFinite] > 0.5 ? "loss_math" : "activation";
+      d.layer = row[kLogitsFinite] > 0.5 ? "loss" : "";
+    } else if (d.detector == "grad") {
+      d.cause = "gradient";
+      d.layer = bwd_names_.at(size_t(row[kGradIdx]));
+    }
+    return d;
+  }
+
+  void apply_policy(const Decision& d, int64_t step, bool* skip) {
+    const auto& pol = s_.recovery;
+    std::string action = "skip_step";
+    if (pol.has(Policy::kAbort)) {
+      action = "abort";
+      aborting_ = true;
+      abort_cause_ = d.cause;
+      *skip = true;
+    } else if (pol.has(Policy::kNone)) {
+      action = "none";
+    } else {
+      *skip = true;
+    }
+    if (!d.cause.empty()) abort_cause_ = d.cause;
+    log_->write("decision", {{"step", step}, {"detector", d.detector}, {"ranks", d.ranks},
+                             {"layer", d.layer}, {"cause", d.cause}, {"action", action},
+                             {"flagged", d.flagged_detail},
+                             {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+  }
+
+  /// One training step. Returns true when the stack detected something this step.
+  bool run_step(int64_t step) {
+    log_->write("step_begin", {{"step", step}});
+    local_findings_.clear();
+    first_local_us_.reset();
+    FaultContext ctx = context(step);
+    std::vector<double> rows(size_t(world_) * kRowWidth, 0.0);
+    std::vector<double> row(kRowWidth, 0.0);
+    row[kLogitsFinite] = 1.0;
+
+    // step_start: faults on parameters, then the param detector.
+    double lr = scheduled_lr(step);
+    for (auto& inj : injectors_) inj->on_step_start(ctx);
+    NamedTensors params;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    for (auto& inj : injectors_) inj->on_parameters(ctx, params);
+    for (auto& inj : injectors_) lr *= inj->lr_factor(ctx);
+    StepView view;
+    view.step = step;
+    view.rank = rank_;
+    view.world = world_;
+    view.workload = workload_.get();
+    view.grad_names = &bwd_names_;
+    view.params = &bwd_params_;
+    run_detectors(Hook::kStepStart, view, row, step);
+    if (local_findings_.count("param")) row[kParamIdx] = local_findings_["param"].code;
+
+    // batch
+    Batch batch = workload_->make_batch(step, rank_);
+    for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    workload_->prepare(batch);
+    view.params = nullptr;
+    view.batch = &batch;
+    run_detectors(Hook::kBatch, view, row, step);
+    if (local_findings_.count("batch")) row[kBatchField] = local_findings_["batch"].code;
+    view.batch = nullptr;
+
+    // naive stack: a rank that sees something returns early from its step.
+    const bool naive = !consensus_ && !detectors_.empty();
+    if (naive && row[kBits] != 0) return early_return(step, lr);
+
+    // forward + loss
+    workload_->module().train();
+    ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
+      for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      return out;
+    };
+    torch::Tensor logits = workload_->forward(batch, probe);
+    torch::Tensor loss = workload_->loss(logits, batch);
+    for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
+    view.loss = &loss;
+    view.logits = &logits;
+    run_detectors(Hook::kLoss, view, row, step);
+    if (local_findings_.count("loss")) row[kLogitsFinite] = local_findings_["loss"].code;
+    view.loss = view.logits = nullptr;
+    const double loss_value = loss.item<double>();
+    if (naive && row[kBits] != 0) return early_return(step, lr);
+
+    // backward, gradient faults, the fused pack + scan
+    opt_->zero_grad();
+    loss.backward();
+    NamedTensors grads;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) {
+      auto& p = fwd_params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.emplace_back(fwd_names_[i], p.grad());
+    }
+    for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
+    std::vector<ConstSpan> spans;
+    for (auto& p : bwd_params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
+    ScanStats pre;
+    const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
+    pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);
+    view.grad_stats = &pre;
+    run_detectors(Hook::kGradients, view, row, step);
+    view.grad_stats = nullptr;
+    if (pre.first_nonfinite >= 0) row[kGradIdx] = pre.first_nonfinite;
+    row[kMaxAbs] = double(pre.max_abs) * pre_scale;  // magnitude that enters the SUM
+    if (naive && row[kBits] != 0) return early_return(step, lr);
+
+    // consensus: one small all-reduce of every rank's row
+    Decision decision;
+    double global_max_abs = row[kMaxAbs];
+    if (consensus_) {
+      std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
+      collective("consensus", rows.data(), rows.size(), ElemType::kFloat64, step);
+      decision = decide(rows, world_);
+      global_max_abs = 0;
+      for (int r = 0; r < world_; ++r) global_max_abs = std::max(global_max_abs, rows[r * kRowWidth + kMaxAbs]);
+    }
+    bool skip = false;
+    bool detected = false;
+    if (decision.flagged) {
+      detected = true;
+      apply_policy(decision, step, &skip);
+    }
+
+    if (!skip) {
+      for (auto& inj : injectors_) inj->on_send_buffer(ctx, wire_buf_.data(), pre_count(), wire_);
+      collective("grad_allreduce", wire_buf_.data(), pre_count(), elem_of(wire_), step);
+      std::vector<MutSpan> outs;
+      for (auto& p : bwd_params_) outs.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
+      ScanStats post;
+      const float post_scale = s_.job.grad_predivide ? 1.0f : 1.0f / float(world_);
+      unpack_and_scan(wire_buf_.data(), wire_, post_scale, outs, &post);
+      view.reduce_stats = &post;
+      view.global_max_abs = global_max_abs;
+      view.wire = wire_;
+      // post_reduce sees the same reduced buffer on every rank: its decision needs no consensus.
+      for (auto& d : detectors_) {
+        if (d->hook() != Hook::kPostReduce) continue;
+        if (auto f = d->check(view)) {
+          if (!first_local_us_) first_local_us_ = now_us();
+          log_->write("detect", {{"detector", d->name()}, {"step", step}, {"layer", f->layer},
+                                 {"cause", f->cause}});
+          if (!detected) {
+            Decision pd;
+            pd.flagged = true;
+            pd.detector = d->name();
+            pd.layer = f->layer;
+            pd.cause = f->cause;
+            detected = true;
+            apply_policy(pd, step, &skip);
+          }
+        }
+      }
+      if (!skip) {
+        if (s_.workload.grad_clip > 0) clip_gradients(post.sq_norm);
+        for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
+        opt_->step();
+      }
+    }
+    log_->write("step_end", {{"step", step}, {"loss", loss_value}, {"lr", lr},
+                             {"action", skip ? "skip" : "update"}});
+    return detected;
+  }
+
+  size_t pre_count() const { return wire_buf_.size() / wire_bytes(wire_); }
+
+  // Global-norm clipping in fp64 from the post-reduce scan (never inf for finite gradients).
+  void clip_gradients(double sq_norm) {
+    const double norm = std::sqrt(sq_norm);
+    const double coef = s_.workload.grad_clip / (norm + 1e-6);
+    if (coef >= 1.0 || !std::isfinite(norm)) return;
+    torch::NoGradGuard ng;
+    for (auto& p : fwd_params_) p.grad().mul_(coef);
+  }
+
+  // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
+  bool early_return(int64_t step, double lr) {
+    log_->write("decision", {{"step", step}, {"detector", local_findings_.begin()->first},
+                             {"ranks", {rank_}}, {"layer", local_findings_.begin()->second.layer},
+                             {"cause", local_findings_.begin()->second.cause},
+                             {"action", "early_return"}, {"local", true},
+                             {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+    log_->write("step_end", {{"step", step}, {"lr", lr}, {"action", "early_return"}});
+    return false;
+  }
+
+  double eval_loss() {
+    torch::NoGradGuard ng;
+    workload_->module().eval();
+    Batch b = workload_->make_batch(0, -1);
+    workload_->prepare(b);
+    ProbeFn identity = [](const std::string&, torch::Tensor t) { return t; };
+    auto l = workload_->loss(workload_->forward(b, identity), b).item<double>();
+    workload_->module().train();
+    return l;
+  }
+
+  void write_final(int64_t steps_completed) {
+    const double ev = eval_loss();
+    uint64_t ph = 1469598103934665603ull, oh = ph;
+    bool finite = true;
+    for (auto& p : fwd_params_) {
+      ph = hash_bytes(ph, p.detach());
+      finite = finite && torch::isfinite(p).all().item<bool>();
+    }
+    for (auto& [name, b] : workload_->buffers()) ph = hash_bytes(ph, b);
+    for (auto& p : fwd_params_) {
+      auto* st = compat::optimizer_state(*opt_, p);
+      if (!st) continue;
+      if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) {
+        oh = hash_bytes(hash_bytes(oh, a->exp_avg()), a->exp_avg_sq());
+        oh = oh * 31 + uint64_t(a->step());
+      } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) {
+        oh = hash_bytes(hash_bytes(oh, w->exp_avg()), w->exp_avg_sq());
+        oh = oh * 31 + uint64_t(w->step());
+      } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(st)) {
+        if (m->momentum_buffer().defined()) oh = hash_bytes(oh, m->momentum_buffer());
+      }
+    }
+    log_->write("final", {{"steps_completed", steps_completed},
+                          {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
+                          {"eval_loss_str", fmt::format("{}", ev)},
+                          {"initial_eval_loss", initial_eval_},
+                          {"params_hash", fmt::format("{:016x}", ph)},
+                          {"optim_hash", fmt::format("{:016x}", oh)},
+                          {"params_finite", finite}});
+  }
+
+  int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
+    log_->write("abort", {{"step", step}, {"reason", reason}, {"cause", cause}});
+    write_final(step + 1);
+    log_->write("exit", {{"code", kRankExitAborted}});
+    return kRankExitAborted;
+  }
+
+  Scenario s_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<EventLog> log_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<Workload> workload_;
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::vector<std::string> fwd_names_, bwd_names_;
+  std::vector<torch::Tensor> fwd_params_, bwd_params_;
+  std::vector<std::unique_ptr<Injector>> injectors_;
+  std::vector<std::unique_ptr<Detector>> detectors_;
+  std::map<std::string, Finding> local_findings_;
+  std::optional<int64_t> first_local_us_;
+  std::vector<uint8_t> wire_buf_;
+  WireType wire_ = WireType::kFp32;
+  bool consensus_ = true;
+  bool has_watchdog_ = false;
+  bool aborting_ = false;
+  std::string abort_cause_;
+  int64_t coll_seq_ = 0;
+  double initial_eval_ = 0;
+};
+
+}  // namespace
+
+int run_rank(const std::string& scenario_path, const std::string& run_dir) {
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = make_mpi_communicator();
+    Scenario s = load_scenario(scenario_path);
+    RankRunner runner(std::move(s), std::move(comm), run_dir);
+    const int code = runner.run();
+    finalize_mpi();
+    return code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nanchaos rank: error: %s\n", e.what());
+    // Peers may already wait in a collective: take the whole job down rather than hang it.
+    abort_world(kRankExitSetup);
+  }
+}
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,21 @@
+// The rank side of a job: `nanchaos rank` runs one MPI rank of a scenario and writes its event
+// log (events.h). Torch-free header so the CLI stays light; the loop lives in runner.cpp.
+//
+// Exit codes of a rank process (documented in docs/architecture.md):
+//   0 completed every step; 3 clean coordinated abort (policy `abort`, max_consecutive);
+//   4 watchdog expiry (the rank takes the job down with MPI_Abort); 2 setup error.
+#pragma once
+
+#include <string>
+
+namespace nanchaos::harness {
+
+inline constexpr int kRankExitAborted = 3;
+inline constexpr int kRankExitWatchdog = 4;
+inline constexpr int kRankExitSetup = 2;
+
+/// Runs this process's rank of the scenario at `scenario_path`, logging to
+/// `run_dir/events/rank-<rank>.jsonl`. Returns the process exit code.
+int run_rank(const std::string& scenario_path, const std::string& run_dir);
+
+}  // namespace nanchaos::harness

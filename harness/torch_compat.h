@@ -1,0 +1,31 @@
+// Every LibTorch version difference lives here (Debian's 1.13 CPU build in CI, 2.x on GPU hosts).
+#pragma once
+
+#include <string>
+#include <type_traits>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+namespace nanchaos::compat {
+
+/// A CPU generator with a fixed seed (the ATen factory's name is stable from 1.13 to 2.x).
+inline at::Generator cpu_generator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+/// The optimizer's per-parameter state, or nullptr before the first step.
+/// 1.13 keys the map by the TensorImpl address printed as a string; 2.x by the address itself.
+template <typename Opt>
+torch::optim::OptimizerParamState* optimizer_state(Opt& opt, const torch::Tensor& p) {
+  auto& state = opt.state();
+  using Key = typename std::decay_t<decltype(state)>::key_type;
+  auto it = [&] {
+    if constexpr (std::is_same_v<Key, std::string>) {
+      return state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    } else {
+      return state.find(static_cast<Key>(p.unsafeGetTensorImpl()));
+    }
+  }();
+  return it == state.end() ? nullptr : it->second.get();
+}
+
+}  // namespace nanchaos::compat

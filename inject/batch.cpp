@@ -1,0 +1,115 @@
+// Fault kind `batch`: corrupts the rank's batch before the model sees it (bad values, a constant
+// input column, an all-padding target mask). The injector and its keys live here.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "harness/registry.h"
+#include "inject/injector.h"
+#include "harness/scenario.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::inject {
+namespace {
+
+class BatchInjector final : public Injector {
+ public:
+  explicit BatchInjector(const harness::FaultSpec& f) : Injector(f) {
+    const auto& p = f.params;
+    mode_ = p.has("mode") ? p.get_string("mode") : "";
+    field_ = p.get_string("field");
+    value_ = p.get_float("value");
+    if (mode_ == "constant_column") column_ = p.get_int("column");
+  }
+
+  void on_batch(FaultContext& ctx, harness::Batch& b) override {
+    if (!armed(ctx)) return;
+    torch::NoGradGuard no_grad;
+    if (mode_ == "constant_column") {
+      // Every sample gets sample 0's value in this feature: a zero standard deviation.
+      auto col = b.inputs.select(1, column_);
+      col.fill_(col[0].item<float>());
+      ctx.fired(spec_.index, "inputs", {{"mode", mode_}, {"column", column_}});
+      return;
+    }
+    if (mode_ == "empty_mask") {
+      b.mask.zero_();
+      ctx.fired(spec_.index, "labels", {{"mode", mode_}});
+      return;
+    }
+    torch::Tensor& t = field_ == "labels" ? b.labels : b.inputs;
+    auto flat = t.view({-1});
+    auto idx = pick_elements(flat.numel(), ctx);
+    auto* data = flat.data_ptr<float>();
+    for (int64_t i : idx) data[i] = float(value_);
+    ctx.fired(spec_.index, field_, {{"elements", idx.size()}, {"value", fmt::format("{}", value_)}});
+  }
+
+ private:
+  std::string mode_, field_;
+  double value_ = 0;
+  int64_t column_ = 0;
+};
+
+
+using harness::FaultKindInfo;
+using harness::FaultSpec;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo batch_kind() {
+  FaultKindInfo info;
+  info.name = "batch";
+  info.doc = "corrupts the rank's batch (inputs or labels) before the model sees it";
+  info.keys = {
+      Key("field", KeyType::kString, "which part of the batch to corrupt")
+          .def("inputs")
+          .choices({"inputs", "labels"}),
+      Key("value", KeyType::kFloatOrSpecial, "what the chosen elements become").def("nan"),
+      Key("count", KeyType::kInt, "elements hit (default 1 unless `fraction` is given)")
+          .def(1)
+          .min(1),
+      Key("fraction", KeyType::kFloat, "share of the elements hit instead of `count`")
+          .above(0)
+          .max(1),
+      Key("mode", KeyType::kString,
+          "constant_column: one input feature constant (with `column`); empty_mask (transformer): "
+          "every target token marked as padding")
+          .choices({"constant_column", "empty_mask"}),
+      Key("column", KeyType::kInt, "constant_column: the input feature made constant").min(0),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<BatchInjector>(f);
+  };
+  info.check = [](const FaultSpec& f) {
+    const harness::Params& p = f.params;
+    const std::string label = harness::fault_label(f);
+    harness::check_exclusive(f, "count", "fraction");
+    const std::string mode = p.has("mode") ? p.get_string("mode") : "";
+    if (mode == "constant_column" && !p.has("column")) {
+      harness::scenario_error(p.pos("mode"), label + ": mode = \"constant_column\" needs `column`");
+    }
+    if (mode != "constant_column" && p.given("column")) {
+      harness::scenario_error(p.pos("column"),
+                              label + ".column: only used with mode = \"constant_column\"");
+    }
+    if (!mode.empty()) {
+      for (const char* key : {"field", "value", "count", "fraction"}) {
+        if (p.given(key)) {
+          harness::scenario_error(p.pos(key),
+                                  label + "." + key + ": not used with mode = \"" + mode + "\"");
+        }
+      }
+    }
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(batch, batch_kind());
+
+}  // namespace nanchaos::inject

@@ -1,0 +1,76 @@
+// Fault kind `bitflip`: silent data corruption; flips one bit of the IEEE-754 float32 word in
+// chosen elements. The injector and its keys live here.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "harness/registry.h"
+#include "inject/injector.h"
+#include "harness/scenario.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::inject {
+namespace {
+
+class BitflipInjector final : public TargetedInjector {
+ public:
+  explicit BitflipInjector(const harness::FaultSpec& f)
+      : TargetedInjector(f), bit_(int(f.params.get_int("bit"))) {}
+
+ protected:
+  // Silent data corruption: flip one bit of the IEEE-754 float32 word (bit 30 = top exponent bit).
+  nlohmann::json corrupt(torch::Tensor t, const std::vector<int64_t>& idx) override {
+    auto flat = t.view({-1});
+    auto* data = flat.data_ptr<float>();
+    nlohmann::json detail{{"bit", bit_}};
+    if (!idx.empty()) detail["before"] = fmt::format("{}", data[idx[0]]);
+    for (int64_t i : idx) {
+      uint32_t w;
+      std::memcpy(&w, &data[i], 4);
+      w ^= (uint32_t(1) << bit_);
+      std::memcpy(&data[i], &w, 4);
+    }
+    if (!idx.empty()) detail["after"] = fmt::format("{}", data[idx[0]]);
+    return detail;
+  }
+
+ private:
+  int bit_;
+};
+
+
+using harness::FaultKindInfo;
+using harness::FaultSpec;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo bitflip_kind() {
+  FaultKindInfo info;
+  info.name = "bitflip";
+  info.doc = "flips a bit of the float32 word in chosen elements (silent data corruption)";
+  info.keys = {
+      Key("target", KeyType::kString,
+          "activation:MODULE, parameter:NAME, gradient:NAME or loss (as for tensor)")
+          .required(),
+      Key("bit", KeyType::kInt, "bit of the float32 word (30 = top exponent bit)")
+          .def(30)
+          .range(0, 31),
+      Key("count", KeyType::kInt, "elements hit").def(1).min(1),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<BitflipInjector>(f);
+  };
+  info.check = [](const FaultSpec& f) {
+    harness::check_target(f, "target", {"activation", "parameter", "gradient", "loss"});
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(bitflip, bitflip_kind());
+
+}  // namespace nanchaos::inject

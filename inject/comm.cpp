@@ -1,0 +1,82 @@
+// Fault kind `comm`: corrupts this rank's contribution to the gradient all-reduce after the
+// rank's own checks, as a faulty link or DMA would. Keys only for now; the injector lands here.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "harness/registry.h"
+#include "inject/injector.h"
+#include "harness/scenario.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::inject {
+namespace {
+
+// Corrupts this rank's contribution to the gradient all-reduce, after the rank's own checks, as a
+// faulty link or DMA engine would: the elements are chosen in the packed send buffer.
+class CommInjector final : public Injector {
+ public:
+  explicit CommInjector(const harness::FaultSpec& f) : Injector(f) {
+    if (f.params.given("bit")) bit_ = int(f.params.get_int("bit"));
+    else if (f.params.has("value")) value_ = f.params.get_float("value");
+  }
+  void on_send_buffer(FaultContext& ctx, void* buf, size_t n, harness::WireType wire) override {
+    if (!armed(ctx)) return;
+    const auto idx = pick_elements(int64_t(n), ctx);
+    const size_t width = harness::wire_bytes(wire);
+    auto* bytes = static_cast<unsigned char*>(buf);
+    for (int64_t i : idx) {
+      unsigned char* el = bytes + size_t(i) * width;
+      if (bit_) {
+        const int bit = *bit_ % int(width * 8);  // bit of the wire word
+        el[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+      } else if (wire == harness::WireType::kFp32) {
+        const float v = float(value_);
+        std::memcpy(el, &v, 4);
+      } else {
+        const uint16_t h = wire == harness::WireType::kFp16 ? harness::float_to_half_bits(float(value_))
+                                                            : harness::float_to_bf16_bits(float(value_));
+        std::memcpy(el, &h, 2);
+      }
+    }
+    ctx.fired(spec_.index, "grad_allreduce",
+              {{"elements", idx.size()}, {"first_element", idx.empty() ? -1 : idx[0]}});
+  }
+
+ private:
+  std::optional<int> bit_;
+  double value_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+
+using harness::FaultKindInfo;
+using harness::FaultSpec;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo comm_kind() {
+  FaultKindInfo info;
+  info.name = "comm";
+  info.doc = "corrupts this rank's all-reduce send buffer after its checks (faulty link or DMA)";
+  info.keys = {
+      Key("value", KeyType::kFloatOrSpecial, "what the chosen elements become (unless `bit`)")
+          .def("nan"),
+      Key("bit", KeyType::kInt, "flip this bit of the float32 word instead of writing `value`")
+          .range(0, 31),
+      Key("count", KeyType::kInt, "elements hit").def(1).min(1),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<CommInjector>(f);
+  };
+  info.check = [](const FaultSpec& f) { harness::check_exclusive(f, "value", "bit"); };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(comm, comm_kind());
+
+}  // namespace nanchaos::inject

@@ -1,0 +1,133 @@
+// Common injector logic: arming (window, ranks, persistence, probability) and element choice.
+#include "inject/injector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <unordered_set>
+
+namespace nanchaos::inject {
+namespace {
+uint64_t mix(uint64_t h, uint64_t v) {
+  // splitmix64 step: a well-known, high-quality 64-bit mixer.
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h += 0x9e3779b97f4a7c15ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+}  // namespace
+
+bool Injector::armed(const FaultContext& ctx) const {
+  if (!spec_.in_window(ctx.step)) return false;
+  if (!spec_.ranks.contains(ctx.rank)) return false;
+  if (ctx.reexecution && !spec_.persistent) return false;
+  if (spec_.probability >= 1.0) return true;
+  std::mt19937_64 rng(mix(mix(mix(ctx.seed, 0xfa17 + spec_.index), ctx.step), ctx.rank));
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < spec_.probability;
+}
+
+std::vector<int64_t> Injector::pick_elements(int64_t numel, const FaultContext& ctx) const {
+  if (numel <= 0) return {};
+  int64_t want = 1;
+  if (spec_.params.given("fraction")) {
+    want = std::max<int64_t>(1, int64_t(spec_.params.get_float("fraction") * double(numel) + 0.5));
+  } else if (spec_.params.has("count")) {
+    want = spec_.params.get_int("count");
+  }
+  want = std::min(want, numel);
+  std::vector<int64_t> idx;
+  if (want == numel) {
+    idx.resize(numel);
+    for (int64_t i = 0; i < numel; ++i) idx[i] = i;
+    return idx;
+  }
+  std::mt19937_64 rng(mix(mix(ctx.seed, 0xe1e + spec_.index), ctx.step));
+  std::uniform_int_distribution<int64_t> dist(0, numel - 1);
+  std::unordered_set<int64_t> seen;
+  while (int64_t(idx.size()) < want) {
+    int64_t i = dist(rng);
+    if (seen.insert(i).second) idx.push_back(i);
+  }
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+bool match_target(const std::string& pattern, const std::string& name) {
+  size_t p = 0, n = 0;
+  while (p < pattern.size()) {
+    if (pattern[p] == '*') {
+      // '*' consumes characters of the current segment only.
+      while (n < name.size() && name[n] != '.') ++n;
+      ++p;
+      continue;
+    }
+    if (n >= name.size() || pattern[p] != name[n]) return false;
+    ++p;
+    ++n;
+  }
+  return n == name.size();
+}
+
+}  // namespace nanchaos::inject
+
+namespace nanchaos::inject {
+
+TargetedInjector::TargetedInjector(const harness::FaultSpec& spec) : Injector(spec) {
+  const std::string target = spec.params.get_string("target");
+  const auto colon = target.find(':');
+  const std::string kind = target.substr(0, colon);
+  pattern_ = colon == std::string::npos ? "" : target.substr(colon + 1);
+  if (kind == "activation") where_ = Where::kActivation;
+  else if (kind == "parameter") where_ = Where::kParameter;
+  else if (kind == "gradient") where_ = Where::kGradient;
+  else where_ = Where::kLoss;
+}
+
+void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : tensors) {
+    if (!match_target(pattern_, name)) continue;
+    auto idx = pick_elements(t.numel(), ctx);
+    auto detail = corrupt(t, idx);
+    detail["elements"] = idx.size();
+    ctx.fired(spec_.index, std::string(prefix) + name, std::move(detail));
+  }
+}
+
+void TargetedInjector::on_parameters(FaultContext& ctx, NamedTensors& params) {
+  if (where_ == Where::kParameter && armed(ctx)) hit_named(ctx, params, "parameter:");
+}
+
+void TargetedInjector::on_gradients(FaultContext& ctx, NamedTensors& grads) {
+  if (where_ == Where::kGradient && armed(ctx)) hit_named(ctx, grads, "gradient:");
+}
+
+torch::Tensor TargetedInjector::on_activation(FaultContext& ctx, const std::string& module,
+                                              torch::Tensor out) {
+  if (where_ != Where::kActivation || !match_target(pattern_, module) || !armed(ctx)) return out;
+  // Out of place, so autograd still sees the module's own output for the untouched elements.
+  auto values = out.detach().clone().contiguous();
+  auto idx = pick_elements(values.numel(), ctx);
+  auto detail = corrupt(values, idx);
+  auto mask = torch::zeros({values.numel()}, torch::kBool);
+  for (int64_t i : idx) mask[i] = true;
+  detail["elements"] = idx.size();
+  ctx.fired(spec_.index, "activation:" + module, std::move(detail));
+  return torch::where(mask.view(values.sizes()), values, out);
+}
+
+torch::Tensor TargetedInjector::on_loss(FaultContext& ctx, torch::Tensor loss) {
+  if (where_ != Where::kLoss || !armed(ctx)) return loss;
+  auto value = loss.detach().clone().reshape({1});
+  auto detail = corrupt(value, {0});
+  ctx.fired(spec_.index, "loss", std::move(detail));
+  const double before = loss.item<double>();
+  const double after = value.item<double>();
+  // Scale the loss so its value becomes `after` and its gradient follows (NaN stays NaN in
+  // backward, as a NaN produced by the loss computation would).
+  if (std::isfinite(before) && before != 0.0 && std::isfinite(after)) return loss * (after / before);
+  return loss * after;
+}
+
+}  // namespace nanchaos::inject

@@ -1,0 +1,105 @@
+// Injector: one fault of a scenario, acting at the step pipeline's hook points (DESIGN.md).
+//
+// The runner owns the loop and calls every injector at every hook; an injector acts only when
+// armed() says this (step, rank) is one it fires on, and reports each actual change through
+// FaultContext::fired (which logs an `inject` event: "every fault must be seen to fire").
+// Element choice derives from (scenario seed, fault index, step) only, so every hit rank hits the
+// same elements; the probability draw derives from (seed, fault index, step, rank).
+// Thread-safety: called from the rank's single thread. Hooks must not block (except `hang`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "harness/fused_scan.h"
+#include "harness/scenario.h"
+#include "harness/workload.h"
+
+namespace nanchaos::inject {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+struct FaultContext {
+  int64_t step = 0;
+  int rank = 0;
+  int world = 1;
+  bool reexecution = false;  ///< the step is being re-run (replay or rollback)
+  uint64_t seed = 0;
+  /// Logs the firing: target ("" when none) and free-form detail.
+  std::function<void(int fault, const std::string& target, nlohmann::json detail)> fired;
+};
+
+class Injector {
+ public:
+  explicit Injector(const harness::FaultSpec& spec) : spec_(spec) {}
+  virtual ~Injector() = default;
+  const harness::FaultSpec& spec() const { return spec_; }
+
+  /// True when the fault fires on ctx.step at ctx.rank: inside [step, step+repeat), rank in the
+  /// set, persistent or not a re-execution, and the seeded probability draw succeeds.
+  bool armed(const FaultContext& ctx) const;
+
+  virtual void on_step_start(FaultContext&) {}
+  /// Parameters, before the forward pass (parameter targets).
+  virtual void on_parameters(FaultContext&, NamedTensors&) {}
+  /// The raw batch, before normalization and before the batch detector.
+  virtual void on_batch(FaultContext&, harness::Batch&) {}
+  /// A module's forward output; returns the (possibly replaced) output.
+  virtual torch::Tensor on_activation(FaultContext&, const std::string&, torch::Tensor out) {
+    return out;
+  }
+  virtual torch::Tensor on_loss(FaultContext&, torch::Tensor loss) { return loss; }
+  /// Gradients after backward, before any check or reduction.
+  virtual void on_gradients(FaultContext&, NamedTensors&) {}
+  /// This rank's all-reduce send buffer, after the rank's own checks.
+  virtual void on_send_buffer(FaultContext&, void*, size_t, harness::WireType) {}
+  /// Multiplier of the scheduled learning rate on this step.
+  virtual double lr_factor(FaultContext&) { return 1.0; }
+
+ protected:
+  /// `count` (or `fraction` x numel, at least 1) distinct flat indices in [0, numel), from
+  /// (seed, fault index, step): identical on every rank.
+  std::vector<int64_t> pick_elements(int64_t numel, const FaultContext& ctx) const;
+
+  harness::FaultSpec spec_;
+};
+
+/// True when `name` matches `pattern`, where `*` matches any run of characters within one
+/// dot-separated segment ("blocks.*.attn.qkv.weight").
+bool match_target(const std::string& pattern, const std::string& name);
+
+}  // namespace nanchaos::inject
+
+namespace nanchaos::inject {
+
+/// Base of the kinds that hit a named tensor: `tensor` and `bitflip`. Parses `target`
+/// (activation:MODULE, parameter:NAME, gradient:NAME, loss) and dispatches to the right hook;
+/// subclasses only say how elements change.
+class TargetedInjector : public Injector {
+ public:
+  explicit TargetedInjector(const harness::FaultSpec& spec);
+  void on_parameters(FaultContext& ctx, NamedTensors& params) override;
+  torch::Tensor on_activation(FaultContext& ctx, const std::string& module,
+                              torch::Tensor out) override;
+  torch::Tensor on_loss(FaultContext& ctx, torch::Tensor loss) override;
+  void on_gradients(FaultContext& ctx, NamedTensors& grads) override;
+
+ protected:
+  /// Changes elements `idx` of `t` (float32, contiguous, outside autograd) in place; returns a
+  /// short description for the injection event (old and new value of the first element).
+  virtual nlohmann::json corrupt(torch::Tensor t, const std::vector<int64_t>& idx) = 0;
+
+ private:
+  enum class Where { kActivation, kParameter, kGradient, kLoss };
+  void hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix);
+  Where where_ = Where::kActivation;
+  std::string pattern_;
+};
+
+}  // namespace nanchaos::inject

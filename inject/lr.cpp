@@ -1,0 +1,56 @@
+// Fault kind `lr`: multiplies the scheduled learning rate on the hit ranks (a learning-rate
+// blow-up that turns into Inf/NaN organically). The injector and its keys live here.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "harness/registry.h"
+#include "inject/injector.h"
+#include "harness/scenario.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::inject {
+namespace {
+
+class LrInjector final : public Injector {
+ public:
+  explicit LrInjector(const harness::FaultSpec& f)
+      : Injector(f), factor_(f.params.get_float("factor")) {}
+  double lr_factor(FaultContext& ctx) override {
+    if (!armed(ctx)) return 1.0;
+    ctx.fired(spec_.index, "lr", {{"factor", factor_}});
+    return factor_;
+  }
+
+ private:
+  double factor_;
+};
+
+
+using harness::FaultKindInfo;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo lr_kind() {
+  FaultKindInfo info;
+  info.name = "lr";
+  info.doc = "multiplies the scheduled learning rate on the hit ranks";
+  info.keys = {
+      Key("factor", KeyType::kFloat, "learning-rate multiplier (1e3 to 1e5 blows training up)")
+          .required()
+          .above(0),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<LrInjector>(f);
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(lr, lr_kind());
+
+}  // namespace nanchaos::inject

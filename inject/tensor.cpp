@@ -1,0 +1,79 @@
+// Fault kind `tensor`: overwrites (or scales) elements of an activation, parameter, gradient or
+// the local loss. The injector and its keys live here.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "harness/registry.h"
+#include "inject/injector.h"
+#include "harness/scenario.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::inject {
+namespace {
+
+class TensorInjector final : public TargetedInjector {
+ public:
+  explicit TensorInjector(const harness::FaultSpec& f) : TargetedInjector(f) {
+    if (f.params.given("factor")) factor_ = f.params.get_float("factor");
+    else value_ = f.params.get_float("value");
+  }
+
+ protected:
+  nlohmann::json corrupt(torch::Tensor t, const std::vector<int64_t>& idx) override {
+    auto flat = t.view({-1});
+    auto* data = flat.data_ptr<float>();
+    nlohmann::json detail;
+    if (!idx.empty()) detail["before"] = fmt::format("{}", data[idx[0]]);
+    for (int64_t i : idx) data[i] = factor_ ? float(data[i] * *factor_) : float(value_);
+    if (!idx.empty()) detail["after"] = fmt::format("{}", data[idx[0]]);
+    return detail;
+  }
+
+ private:
+  std::optional<double> factor_;
+  double value_ = 0;
+};
+
+
+using harness::FaultKindInfo;
+using harness::FaultSpec;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo tensor_kind() {
+  FaultKindInfo info;
+  info.name = "tensor";
+  info.doc = "overwrites (or scales) elements of a module output, parameter, gradient or the loss";
+  info.keys = {
+      Key("target", KeyType::kString,
+          "activation:MODULE, parameter:NAME, gradient:NAME or loss (`*` matches one path segment)")
+          .required(),
+      Key("value", KeyType::kFloatOrSpecial, "what the chosen elements become").def("nan"),
+      Key("factor", KeyType::kFloat, "multiply the chosen elements instead of overwriting them"),
+      Key("count", KeyType::kInt, "elements hit (default 1 unless `fraction` is given)")
+          .def(1)
+          .min(1),
+      Key("fraction", KeyType::kFloat, "share of the elements hit instead of `count`")
+          .above(0)
+          .max(1),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<TensorInjector>(f);
+  };
+  info.check = [](const FaultSpec& f) {
+    harness::check_target(f, "target", {"activation", "parameter", "gradient", "loss"});
+    harness::check_exclusive(f, "value", "factor");
+    harness::check_exclusive(f, "count", "fraction");
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(tensor, tensor_kind());
+
+}  // namespace nanchaos::inject
