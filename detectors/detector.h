@@ -3,8 +3,8 @@
 // Detectors only look; the runner turns findings into the consensus bits, the decision and the
 // recovery. A detector returns a Finding with what it can tell locally (layer, cause); the
 // consensus round then makes every rank see every rank's findings.
-// The bit a detector occupies in the consensus word is its index in kDetectorOrder, which is also
-// the pipeline order used to pick "the first detector" of a step.
+// The bit a detector occupies in the consensus word is its index in harness::kDetectorOrder
+// (consensus.h), which is also the pipeline order used to pick "the first detector" of a step.
 // Thread-safety: called from the rank's single thread; must not block.
 #pragma once
 
@@ -15,18 +15,15 @@
 
 #include <torch/torch.h>
 
+#include "harness/consensus.h"
 #include "harness/fused_scan.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
 
 namespace nanchaos::detect {
 
-/// Pipeline order; bit i of the consensus word is kDetectorOrder[i].
-inline constexpr std::array<const char*, 11> kDetectorOrder = {
-    "param",   "batch",     "activation",  "loss",     "loss_spike", "grad",
-    "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
-/// Index in kDetectorOrder, -1 if unknown (defined below).
-inline int detector_bit(const std::string& name);
+using harness::detector_bit;
+using harness::kDetectorOrder;
 
 enum class Hook { kStepStart, kBatch, kLoss, kGradients, kPostReduce };
 
@@ -67,11 +64,3 @@ class Detector {
 
 }  // namespace nanchaos::detect
 
-namespace nanchaos::detect {
-inline int detector_bit(const std::string& name) {
-  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
-    if (name == kDetectorOrder[i]) return int(i);
-  }
-  return -1;
-}
-}  // namespace nanchaos::detect

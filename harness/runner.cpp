@@ -13,6 +13,7 @@
 
 #include "detectors/detector.h"
 #include "harness/communicator.h"
+#include "harness/consensus.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 #include "harness/registry.h"
@@ -31,9 +32,6 @@ using detect::StepView;
 using inject::FaultContext;
 using inject::Injector;
 using inject::NamedTensors;
-
-// Consensus row per rank (float64): every rank fills its own row, zeros elsewhere, SUM.
-enum RowField { kBits, kGradIdx, kBatchField, kLogitsFinite, kMaxAbs, kParamIdx, kRowWidth };
 
 WireType wire_of(DType d) {
   switch (d) {
@@ -62,16 +60,6 @@ uint64_t hash_bytes(uint64_t h, const torch::Tensor& t) {
   std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
   return h * 1099511628211ull ^ std::hash<std::string_view>{}(bytes);
 }
-
-/// What every rank agreed happened at a step.
-struct Decision {
-  bool flagged = false;
-  std::string detector;
-  std::vector<int64_t> ranks;
-  std::string layer;
-  std::string cause;
-  nlohmann::json flagged_detail = nlohmann::json::array();
-};
 
 class RankRunner {
  public:
@@ -188,7 +176,7 @@ class RankRunner {
       if (d->hook() != hook) continue;
       auto finding = d->check(view);
       if (!finding) continue;
-      const int bit = detect::detector_bit(d->name());
+      const int bit = detector_bit(d->name());
       const auto bits = uint64_t(row[kBits]);
       if (!first_local_us_) first_local_us_ = now_us();
       row[kBits] = double(bits | (uint64_t(1) << bit));
@@ -221,43 +209,6 @@ class RankRunner {
                           {"cause", "hang"}});
     log_->write("exit", {{"code", kRankExitWatchdog}});
     comm_->abort_job(kRankExitWatchdog);
-  }
-
-  Decision decide(const std::vector<double>& rows, int world) const {
-    Decision d;
-    uint64_t any = 0;
-    for (int r = 0; r < world; ++r) any |= uint64_t(rows[r * kRowWidth + kBits]);
-    if (!any) return d;
-    d.flagged = true;
-    int first_bit = 0;
-    while (!(any & (uint64_t(1) << first_bit))) ++first_bit;
-    d.detector = detect::kDetectorOrder[first_bit];
-    for (int r = 0; r < world; ++r) {
-      const auto bits = uint64_t(rows[r * kRowWidth + kBits]);
-      if (!bits) continue;
-      nlohmann::json dets = nlohmann::json::array();
-      for (int b = 0; b < int(detect::kDetectorOrder.size()); ++b) {
-        if (bits & (uint64_t(1) << b)) dets.push_back(detect::kDetectorOrder[b]);
-      }
-      d.flagged_detail.push_back({{"rank", r}, {"detectors", dets}});
-      if (bits & (uint64_t(1) << first_bit)) d.ranks.push_back(r);
-    }
-    // Attribution from the first blamed rank's row (DESIGN.md "Attribution").
-    const double* row = &rows[d.ranks.front() * kRowWidth];
-    if (d.detector == "batch") {
-      d.cause = "data";
-      d.layer = row[kBatchField] > 0.5 ? "labels" : "inputs";
-    } else if (d.detector == "param") {
-      d.cause = "parameter";
-      d.layer = bwd_names_.at(size_t(row[kParamIdx]));
-    } else if (d.detector == "loss") {
-      d.cause = row[kLogitsFinite] > 0.5 ? "loss_math" : "activation";
-      d.layer = row[kLogitsFinite] > 0.5 ? "loss" : "";
-    } else if (d.detector == "grad") {
-      d.cause = "gradient";
-      d.layer = bwd_names_.at(size_t(row[kGradIdx]));
-    }
-    return d;
   }
 
   void apply_policy(const Decision& d, int64_t step, bool* skip) {
@@ -366,9 +317,8 @@ class RankRunner {
     if (consensus_) {
       std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
       collective("consensus", rows.data(), rows.size(), ElemType::kFloat64, step);
-      decision = decide(rows, world_);
-      global_max_abs = 0;
-      for (int r = 0; r < world_; ++r) global_max_abs = std::max(global_max_abs, rows[r * kRowWidth + kMaxAbs]);
+      decision = decide(rows, world_, bwd_names_);
+      global_max_abs = harness::global_max_abs(rows, world_);
     }
     bool skip = false;
     bool detected = false;

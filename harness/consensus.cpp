@@ -1,0 +1,60 @@
+#include "harness/consensus.h"
+
+#include <algorithm>
+
+namespace nanchaos::harness {
+
+int detector_bit(const std::string& name) {
+  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
+    if (name == kDetectorOrder[i]) return int(i);
+  }
+  return -1;
+}
+
+double global_max_abs(const std::vector<double>& rows, int world) {
+  double m = 0;
+  for (int r = 0; r < world; ++r) m = std::max(m, rows[size_t(r) * kRowWidth + kMaxAbs]);
+  return m;
+}
+
+Decision decide(const std::vector<double>& rows, int world,
+                const std::vector<std::string>& bwd_names) {
+  Decision d;
+  auto bits_of = [&](int r) { return uint64_t(rows[size_t(r) * kRowWidth + kBits]); };
+  uint64_t any = 0;
+  for (int r = 0; r < world; ++r) any |= bits_of(r);
+  if (!any) return d;
+  d.flagged = true;
+  int first_bit = 0;
+  while (!(any & (uint64_t(1) << first_bit))) ++first_bit;
+  d.detector = kDetectorOrder[size_t(first_bit)];
+  for (int r = 0; r < world; ++r) {
+    const uint64_t bits = bits_of(r);
+    if (!bits) continue;
+    nlohmann::json dets = nlohmann::json::array();
+    for (size_t b = 0; b < kDetectorOrder.size(); ++b) {
+      if (bits & (uint64_t(1) << b)) dets.push_back(kDetectorOrder[b]);
+    }
+    d.flagged_detail.push_back({{"rank", r}, {"detectors", dets}});
+    if (bits & (uint64_t(1) << first_bit)) d.ranks.push_back(r);
+  }
+  // Attribution (DESIGN.md) from the first blamed rank's row.
+  const double* row = &rows[size_t(d.ranks.front()) * kRowWidth];
+  if (d.detector == "batch") {
+    d.cause = "data";
+    d.layer = row[kBatchField] > 0.5 ? "labels" : "inputs";
+  } else if (d.detector == "param") {
+    d.cause = "parameter";
+    d.layer = bwd_names.at(size_t(row[kParamIdx]));
+  } else if (d.detector == "loss") {
+    const bool logits_finite = row[kLogitsFinite] > 0.5;
+    d.cause = logits_finite ? "loss_math" : "activation";
+    d.layer = logits_finite ? "loss" : "";
+  } else if (d.detector == "grad") {
+    d.cause = "gradient";
+    d.layer = bwd_names.at(size_t(row[kGradIdx]));
+  }
+  return d;
+}
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,58 @@
+// The consensus round's data and the decision every rank derives from it.
+//
+// Before the gradient all-reduce each rank fills its own row of a [world x kRowWidth] float64
+// matrix (zeros elsewhere) and the matrix is SUM-all-reduced: afterwards every rank holds every
+// rank's detector bits and attribution hints, and decide() is a pure function of that matrix, so
+// all ranks take the same branch (no rank leaves a collective its peers are in).
+// Cost: world x 6 doubles per step (64 ranks: 3 KiB), one small all-reduce.
+// Torch-free.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanchaos::harness {
+
+/// Pipeline order; bit i of a rank's detector word is kDetectorOrder[i]. The first detector of a
+/// step is the flagged one that comes first here.
+inline constexpr std::array<const char*, 11> kDetectorOrder = {
+    "param",           "batch",      "activation",  "loss",     "loss_spike", "grad",
+    "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
+
+/// Index in kDetectorOrder, -1 if unknown.
+int detector_bit(const std::string& name);
+
+/// Columns of a rank's row.
+enum RowField : int {
+  kBits = 0,          ///< detector bits (bit i = kDetectorOrder[i] flagged on this rank)
+  kGradIdx = 1,       ///< first non-finite gradient, index in backward order
+  kBatchField = 2,    ///< batch detector: 0 inputs, 1 labels
+  kLogitsFinite = 3,  ///< loss detector: 1 when the logits were finite (loss math)
+  kMaxAbs = 4,        ///< max |g| entering the SUM (after pre-division)
+  kParamIdx = 5,      ///< param detector: first non-finite parameter, backward order
+  kRowWidth = 6
+};
+
+/// What every rank agreed happened at a step.
+struct Decision {
+  bool flagged = false;
+  std::string detector;         ///< first flagged detector in pipeline order
+  std::vector<int64_t> ranks;   ///< ranks on which that detector fired
+  std::string layer;            ///< DESIGN.md attribution from the first blamed rank's row
+  std::string cause;
+  nlohmann::json flagged_detail = nlohmann::json::array();  ///< every rank's detectors
+};
+
+/// Derives the decision from the all-reduced matrix. `bwd_names` maps gradient/parameter indices
+/// to names (backward order). Throws std::out_of_range on an index outside bwd_names.
+Decision decide(const std::vector<double>& rows, int world,
+                const std::vector<std::string>& bwd_names);
+
+/// max over ranks of the kMaxAbs column.
+double global_max_abs(const std::vector<double>& rows, int world);
+
+}  // namespace nanchaos::harness
