@@ -805,10 +805,6 @@ std::vector<std::string> unimplemented_features(const Scenario& s) {
   if (s.job.precision != DType::kFp32) {
     add(std::string("precision ") + to_string(s.job.precision) + " (issue 5)");
   }
-  if (s.job.grad_allreduce_dtype != DType::kFp32) {
-    add(std::string("grad_allreduce_dtype ") + to_string(s.job.grad_allreduce_dtype) +
-        " (issue 5)");
-  }
   for (const auto& f : s.faults) {
     auto it = fault_kinds().find(f.kind);
     if (it == fault_kinds().end()) {

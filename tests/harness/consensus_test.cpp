@@ -1,0 +1,248 @@
+// Consensus decision: decide() on hand-built all-reduced row matrices, detector_bit, and
+// global_max_abs.
+#include "harness/consensus.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nanchaos::harness {
+namespace {
+
+// Backward-order names, as the runner builds them (head first).
+const std::vector<std::string> kBwd = {"head.bias", "head.weight", "layers.1.linear.bias",
+                                       "layers.1.linear.weight", "layers.0.linear.bias",
+                                       "layers.0.linear.weight"};
+
+// A zeroed [world x kRowWidth] matrix with kLogitsFinite = 1 on every rank (as the runner does).
+std::vector<double> Rows(int world) {
+  std::vector<double> rows(size_t(world) * kRowWidth, 0.0);
+  for (int r = 0; r < world; ++r) rows[size_t(r) * kRowWidth + kLogitsFinite] = 1.0;
+  return rows;
+}
+
+double& At(std::vector<double>& rows, int rank, RowField f) {
+  return rows[size_t(rank) * kRowWidth + f];
+}
+
+// Sets detector `name`'s bit in rank's row.
+void Flag(std::vector<double>& rows, int rank, const std::string& name) {
+  const int bit = detector_bit(name);
+  ASSERT_GE(bit, 0) << name;
+  const auto bits = uint64_t(At(rows, rank, kBits));
+  At(rows, rank, kBits) = double(bits | (uint64_t(1) << bit));
+}
+
+TEST(ConsensusDecide, NoBitsIsNotFlagged) {
+  auto rows = Rows(4);
+  At(rows, 1, kMaxAbs) = 3.5;  // a magnitude alone is no detection
+  const Decision d = decide(rows, 4, kBwd);
+  EXPECT_FALSE(d.flagged);
+  EXPECT_EQ(d.detector, "");
+  EXPECT_TRUE(d.ranks.empty());
+  EXPECT_EQ(d.layer, "");
+  EXPECT_EQ(d.cause, "");
+  EXPECT_TRUE(d.flagged_detail.is_array());
+  EXPECT_TRUE(d.flagged_detail.empty());
+}
+
+TEST(ConsensusDecide, BatchOnLabelsBlamesDataOnThatRank) {
+  auto rows = Rows(4);
+  Flag(rows, 2, "batch");
+  At(rows, 2, kBatchField) = 1;
+  const Decision d = decide(rows, 4, kBwd);
+  EXPECT_TRUE(d.flagged);
+  EXPECT_EQ(d.detector, "batch");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({2}));
+  EXPECT_EQ(d.layer, "labels");
+  EXPECT_EQ(d.cause, "data");
+  ASSERT_EQ(d.flagged_detail.size(), 1u);
+  EXPECT_EQ(d.flagged_detail[0]["rank"], 2);
+  EXPECT_EQ(d.flagged_detail[0]["detectors"], nlohmann::json::array({"batch"}));
+}
+
+TEST(ConsensusDecide, BatchOnInputs) {
+  auto rows = Rows(2);
+  Flag(rows, 0, "batch");
+  At(rows, 0, kBatchField) = 0;
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_EQ(d.detector, "batch");
+  EXPECT_EQ(d.layer, "inputs");
+  EXPECT_EQ(d.cause, "data");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({0}));
+}
+
+TEST(ConsensusDecide, LossBeatsGradInPipelineOrder) {
+  auto rows = Rows(2);
+  Flag(rows, 0, "loss");
+  Flag(rows, 1, "grad");
+  At(rows, 1, kGradIdx) = 2;
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_TRUE(d.flagged);
+  EXPECT_EQ(d.detector, "loss");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({0}));
+  // Both ranks still appear in the detail, each with its own detector.
+  ASSERT_EQ(d.flagged_detail.size(), 2u);
+  EXPECT_EQ(d.flagged_detail[0]["rank"], 0);
+  EXPECT_EQ(d.flagged_detail[0]["detectors"], nlohmann::json::array({"loss"}));
+  EXPECT_EQ(d.flagged_detail[1]["rank"], 1);
+  EXPECT_EQ(d.flagged_detail[1]["detectors"], nlohmann::json::array({"grad"}));
+}
+
+TEST(ConsensusDecide, GradRankOrderDoesNotMatterOnlyPipelineOrder) {
+  // Grad on rank 0, loss on rank 1: still "loss", rank {1}.
+  auto rows = Rows(2);
+  Flag(rows, 0, "grad");
+  Flag(rows, 1, "loss");
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_EQ(d.detector, "loss");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({1}));
+}
+
+TEST(ConsensusDecide, LossWithFiniteLogitsIsLossMath) {
+  auto rows = Rows(2);
+  Flag(rows, 1, "loss");
+  At(rows, 1, kLogitsFinite) = 1;
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_EQ(d.detector, "loss");
+  EXPECT_EQ(d.cause, "loss_math");
+  EXPECT_EQ(d.layer, "loss");
+}
+
+TEST(ConsensusDecide, LossWithNonFiniteLogitsIsActivation) {
+  auto rows = Rows(2);
+  Flag(rows, 1, "loss");
+  At(rows, 1, kLogitsFinite) = 0;
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_EQ(d.detector, "loss");
+  EXPECT_EQ(d.cause, "activation");
+  EXPECT_EQ(d.layer, "");
+}
+
+TEST(ConsensusDecide, GradLayerIsBackwardName) {
+  auto rows = Rows(3);
+  Flag(rows, 1, "grad");
+  At(rows, 1, kGradIdx) = 3;
+  const Decision d = decide(rows, 3, kBwd);
+  EXPECT_EQ(d.detector, "grad");
+  EXPECT_EQ(d.cause, "gradient");
+  EXPECT_EQ(d.layer, kBwd[3]);
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({1}));
+}
+
+TEST(ConsensusDecide, GradIndexOutsideNamesThrows) {
+  auto rows = Rows(1);
+  Flag(rows, 0, "grad");
+  At(rows, 0, kGradIdx) = double(kBwd.size());
+  EXPECT_THROW(decide(rows, 1, kBwd), std::out_of_range);
+}
+
+TEST(ConsensusDecide, ParamLayerIsBackwardName) {
+  auto rows = Rows(2);
+  Flag(rows, 0, "param");
+  Flag(rows, 0, "grad");
+  At(rows, 0, kParamIdx) = 5;
+  At(rows, 0, kGradIdx) = 1;
+  const Decision d = decide(rows, 2, kBwd);
+  EXPECT_EQ(d.detector, "param");
+  EXPECT_EQ(d.cause, "parameter");
+  EXPECT_EQ(d.layer, kBwd[5]);
+  ASSERT_EQ(d.flagged_detail.size(), 1u);
+  EXPECT_EQ(d.flagged_detail[0]["detectors"], nlohmann::json::array({"param", "grad"}));
+}
+
+TEST(ConsensusDecide, TwoRanksSameDetectorBothListedAttributionFromFirst) {
+  auto rows = Rows(4);
+  Flag(rows, 1, "grad");
+  Flag(rows, 3, "grad");
+  At(rows, 1, kGradIdx) = 0;
+  At(rows, 3, kGradIdx) = 4;
+  const Decision d = decide(rows, 4, kBwd);
+  EXPECT_EQ(d.detector, "grad");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({1, 3}));
+  EXPECT_EQ(d.layer, kBwd[0]);  // from the first blamed rank's row
+  EXPECT_EQ(d.flagged_detail.size(), 2u);
+}
+
+TEST(ConsensusDecide, PureFunctionSameOnEveryRank) {
+  // Each rank computes decide() on its own copy of the all-reduced matrix: the decisions must be
+  // identical, detail included.
+  auto rows = Rows(4);
+  Flag(rows, 0, "grad");
+  At(rows, 0, kGradIdx) = 2;
+  Flag(rows, 2, "loss");
+  At(rows, 2, kLogitsFinite) = 0;
+  Flag(rows, 2, "grad");
+  At(rows, 2, kGradIdx) = 1;
+  Flag(rows, 3, "post_reduce");
+  At(rows, 1, kMaxAbs) = 7;
+  std::vector<Decision> per_rank;
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<double> copy = rows;  // what rank r holds after the all-reduce
+    per_rank.push_back(decide(copy, 4, kBwd));
+  }
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_EQ(per_rank[r].flagged, per_rank[0].flagged);
+    EXPECT_EQ(per_rank[r].detector, per_rank[0].detector);
+    EXPECT_EQ(per_rank[r].ranks, per_rank[0].ranks);
+    EXPECT_EQ(per_rank[r].layer, per_rank[0].layer);
+    EXPECT_EQ(per_rank[r].cause, per_rank[0].cause);
+    EXPECT_EQ(per_rank[r].flagged_detail, per_rank[0].flagged_detail);
+  }
+  EXPECT_EQ(per_rank[0].detector, "loss");
+  EXPECT_EQ(per_rank[0].ranks, std::vector<int64_t>({2}));
+  EXPECT_EQ(per_rank[0].cause, "activation");
+  EXPECT_EQ(per_rank[0].flagged_detail.size(), 3u);
+  EXPECT_EQ(per_rank[0].flagged_detail[1]["detectors"], nlohmann::json::array({"loss", "grad"}));
+  EXPECT_EQ(per_rank[0].flagged_detail[2]["detectors"], nlohmann::json::array({"post_reduce"}));
+}
+
+TEST(ConsensusDecide, OnlyOwnRowMatters) {
+  // A detector bit on the last rank of a wide world is seen.
+  auto rows = Rows(64);
+  Flag(rows, 63, "batch");
+  const Decision d = decide(rows, 64, kBwd);
+  EXPECT_TRUE(d.flagged);
+  EXPECT_EQ(d.ranks, std::vector<int64_t>({63}));
+  EXPECT_EQ(d.layer, "inputs");
+}
+
+TEST(ConsensusDetectorBit, RoundTripOverOrder) {
+  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
+    EXPECT_EQ(detector_bit(kDetectorOrder[i]), int(i)) << kDetectorOrder[i];
+  }
+  EXPECT_EQ(detector_bit("param"), 0);
+  EXPECT_EQ(detector_bit("anomaly"), 10);
+  EXPECT_EQ(detector_bit("nonsense"), -1);
+  EXPECT_EQ(detector_bit(""), -1);
+  EXPECT_EQ(detector_bit("Loss"), -1);
+}
+
+TEST(ConsensusDetectorBit, EachDetectorAloneDecidesItself) {
+  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
+    auto rows = Rows(2);
+    Flag(rows, 1, kDetectorOrder[i]);
+    const Decision d = decide(rows, 2, kBwd);
+    EXPECT_TRUE(d.flagged);
+    EXPECT_EQ(d.detector, kDetectorOrder[i]);
+    EXPECT_EQ(d.ranks, std::vector<int64_t>({1}));
+  }
+}
+
+TEST(ConsensusGlobalMaxAbs, MaxOverRanks) {
+  auto rows = Rows(3);
+  EXPECT_EQ(global_max_abs(rows, 3), 0.0);
+  At(rows, 0, kMaxAbs) = 1.5;
+  At(rows, 1, kMaxAbs) = 42.25;
+  At(rows, 2, kMaxAbs) = 3.0;
+  At(rows, 2, kBits) = 1e9;  // other columns do not count
+  EXPECT_EQ(global_max_abs(rows, 3), 42.25);
+  At(rows, 2, kMaxAbs) = 1e30;
+  EXPECT_EQ(global_max_abs(rows, 3), 1e30);
+}
+
+}  // namespace
+}  // namespace nanchaos::harness

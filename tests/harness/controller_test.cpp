@@ -1,0 +1,243 @@
+// End-to-end: the real binary launches real `mpirun -np N` jobs; assertions read report.json.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness/controller.h"
+#include "harness/scenario.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct CmdResult {
+  int code = -1;
+  std::string output;
+};
+
+CmdResult run_cmd(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string tmpdir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path d = fs::temp_directory_path() /
+               ("nanchaos-test-" + std::string(info->name()) + "-" + name + "-" +
+                std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+json read_report(const std::string& out) {
+  std::ifstream in(out + "/report.json");
+  return json::parse(in);
+}
+
+const std::string kBin = NANCHAOS_BINARY;
+const std::string kSrc = NANCHAOS_SOURCE_DIR;
+
+// A NaN activation on rank 1 of a 2-rank job (the spec's minimal scenario).
+const char* kActivation2 = R"(
+[scenario]
+name = "nan-activation-rank1"
+seed = 5
+[job]
+workload = "mlp"
+steps = 14
+[workload]
+hidden = 32
+features = 16
+[[fault]]
+kind = "tensor"
+target = "activation:layers.1"
+ranks = [1]
+step = 6
+[expect]
+detected = true
+rank = 1
+)";
+
+}  // namespace
+
+TEST(Controller, TwoRankJobDetectsAttributesAndPasses) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file = write_file(dir, "a.toml", kActivation2);
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto rep = read_report(out);
+  ASSERT_EQ(rep["scenarios"].size(), 1u);
+  const auto& s = rep["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "pass");
+  EXPECT_EQ(s["outcome"], "completed");
+  EXPECT_EQ(s["first_detection"]["detector"], "loss");
+  EXPECT_EQ(s["first_detection"]["rank"], 1);
+  EXPECT_EQ(s["first_detection"]["step"], 6);
+  EXPECT_EQ(s["first_detection"]["cause"], "activation");
+  EXPECT_EQ(s["first_detection"]["latency_steps"], 0);
+  EXPECT_EQ(s["steps_completed"], 14);
+  ASSERT_EQ(s["injections"].size(), 1u);
+  EXPECT_EQ(s["injections"][0]["rank"], 1);
+  EXPECT_EQ(s["injections"][0]["target"], "activation:layers.1");
+  EXPECT_EQ(rep["summary"]["passed"], 1);
+  // Per-rank event logs exist for both ranks.
+  EXPECT_TRUE(fs::exists(out + "/nan-activation-rank1/events/rank-0.jsonl"));
+  EXPECT_TRUE(fs::exists(out + "/nan-activation-rank1/events/rank-1.jsonl"));
+  EXPECT_TRUE(fs::exists(out + "/junit.xml"));
+  EXPECT_TRUE(fs::exists(out + "/report.md"));
+}
+
+TEST(Controller, FourRankJobFailsAWrongExpectationWithExit1) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  std::string text = kActivation2;
+  text.replace(text.find("steps = 14"), 10, "steps = 10\nranks = 4");
+  text.replace(text.find("rank = 1\n"), 9, "rank = 3\n");  // wrong on purpose
+  const auto file = write_file(dir, "a.toml", text);
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  ASSERT_EQ(r.code, 1) << r.output;
+  const auto& s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "fail");
+  EXPECT_EQ(s["ranks"], 4);
+  EXPECT_EQ(s["first_detection"]["rank"], 1);
+  EXPECT_NE(s["reason"].get<std::string>().find("rank: expected 3, got 1"), std::string::npos)
+      << s["reason"];
+}
+
+TEST(Controller, SameSeedSameReportApartFromTimings) {
+  const auto dir = tmpdir("in");
+  const auto file = write_file(dir, "a.toml", kActivation2);
+  json reports[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto out = tmpdir("out" + std::to_string(i));
+    auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+    ASSERT_EQ(r.code, 0) << r.output;
+    reports[i] = read_report(out)["scenarios"][0];
+  }
+  auto strip = [](json s) {
+    for (const char* k : {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms",
+                          "abort_latency_ms", "launcher_exit_code"}) {
+      s.erase(k);
+    }
+    for (auto& inj : s["injections"]) inj.erase("t_ms");
+    for (auto* d : {&s["first_detection"]}) {
+      d->erase("latency_ms");
+      d->erase("decision_us");
+    }
+    for (auto& d : s["detections"]) {
+      d.erase("latency_ms");
+      d.erase("decision_us");
+    }
+    return s;
+  };
+  EXPECT_EQ(strip(reports[0]).dump(1), strip(reports[1]).dump(1));
+  EXPECT_EQ(reports[0]["final_loss"], reports[1]["final_loss"]);  // bit-identical training
+}
+
+TEST(Controller, MalformedScenarioNeverStartsAJob) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file = write_file(dir, "bad.toml",
+                               "[scenario]\nname = \"x\"\n[job]\nworkload = \"mlp\"\nsteps = 3\n"
+                               "[[fault]]\nkind = \"tensr\"\nstep = 1\n");
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find(file + ":8:8: error:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean \"tensor\"?"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out + "/x"));
+  auto v = run_cmd(kBin + " validate " + file);
+  EXPECT_EQ(v.code, 2);
+  auto missing = run_cmd(kBin + " run " + dir + "/nope.toml");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("nope.toml"), std::string::npos) << missing.output;
+}
+
+TEST(Controller, UnbuiltFeatureIsRefusedWithNotImplemented) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  std::string text = kActivation2;
+  text += "\n[recovery]\npolicy = \"rollback\"\n";
+  const auto file = write_file(dir, "r.toml", text);
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(r.code, 2);
+  const auto& s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error");
+  EXPECT_EQ(s["reason"].get<std::string>().rfind("not implemented yet: ", 0), 0u) << s["reason"];
+}
+
+TEST(Controller, FaultThatNeverFiresIsAnErrorNotAPass) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  std::string text = kActivation2;
+  text.replace(text.find("activation:layers.1"), 19, "activation:layers.9");  // no such module
+  const auto file = write_file(dir, "n.toml", text);
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(r.code, 2);
+  const auto& s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error");
+  EXPECT_EQ(s["reason"].get<std::string>().rfind("injection not verified", 0), 0u) << s["reason"];
+}
+
+TEST(Controller, JobTimeoutKillsEveryProcessAndReportsHung) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  // A job far too long for its 3 s limit: the controller must kill it and leave nothing behind.
+  const auto file = write_file(dir, "slow.toml", R"(
+[scenario]
+name = "slow"
+[job]
+workload = "transformer"
+steps = 100000
+timeout_ms = 3000
+[workload]
+hidden = 64
+layers = 2
+[expect]
+outcome = "completed"
+)");
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(r.code, 1) << r.output;  // outcome "completed" expected, "hung" seen
+  const auto& s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["outcome"], "hung");
+  EXPECT_LT(s["wall_ms"].get<double>(), 3000 + 5000);
+  auto left = run_cmd("pgrep -f 'nanchaos rank --scenario " + file + "' | wc -l");
+  EXPECT_EQ(left.output, "0\n");
+}
+
+TEST(Controller, LauncherArgvIsOversubscribedAndRootSafe) {
+  nanchaos::harness::Scenario s;
+  s.job.ranks = 4;
+  auto argv = nanchaos::harness::launcher_argv("mpirun --hostfile h", s, "/bin/nanchaos",
+                                               "/x.toml", "/run");
+  std::string joined;
+  for (const auto& a : argv) joined += a + " ";
+  EXPECT_EQ(joined.rfind("mpirun --hostfile h -np 4 --oversubscribe", 0), 0u) << joined;
+  EXPECT_NE(joined.find("/bin/nanchaos rank --scenario /x.toml --run-dir /run"), std::string::npos);
+  auto srun = nanchaos::harness::launcher_argv("srun --mpi=pmix", s, "/b", "/x", "/r");
+  EXPECT_EQ(srun[0], "srun");
+  EXPECT_EQ(srun[2], "-n");
+  EXPECT_EQ(srun[3], "4");
+}
