@@ -41,6 +41,9 @@ struct FaultKindInfo {
   /// Optional cross-key check after the keys validated (e.g. count vs fraction); throws
   /// ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&)> check;
+  /// Optional check against the rest of the scenario (workload, loss...), after [job] and
+  /// [workload] loaded; throws ScenarioError with a position. May be empty.
+  std::function<void(const FaultSpec&, const Scenario&)> check_job;
 };
 
 /// A detector: the [detectors] keys it reads and how to build it.

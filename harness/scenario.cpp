@@ -583,6 +583,7 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
     }
     if (const toml::node* r = t->get("ranks")) check_ranks_exist(*r, label + ".ranks", s.job.ranks);
     if (info.check) info.check(f);
+    if (info.check_job) info.check_job(f, s);
     s.faults.push_back(std::move(f));
   }
 }
@@ -821,7 +822,6 @@ std::vector<std::string> unimplemented_features(const Scenario& s) {
       add("detector `" + name + "`: " + strip_optional(it->second.not_implemented));
     }
   }
-  if (s.detectors.preset == Preset::kNaive) add("preset naive (issue 3)");
   // Only a replay the file asks for: the built-in default (replay = true) runs without one for
   // now.
   if (s.detectors.replay_given && s.detectors.replay) add("replay (issue 4)");

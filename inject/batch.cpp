@@ -105,6 +105,43 @@ FaultKindInfo batch_kind() {
       }
     }
   };
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    const harness::Params& p = f.params;
+    const std::string label = harness::fault_label(f);
+    const std::string mode = p.has("mode") ? p.get_string("mode") : "";
+    const bool mlp = s.job.workload == harness::WorkloadKind::kMlp;
+    const bool float_labels = s.workload.loss == harness::LossKind::kMse ||
+                              s.workload.loss == harness::LossKind::kMaskedMse;
+    if (mode == "empty_mask" && mlp) {
+      harness::scenario_error(p.pos("mode"), label + ": mode = \"empty_mask\" needs workload = "
+                                                     "\"transformer\" (the mlp has no token mask)");
+    }
+    if (mode == "constant_column") {
+      if (!mlp) {
+        harness::scenario_error(p.pos("mode"), label + ": mode = \"constant_column\" needs "
+                                                       "workload = \"mlp\" (float input features)");
+      }
+      if (p.get_int("column") >= s.workload.features) {
+        harness::scenario_error(p.pos("column"),
+                                label + ".column: " + std::to_string(p.get_int("column")) +
+                                    " is out of range; the mlp has features = " +
+                                    std::to_string(s.workload.features));
+      }
+    }
+    if (!mode.empty()) return;
+    const std::string field = p.get_string("field");
+    if (field == "inputs" && !mlp) {
+      harness::scenario_error(p.pos("field"),
+                              label + ": transformer inputs are token ids and cannot hold a float "
+                                      "value; use mode = \"empty_mask\" or a tensor fault on "
+                                      "activation:embed");
+    }
+    if (field == "labels" && !float_labels) {
+      harness::scenario_error(p.pos("field"),
+                              label + ": labels are class indices for this loss and cannot hold a "
+                                      "float value; use loss = \"mse\" or \"masked_mse\" (mlp)");
+    }
+  };
   return info;
 }
 

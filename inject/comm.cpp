@@ -30,7 +30,7 @@ class CommInjector final : public Injector {
     for (int64_t i : idx) {
       unsigned char* el = bytes + size_t(i) * width;
       if (bit_) {
-        const int bit = *bit_ % int(width * 8);  // bit of the wire word
+        const int bit = *bit_;  // bit of the wire word (checked at load: < 16 for 16-bit wires)
         el[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
       } else if (wire == harness::WireType::kFp32) {
         const float v = float(value_);
@@ -63,7 +63,9 @@ FaultKindInfo comm_kind() {
   info.keys = {
       Key("value", KeyType::kFloatOrSpecial, "what the chosen elements become (unless `bit`)")
           .def("nan"),
-      Key("bit", KeyType::kInt, "flip this bit of the float32 word instead of writing `value`")
+      Key("bit", KeyType::kInt,
+          "flip this bit of the wire element instead of writing `value` (0..31 for fp32, "
+          "0..15 for an fp16/bf16 grad_allreduce_dtype)")
           .range(0, 31),
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
   };
@@ -72,6 +74,15 @@ FaultKindInfo comm_kind() {
     return std::make_unique<CommInjector>(f);
   };
   info.check = [](const FaultSpec& f) { harness::check_exclusive(f, "value", "bit"); };
+  info.check_job = [](const FaultSpec& f, const harness::Scenario& s) {
+    if (f.params.given("bit") && f.params.get_int("bit") > 15 &&
+        s.job.grad_allreduce_dtype != harness::DType::kFp32) {
+      harness::scenario_error(f.params.pos("bit"),
+                              harness::fault_label(f) + ".bit: the all-reduce travels in " +
+                                  harness::to_string(s.job.grad_allreduce_dtype) +
+                                  " (16-bit words); expected integer in [0, 15]");
+    }
+  };
   return info;
 }
 

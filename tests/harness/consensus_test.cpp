@@ -13,8 +13,11 @@ namespace nanchaos::harness {
 namespace {
 
 // Backward-order names, as the runner builds them (head first).
-const std::vector<std::string> kBwd = {"head.bias", "head.weight", "layers.1.linear.bias",
-                                       "layers.1.linear.weight", "layers.0.linear.bias",
+const std::vector<std::string> kBwd = {"head.bias",
+                                       "head.weight",
+                                       "layers.1.linear.bias",
+                                       "layers.1.linear.weight",
+                                       "layers.0.linear.bias",
                                        "layers.0.linear.weight"};
 
 // A zeroed [world x kRowWidth] matrix with kLogitsFinite = 1 on every rank (as the runner does).

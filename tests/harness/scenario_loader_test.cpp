@@ -329,7 +329,7 @@ TEST(ScenarioLoader, NaivePresetTurnsConsensusAndReplayOff) {
   EXPECT_EQ(s.detectors.enabled, (std::vector<std::string>{"loss", "grad"}));
   EXPECT_FALSE(s.detectors.consensus);
   EXPECT_FALSE(s.detectors.replay);
-  EXPECT_EQ(unimplemented_features(s), std::vector<std::string>{"preset naive (issue 3)"});
+  EXPECT_TRUE(unimplemented_features(s).empty());  // the naive stack is built (deadlock issue)
 }
 
 TEST(ScenarioLoader, ExplicitReplayIsReported) {

@@ -1,0 +1,708 @@
+// The judge on hand-written event logs: outcome, detections and latency, consistency, injection
+// verification, hang post-mortem, truncated logs, false positives and fault outcomes.
+#include "harness/judge.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/controller.h"
+#include "harness/scenario.h"
+#include "results/report.h"
+
+namespace nanchaos::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kT0 = 1'000'000'000;  // job launch, us
+
+// A run folder under the test temp dir with per-rank JSON-lines logs written by hand, in the
+// format harness/runner.cpp writes.
+class RunDir {
+ public:
+  explicit RunDir(const std::string& name) {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("nanchaos_judge_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "events");
+  }
+  ~RunDir() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path() const { return dir_.string(); }
+
+  // Appends one event; t is microseconds after kT0.
+  void ev(int rank, const std::string& type, int64_t t, json fields = json::object()) {
+    fields["ev"] = type;
+    fields["t_us"] = kT0 + t;
+    lines_[rank].push_back(fields.dump());
+  }
+  // Appends raw text (no newline is added).
+  void raw(int rank, const std::string& text) { tails_[rank] += text; }
+
+  // A rank's clean start.
+  void start(int rank, int world, int64_t t = 10) {
+    ev(rank, "start", t, {{"rank", rank}, {"world", world}, {"pid", 100 + rank}, {"host", "h"}});
+  }
+  // One clean step: consensus + grad all-reduce with enter/leave, step_end with `action`.
+  void step(int rank, int64_t step, int64_t t, int64_t* seq, const std::string& action = "update") {
+    ev(rank, "step_begin", t, {{"step", step}});
+    coll(rank, (*seq)++, "consensus", step, t + 10, true);
+    if (action == "update") coll(rank, (*seq)++, "grad_allreduce", step, t + 20, true);
+    ev(rank, "step_end", t + 30, {{"step", step}, {"loss", 2.0}, {"lr", 1e-3}, {"action", action}});
+  }
+  void coll(int rank, int64_t seq, const std::string& name, int64_t step, int64_t t, bool leave) {
+    ev(rank, "coll_enter", t,
+       {{"seq", seq}, {"name", name}, {"count", 12}, {"dtype", "float32"}, {"step", step}});
+    if (leave) ev(rank, "coll_leave", t + 5, {{"seq", seq}, {"name", name}, {"step", step}});
+  }
+  void final_ok(int rank, int64_t steps, int64_t t, const std::string& params_hash = "abc",
+                bool params_finite = true, json eval_loss = 1.0) {
+    ev(rank, "final", t,
+       {{"steps_completed", steps},
+        {"eval_loss", eval_loss},
+        {"initial_eval_loss", 2.3},
+        {"params_hash", params_hash},
+        {"optim_hash", "def"},
+        {"params_finite", params_finite}});
+    ev(rank, "exit", t + 1, {{"code", 0}});
+  }
+
+  // Writes every rank's file (overwriting).
+  void flush() const {
+    for (const auto& [rank, lines] : lines_) {
+      std::ofstream out(dir_ / "events" / ("rank-" + std::to_string(rank) + ".jsonl"));
+      for (const auto& l : lines) out << l << "\n";
+      auto it = tails_.find(rank);
+      if (it != tails_.end()) out << it->second;
+    }
+  }
+
+ private:
+  fs::path dir_;
+  std::map<int, std::vector<std::string>> lines_;
+  std::map<int, std::string> tails_;
+};
+
+JobResult Job(int exit_code = 0, int64_t t_end = 5'000'000, bool timed_out = false) {
+  JobResult j;
+  j.exit_code = exit_code;
+  j.timed_out = timed_out;
+  j.t0_us = kT0;
+  j.t_end_us = kT0 + t_end;
+  return j;
+}
+
+Scenario Load(const std::string& body, int64_t steps = 4, int64_t ranks = 2) {
+  const std::string text =
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = " + std::to_string(steps) +
+      "\nranks = " + std::to_string(ranks) + "\n" + body;
+  return load_scenario_string(text, "judge.toml");
+}
+
+const results::Check* FindCheck(const results::ScenarioResult& r, const std::string& key) {
+  for (const auto& c : r.checks) {
+    if (c.key == key) return &c;
+  }
+  return nullptr;
+}
+
+// A clean completed run of `steps` steps on `world` ranks.
+void CleanRun(RunDir& d, int world, int64_t steps,
+              const std::vector<std::string>& hashes = {"abc", "abc"}) {
+  for (int r = 0; r < world; ++r) {
+    d.start(r, world);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < steps; ++s) d.step(r, s, 1000 + s * 1000, &seq);
+    d.final_ok(r, steps, 1000 + steps * 1000, hashes[size_t(r)]);
+  }
+}
+
+// (a)
+TEST(JudgeOutcome, CleanCompletedRunPasses) {
+  RunDir d("clean");
+  CleanRun(d, 2, 4);
+  d.flush();
+  const Scenario s = Load("[expect]\ndetected = false\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.reason, "");
+  EXPECT_EQ(r.steps_completed, 4);
+  ASSERT_TRUE(r.final_loss.has_value());
+  EXPECT_DOUBLE_EQ(*r.final_loss, 1.0);
+  EXPECT_FALSE(r.first_detection.has_value());
+  EXPECT_TRUE(r.detections.empty());
+  EXPECT_EQ(r.fault_outcome, "");  // no fault
+  EXPECT_DOUBLE_EQ(r.wall_ms, 5000.0);
+  const auto* det = FindCheck(r, "detected");
+  ASSERT_NE(det, nullptr);
+  EXPECT_TRUE(det->pass);
+  EXPECT_EQ(det->expected, false);
+  EXPECT_EQ(det->actual, false);
+  const auto* cons = FindCheck(r, "consistent");
+  ASSERT_NE(cons, nullptr) << "consistent is checked by default when the job completes";
+  EXPECT_TRUE(cons->pass);
+  EXPECT_EQ(r.extra["consistent"], true);
+  EXPECT_EQ(r.extra["deadlock"], false);
+  EXPECT_EQ(r.extra["recovered"], true);
+  EXPECT_EQ(r.extra["false_positives"], 0);
+  EXPECT_EQ(r.extra["absent_ranks"], json::array());
+}
+
+TEST(JudgeOutcome, CleanRunExpectingDetectionFails) {
+  RunDir d("clean_fail");
+  CleanRun(d, 2, 4);
+  d.flush();
+  const Scenario s = Load("[expect]\ndetected = true\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_NE(r.reason.find("detected"), std::string::npos) << r.reason;
+}
+
+TEST(JudgeOutcome, NonZeroLauncherExitIsCrashed) {
+  RunDir d("crashed");
+  // rank 1 started, did a step, and vanished (no final, no exit, no abort).
+  d.start(0, 2);
+  d.start(1, 2);
+  int64_t s0 = 0, s1 = 0;
+  d.step(0, 0, 1000, &s0);
+  d.step(1, 0, 1000, &s1);
+  d.final_ok(0, 1, 3000);
+  d.flush();
+  const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n", 1);
+  const auto r = judge(s, d.path(), Job(137));
+  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.extra["dead_ranks"], json::array({1}));
+}
+
+// (b)
+std::string DetectScenario(const std::string& expect) {
+  return "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:head.weight\"\nranks = [1]\nstep = 2\n"
+         "[expect]\n" +
+         expect;
+}
+
+void DetectionRun(RunDir& d) {
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.step(r, 1, 2000, &seq);
+    // step 2: the fault fires on rank 1, rank 1 detects locally, both decide after consensus.
+    d.ev(r, "step_begin", 3000, {{"step", 2}});
+    if (r == 1) {
+      d.ev(r, "inject", 3100,
+           {{"fault", 0},
+            {"kind", "tensor"},
+            {"step", 2},
+            {"target", "gradient:head.weight"},
+            {"detail", {{"elements", 1}}},
+            {"replay", false}});
+      d.ev(r, "detect", 3600,
+           {{"detector", "grad"}, {"step", 2}, {"layer", "head.weight"}, {"cause", "gradient"}});
+    }
+    d.coll(r, seq++, "consensus", 2, 3700, true);
+    d.ev(r, "decision", r == 0 ? 3900 : 4000,
+         {{"step", 2},
+          {"detector", "grad"},
+          {"ranks", {1}},
+          {"layer", "head.weight"},
+          {"cause", "gradient"},
+          {"action", "skip_step"},
+          {"flagged", json::array({{{"rank", 1}, {"detectors", {"grad"}}}})}});
+    d.ev(r, "step_end", 4100, {{"step", 2}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "skip"}});
+    d.step(r, 3, 5000, &seq);
+    d.final_ok(r, 4, 6000);
+  }
+}
+
+TEST(JudgeDetection, DetectionAtFaultStepHasLatency) {
+  RunDir d("detect");
+  DetectionRun(d);
+  d.flush();
+  const Scenario s = Load(DetectScenario(
+      "detected = true\nfirst_detector = \"grad\"\nwithin_steps = 0\nrank = 1\nlayer = \"head\"\n"
+      "cause = \"gradient\"\nwithin_ms = 1.0\nfault_outcome = \"detected_recovered\"\n"));
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  ASSERT_TRUE(r.first_detection.has_value());
+  const auto& fd = *r.first_detection;
+  EXPECT_EQ(fd.detector, "grad");
+  EXPECT_EQ(fd.step, 2);
+  EXPECT_EQ(fd.ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(fd.layer, "head.weight");
+  EXPECT_EQ(fd.cause, "gradient");
+  EXPECT_EQ(fd.action, "skip_step");
+  ASSERT_TRUE(fd.latency_steps.has_value());
+  EXPECT_EQ(*fd.latency_steps, 0);
+  ASSERT_TRUE(fd.latency_ms.has_value());
+  EXPECT_DOUBLE_EQ(*fd.latency_ms, 0.5);  // detect 3600 - inject 3100 us
+  ASSERT_TRUE(fd.decision_us.has_value());
+  EXPECT_DOUBLE_EQ(*fd.decision_us, 400.0);  // last decision 4000 - first detect 3600 us
+  // Consensus decisions are identical on both ranks: one detection, not two.
+  EXPECT_EQ(r.detections.size(), 1u);
+  ASSERT_EQ(r.injections.size(), 1u);
+  EXPECT_EQ(r.injections[0].rank, 1);
+  EXPECT_EQ(r.injections[0].step, 2);
+  EXPECT_EQ(r.injections[0].target, "gradient:head.weight");
+  EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 3.1);
+  EXPECT_EQ(r.fault_outcome, "detected_recovered");
+  const auto* rank = FindCheck(r, "rank");
+  ASSERT_NE(rank, nullptr);
+  EXPECT_TRUE(rank->pass);
+  EXPECT_EQ(rank->actual, 1);
+}
+
+TEST(JudgeDetection, WrongRankFailsTheRankCheck) {
+  RunDir d("detect_wrong_rank");
+  DetectionRun(d);
+  d.flush();
+  const Scenario s = Load(DetectScenario("detected = true\nrank = 0\n"));
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "fail");
+  const auto* rank = FindCheck(r, "rank");
+  ASSERT_NE(rank, nullptr);
+  EXPECT_FALSE(rank->pass);
+  EXPECT_EQ(rank->expected, 0);
+  EXPECT_EQ(rank->actual, 1);
+  EXPECT_NE(r.reason.find("rank"), std::string::npos) << r.reason;
+  EXPECT_EQ(FindCheck(r, "detected")->pass, true);
+}
+
+TEST(JudgeDetection, TooSlowFailsWithinMs) {
+  RunDir d("detect_slow");
+  DetectionRun(d);
+  d.flush();
+  const Scenario s = Load(DetectScenario("within_ms = 0.25\n"));
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "fail");
+  const auto* c = FindCheck(r, "within_ms");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->pass);
+  EXPECT_DOUBLE_EQ(c->actual.get<double>(), 0.5);
+}
+
+TEST(JudgeDetection, LocalDecisionsMergeRanks) {
+  // The naive stack: each rank decides alone (local = true); one detection per step, ranks merged.
+  RunDir d("local");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    d.ev(r, "inject", 2010,
+         {{"fault", 0},
+          {"kind", "tensor"},
+          {"step", 1},
+          {"target", "loss"},
+          {"detail", json::object()},
+          {"replay", false}});
+    d.ev(r, "detect", 2100 + r * 100,
+         {{"detector", "loss"}, {"step", 1}, {"layer", "loss"}, {"cause", "loss_math"}});
+    d.ev(r, "decision", 2200 + r * 100,
+         {{"step", 1},
+          {"detector", "loss"},
+          {"ranks", {r}},
+          {"layer", "loss"},
+          {"cause", "loss_math"},
+          {"action", "early_return"},
+          {"local", true}});
+    d.ev(r, "step_end", 2400, {{"step", 1}, {"lr", 1e-3}, {"action", "early_return"}});
+    d.final_ok(r, 2, 3000);
+  }
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"loss\"\nranks = \"all\"\nstep = 1\n"
+      "[detectors]\npreset = \"naive\"\n[expect]\nrank = [0, 1]\n",
+      2);
+  const auto r = judge(s, d.path(), Job());
+  ASSERT_EQ(r.detections.size(), 1u);
+  ASSERT_TRUE(r.first_detection.has_value());
+  EXPECT_EQ(r.first_detection->ranks, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(r.first_detection->action, "early_return");
+  EXPECT_DOUBLE_EQ(*r.first_detection->latency_ms, 0.09);    // 2100 - 2010 us
+  EXPECT_DOUBLE_EQ(*r.first_detection->decision_us, 200.0);  // 2300 - 2100 us
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+// (c)
+TEST(JudgeConsistency, DifferentParamsHashIsInconsistent) {
+  RunDir d("inconsistent");
+  CleanRun(d, 2, 3, {"aaaa", "bbbb"});
+  d.flush();
+  const Scenario s = Load("", 3);
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.extra["consistent"], false);
+  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_NE(r.reason.find("consistent"), std::string::npos) << r.reason;
+  const auto* c = FindCheck(r, "consistent");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->pass);
+  EXPECT_EQ(c->expected, true);
+  EXPECT_EQ(c->actual, false);
+}
+
+TEST(JudgeConsistency, DifferentStepActionsAreInconsistent) {
+  RunDir d("inconsistent_actions");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq, r == 0 ? "update" : "early_return");
+    d.final_ok(r, 1, 3000);
+  }
+  d.flush();
+  const auto r = judge(Load("", 1), d.path(), Job());
+  EXPECT_EQ(r.extra["consistent"], false);
+  EXPECT_EQ(r.verdict, "fail");
+}
+
+TEST(JudgeConsistency, ExpectInconsistentPasses) {
+  RunDir d("inconsistent_expected");
+  CleanRun(d, 2, 3, {"aaaa", "bbbb"});
+  d.flush();
+  const auto r = judge(Load("[expect]\nconsistent = false\n", 3), d.path(), Job());
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+// (d)
+TEST(JudgeVerification, FaultThatNeverFiredIsError) {
+  RunDir d("unverified");
+  CleanRun(d, 2, 4);
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:nope\"\nranks = [1]\nstep = 2\n"
+      "[expect]\ndetected = false\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.reason.rfind("injection not verified", 0), 0u) << r.reason;
+  EXPECT_NE(r.reason.find("fault #0"), std::string::npos) << r.reason;
+  EXPECT_TRUE(r.injections.empty());
+}
+
+TEST(JudgeVerification, ProbabilisticFaultThatNeverFiredIsNotError) {
+  RunDir d("unverified_prob");
+  CleanRun(d, 2, 4);
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 2\nprobability = 0.5\n"
+      "[expect]\ndetected = false\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+// (e)
+TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
+  RunDir d("hang");
+  // 1 s collective timeout; rank 0 enters collective #5 (step 2's grad all-reduce) at 1.0 s and
+  // never leaves; rank 1 never enters it (it hangs at step 2 before its grad all-reduce). The
+  // controller kills the job at 5 s: rank 0 waited 4 s > 1 s + 1 s.
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.step(r, 1, 2000, &seq);
+    d.ev(r, "step_begin", 3000, {{"step", 2}});
+    d.coll(r, seq++, "consensus", 2, 3010, true);
+    if (r == 1) {
+      d.ev(r, "inject", 3050,
+           {{"fault", 0},
+            {"kind", "hang"},
+            {"step", 2},
+            {"target", ""},
+            {"detail", json::object()},
+            {"replay", false}});
+    } else {
+      d.coll(r, seq++, "grad_allreduce", 2, 1'000'000, false);
+    }
+  }
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 2\nduration_ms = \"forever\"\n"
+      "[detectors]\ncollective_timeout_ms = 1000\n"
+      "[expect]\noutcome = \"hung\"\ndeadlock = true\nrank = 1\ncause = \"hang\"\n"
+      "fault_outcome = \"hang\"\n");
+  const auto r = judge(s, d.path(), Job(137, 5'000'000, /*timed_out=*/true));
+  EXPECT_EQ(r.outcome, "hung");
+  EXPECT_EQ(r.extra["deadlock"], true);
+  EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
+  EXPECT_EQ(r.extra["first_gap_collective"], 5);
+  EXPECT_DOUBLE_EQ(r.extra["longest_collective_wait_ms"].get<double>(), 4000.0);
+  EXPECT_EQ(r.extra["last_collective"]["0"]["seq"], 5);
+  EXPECT_EQ(r.extra["last_collective"]["0"]["name"], "grad_allreduce");
+  EXPECT_EQ(r.extra["last_collective"]["0"]["left"], false);
+  EXPECT_EQ(r.extra["last_collective"]["1"]["seq"], 4);
+  EXPECT_EQ(r.extra["last_collective"]["1"]["left"], true);
+  EXPECT_TRUE(r.extra["dead_ranks"].empty());
+  EXPECT_EQ(r.fault_outcome, "hang");
+  EXPECT_FALSE(r.first_detection.has_value());
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(FindCheck(r, "consistent"), nullptr) << "not checked unless the job completes";
+}
+
+TEST(JudgeHang, ShortWaitIsNoDeadlock) {
+  RunDir d("hang_short");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    if (r == 0) d.coll(r, seq++, "consensus", 1, 3'500'000, false);
+  }
+  d.flush();
+  const Scenario s = Load("[detectors]\ncollective_timeout_ms = 1000\n");
+  // killed at 5 s; rank 0 waited 1.5 s < 2 s.
+  const auto r = judge(s, d.path(), Job(137, 5'000'000, true));
+  EXPECT_EQ(r.outcome, "hung");
+  EXPECT_EQ(r.extra["deadlock"], false);
+  EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
+  EXPECT_EQ(r.verdict, "pass") << r.reason;  // deadlock = false is checked by default
+}
+
+TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
+  RunDir d("watchdog");
+  // Rank 1 hangs at step 1 before its grad all-reduce; rank 0's watchdog fires after 1 s, logs the
+  // detection, aborts and exits; the launcher then ends rank 1.
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    d.coll(r, seq++, "consensus", 1, 2010, true);
+    if (r == 1) {
+      d.ev(r, "inject", 2050,
+           {{"fault", 0},
+            {"kind", "hang"},
+            {"step", 1},
+            {"target", ""},
+            {"detail", json::object()},
+            {"replay", false}});
+      continue;
+    }
+    d.coll(r, seq, "grad_allreduce", 1, 2100, false);
+    d.ev(r, "detect", 1'002'100,
+         {{"detector", "watchdog"},
+          {"step", 1},
+          {"layer", "grad_allreduce"},
+          {"cause", "hang"},
+          {"seq", seq},
+          {"status", "timeout"}});
+    d.ev(r, "abort", 1'002'200,
+         {{"step", 1},
+          {"reason", "watchdog: collective #3 grad_allreduce timeout"},
+          {"cause", "hang"}});
+    d.ev(r, "exit", 1'002'300, {{"code", 3}});
+  }
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+      "[detectors]\ncollective_timeout_ms = 1000\n"
+      "[expect]\noutcome = \"aborted\"\ndetected = true\nfirst_detector = \"watchdog\"\nrank = 1\n"
+      "cause = \"hang\"\nwithin_steps = 0\nabort_within_ms = 2000\n");
+  const auto r = judge(s, d.path(), Job(3, 1'500'000));
+  EXPECT_EQ(r.outcome, "aborted");
+  ASSERT_TRUE(r.first_detection.has_value());
+  EXPECT_EQ(r.first_detection->detector, "watchdog");
+  EXPECT_EQ(r.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(r.first_detection->action, "abort");
+  EXPECT_EQ(r.first_detection->layer, "grad_allreduce");
+  EXPECT_DOUBLE_EQ(*r.first_detection->latency_ms, 1000.05);  // 1'002'100 - 2050 us
+  // rank 0 exited after its last event: it waited 1'002'300 - 2100 us, not until t_end.
+  EXPECT_DOUBLE_EQ(r.extra["longest_collective_wait_ms"].get<double>(), 1000.2);
+  EXPECT_EQ(r.extra["deadlock"], false);
+  EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), (1'500'000 - 2050) / 1000.0);
+  EXPECT_EQ(r.fault_outcome, "detected_unrecovered");
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+// (f)
+TEST(JudgeLogs, TruncatedLastLineIsIgnored) {
+  RunDir d("truncated");
+  CleanRun(d, 2, 4);
+  d.raw(1, R"({"ev":"step_end","t_us":12345,"st)");
+  d.flush();
+  const Scenario s = Load("[expect]\ndetected = false\n");
+  results::ScenarioResult r;
+  ASSERT_NO_THROW(r = judge(s, d.path(), Job()));
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.steps_completed, 4);
+}
+
+TEST(JudgeLogs, MissingRankFileIsNeverStartedError) {
+  RunDir d("missing");
+  d.start(0, 2);
+  d.flush();
+  const auto r = judge(Load(""), d.path(), Job(1));
+  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.verdict, "error");
+  EXPECT_NE(r.reason.find("never started"), std::string::npos) << r.reason;
+}
+
+// (g)
+void EarlyDecisionRun(RunDir& d) {
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    // step 1: a spurious detection (before the fault at step 3)
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 0) {
+      d.ev(r, "detect", 2100,
+           {{"detector", "loss"}, {"step", 1}, {"layer", "loss"}, {"cause", "loss_math"}});
+    }
+    d.coll(r, seq++, "consensus", 1, 2200, true);
+    d.ev(r, "decision", 2300,
+         {{"step", 1},
+          {"detector", "loss"},
+          {"ranks", {0}},
+          {"layer", "loss"},
+          {"cause", "loss_math"},
+          {"action", "skip_step"}});
+    d.ev(r, "step_end", 2400, {{"step", 1}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "skip"}});
+    d.step(r, 2, 3000, &seq);
+    d.ev(r, "step_begin", 4000, {{"step", 3}});
+    if (r == 0) {
+      d.ev(r, "inject", 4050,
+           {{"fault", 0},
+            {"kind", "tensor"},
+            {"step", 3},
+            {"target", "activation:head"},
+            {"detail", json::object()},
+            {"replay", false}});
+    }
+    d.coll(r, seq++, "consensus", 3, 4100, true);
+    d.coll(r, seq++, "grad_allreduce", 3, 4200, true);
+    d.ev(r, "step_end", 4300, {{"step", 3}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "update"}});
+    d.final_ok(r, 4, 5000);
+  }
+}
+
+TEST(JudgeFalsePositives, DecisionBeforeFirstFaultIsFalsePositive) {
+  RunDir d("false_positive");
+  EarlyDecisionRun(d);
+  d.flush();
+  const Scenario s = Load("[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.extra["false_positives"], 1);
+  EXPECT_FALSE(r.first_detection.has_value()) << "a false positive is not the first detection";
+  EXPECT_EQ(r.detections.size(), 1u);
+  EXPECT_EQ(r.verdict, "fail");
+  const auto* c = FindCheck(r, "max_false_positives");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->pass);
+  EXPECT_EQ(c->expected, 0);
+  EXPECT_EQ(c->actual, 1);
+  EXPECT_NE(r.reason.find("max_false_positives"), std::string::npos) << r.reason;
+}
+
+TEST(JudgeFalsePositives, AllowedFalsePositivePasses) {
+  RunDir d("false_positive_allowed");
+  EarlyDecisionRun(d);
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n"
+      "[expect]\nmax_false_positives = 1\n");
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(FindCheck(r, "max_false_positives")->pass, true);
+}
+
+TEST(JudgeFalsePositives, AnyDetectionWithoutFaultIsFalsePositive) {
+  RunDir d("false_positive_nofault");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "decision", 1900,
+         {{"step", 0},
+          {"detector", "grad"},
+          {"ranks", {1}},
+          {"layer", "x"},
+          {"cause", "gradient"},
+          {"action", "none"}});
+    d.final_ok(r, 1, 3000);
+  }
+  d.flush();
+  const auto r = judge(Load("", 1), d.path(), Job());
+  EXPECT_EQ(r.extra["false_positives"], 1);
+  EXPECT_EQ(r.verdict, "fail");
+}
+
+// (h)
+TEST(JudgeFaultOutcome, UndetectedNonFiniteParamsIsSilentCorruption) {
+  RunDir d("silent");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    d.ev(r, "inject", 2050,
+         {{"fault", 0},
+          {"kind", "comm"},
+          {"step", 1},
+          {"target", "grad_allreduce"},
+          {"detail", json::object()},
+          {"replay", false}});
+    d.coll(r, seq++, "consensus", 1, 2100, true);
+    d.coll(r, seq++, "grad_allreduce", 1, 2200, true);
+    d.ev(r, "step_end", 2300, {{"step", 1}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "update"}});
+    d.final_ok(r, 2, 3000, "abc", /*params_finite=*/false, json());
+  }
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"comm\"\nranks = \"all\"\nstep = 1\n"
+      "[expect]\nfault_outcome = \"silent_corruption\"\nrecovered = false\ndetected = false\n",
+      2);
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_FALSE(r.first_detection.has_value());
+  EXPECT_EQ(r.fault_outcome, "silent_corruption");
+  EXPECT_EQ(r.extra["recovered"], false);
+  ASSERT_TRUE(r.final_loss.has_value());
+  EXPECT_TRUE(std::isnan(*r.final_loss));
+  EXPECT_EQ(r.injections.size(), 2u);
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+TEST(JudgeFaultOutcome, UndetectedHarmlessFaultIsMasked) {
+  RunDir d("masked");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    if (r == 0) {
+      d.ev(r, "inject", 1500,
+           {{"fault", 0},
+            {"kind", "tensor"},
+            {"step", 0},
+            {"target", "activation:head"},
+            {"detail", json::object()},
+            {"replay", false}});
+    }
+    d.final_ok(r, 1, 3000);
+  }
+  d.flush();
+  const Scenario s = Load(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nvalue = 0.5\nstep = 0\n", 1);
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.fault_outcome, "masked");
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
