@@ -25,7 +25,8 @@ namespace nanchaos::detect {
 using harness::detector_bit;
 using harness::kDetectorOrder;
 
-enum class Hook { kStepStart, kBatch, kLoss, kGradients, kPostReduce };
+/// kCollective: not called per step; the detector's presence arms the collective deadline.
+enum class Hook { kStepStart, kBatch, kLoss, kGradients, kPostReduce, kCollective };
 
 struct Finding {
   std::string layer;  ///< "" when the detector cannot tell

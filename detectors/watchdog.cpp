@@ -1,10 +1,24 @@
 // Detector `watchdog`: flags a collective that passes its deadline.
-// Keys only for now; the detector lands in this file.
+#include "detectors/detector.h"
 #include "harness/registry.h"
 #include "harness/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {
+
+// The watchdog has no per-step check: enabling it gives every collective a deadline of
+// collective_timeout_ms (harness/communicator.h Work::wait). On expiry the runner logs a `watchdog`
+// detection naming the collective (sequence number, name), then takes the whole job down with
+// MPI_Abort (exit code 4), as NCCL's watchdog ends a hang with ncclCommAbort.
+// Caveat: the detection is local to the ranks that waited; who was absent is the controller's
+// post-mortem (the flight-recorder comparison of collective sequence numbers).
+class WatchdogDetector final : public Detector {
+ public:
+  WatchdogDetector() : Detector("watchdog") {}
+  Hook hook() const override { return Hook::kCollective; }
+  std::optional<Finding> check(const StepView&) override { return std::nullopt; }
+};
+
 
 using harness::DetectorInfo;
 using harness::Key;
@@ -19,8 +33,10 @@ DetectorInfo watchdog_detector() {
           .def(10000)
           .min(1),
   };
-  info.not_implemented = "optional: watchdog (issue 3)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
+    return std::make_unique<WatchdogDetector>();
+  };
   return info;
 }
 

@@ -59,6 +59,16 @@ void kill_job(pid_t pgid, const std::string& job_id, int sig) {
   for (int pid : job_processes(job_id)) ::kill(pid, sig);
 }
 
+// Alive and not a zombie (an exited rank stays a zombie until the launcher reaps it).
+bool process_alive(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto rp = line.rfind(')');
+  return rp == std::string::npos || rp + 2 >= line.size() || line[rp + 2] != 'Z';
+}
+
 bool gpu_present() {
 #if NANCHAOS_WITH_CUDA
   return fs::exists("/dev/nvidia0");
@@ -123,7 +133,8 @@ std::vector<int> job_processes(const std::string& job_id) {
 }
 
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
-                     int64_t timeout_ms, const std::string& job_id) {
+                     int64_t timeout_ms, const std::string& job_id, const std::string& events_dir,
+                     int world) {
   JobResult r;
   r.t0_us = now_us();
   const pid_t pid = fork();
@@ -151,7 +162,24 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   }
   const int64_t deadline = r.t0_us + timeout_ms * 1000;
   int status = 0;
+  std::map<int, int> rank_pid;  // rank -> pid, once its start event is there
+  auto watch_ranks = [&] {
+    if (events_dir.empty()) return;
+    for (int rank = 0; rank < world; ++rank) {
+      if (!rank_pid.count(rank)) {
+        for (const auto& e : read_events(fmt::format("{}/rank-{}.jsonl", events_dir, rank))) {
+          if (e.value("ev", "") == "start") rank_pid[rank] = e.value("pid", 0);
+          break;
+        }
+        continue;
+      }
+      if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
+        r.rank_gone_us[rank] = now_us();
+      }
+    }
+  };
   for (;;) {
+    watch_ranks();
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     if (now_us() >= deadline) {
@@ -165,6 +193,9 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   r.t_end_us = now_us();
+  for (const auto& [rank, rpid] : rank_pid) {
+    if (!r.rank_gone_us.count(rank)) r.rank_gone_us[rank] = r.t_end_us;
+  }
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   // No orphans: whatever of this job is still alive (a rank that outlived its launcher) dies now.
   for (int attempt = 0; attempt < 50; ++attempt) {
@@ -268,7 +299,8 @@ int run_suite(const RunOptions& opts) {
           fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
       auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
                                 fs::absolute(run_dir).string());
-      JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id);
+      JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
+                                 run_dir + "/events", int(s.job.ranks));
       res = judge(s, run_dir, job);
       if (!job.launch_error.empty()) {
         res.verdict = "error";

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct JobResult {
   int64_t t_end_us = 0;     ///< launcher reaped
   int orphans_killed = 0;   ///< job processes still alive after the launcher was reaped
   std::string launch_error; ///< fork/exec failure text
+  /// Post-mortem of process exit states (single host): for each rank whose pid the controller saw
+  /// (from its `start` event), when the controller first saw that process gone (CLOCK_MONOTONIC
+  /// us). Polled every 10 ms while the job runs. Ranks on other hosts are absent here.
+  std::map<int, int64_t> rank_gone_us;
 };
 
 /// Builds the launcher command for `s` (argv), e.g.
@@ -44,8 +49,10 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
 
 /// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
 /// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind.
+/// When `events_dir` is given, the ranks' pids are read from their `start` events and watched.
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
-                     int64_t timeout_ms, const std::string& job_id);
+                     int64_t timeout_ms, const std::string& job_id,
+                     const std::string& events_dir = "", int world = 0);
 
 /// Pids of live processes whose environment has NANCHAOS_JOB_ID=<job_id>.
 std::vector<int> job_processes(const std::string& job_id);

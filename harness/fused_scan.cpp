@@ -168,10 +168,10 @@ NANCHAOS_SCAN_CLONES Partial scan_chunk(const float* __restrict x, size_t n) {
       acc[j] += v * v;
     }
   }
-  for (size_t j = 0; i < n; ++i, ++j) {
-    const int32_t a = static_cast<int32_t>(bits_of(x[i]) & kAbsMask);
+  for (size_t j = 0; j < n - i; ++j) {  // the last partial block, n - i < kLanes
+    const int32_t a = static_cast<int32_t>(bits_of(x[i + j]) & kAbsMask);
     mx[j] = a > mx[j] ? a : mx[j];
-    const double v = x[i];
+    const double v = x[i + j];
     acc[j] += v * v;
   }
   int32_t m = 0;

@@ -178,15 +178,31 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       mismatch = {{"seq", k}, {"ranks", ranks}};
     }
   }
+  // Dead ranks: the ones that left no exit or abort record and whose process the controller saw
+  // disappear first. When every process vanished within one poll (the launcher tore the job down
+  // at once), the flight-recorder evidence decides: the dead are those absent from collective #k.
   std::vector<int64_t> dead;
-  if (res.outcome != "completed") {
+  if (res.outcome == "crashed") {
+    std::vector<int64_t> silent;
     for (int r = 0; r < world; ++r) {
-      // A rank that started but left no exit/abort record while the job was not torn down by the
-      // controller died on its own.
-      if (logs[r].started && !logs[r].exit_code && !logs[r].abort_ev && !job.timed_out &&
-          res.outcome == "crashed") {
-        dead.push_back(r);
+      if (logs[r].started && !logs[r].exit_code && !logs[r].abort_ev) silent.push_back(r);
+    }
+    int64_t earliest = std::numeric_limits<int64_t>::max();
+    for (int64_t r : silent) {
+      auto it = job.rank_gone_us.find(int(r));
+      if (it != job.rank_gone_us.end()) earliest = std::min(earliest, it->second);
+    }
+    constexpr int64_t kPollSlackUs = 5000;
+    for (int64_t r : silent) {
+      auto it = job.rank_gone_us.find(int(r));
+      if (it == job.rank_gone_us.end() || it->second <= earliest + kPollSlackUs) dead.push_back(r);
+    }
+    if (dead.size() > 1 && !absent.empty()) {
+      std::vector<int64_t> both;
+      for (int64_t r : dead) {
+        if (std::find(absent.begin(), absent.end(), r) != absent.end()) both.push_back(r);
       }
+      if (!both.empty()) dead = both;
     }
   }
   // Deadlock: some rank waited in a collective past collective_timeout_ms + 1 s.
@@ -323,7 +339,9 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   res.extra["dead_ranks"] = dead;
   res.extra["deadlock"] = deadlock;
   res.extra["longest_collective_wait_ms"] = longest_wait_ms;
-  res.extra["abort_latency_ms"] = (res.outcome == "aborted" && abort_ms >= 0) ? json(abort_ms) : json(nullptr);
+  res.extra["abort_latency_ms"] =
+      ((res.outcome == "aborted" || res.outcome == "crashed") && abort_ms >= 0) ? json(abort_ms)
+                                                                                : json(nullptr);
   res.extra["false_positives"] = false_positives;
   res.extra["consistent"] = consistent ? json(*consistent) : json(nullptr);
   res.extra["recovered"] = recovered;
@@ -369,7 +387,9 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   if (ex.outcome) add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
   add("deadlock", ex.deadlock, deadlock, deadlock == ex.deadlock);
   if (ex.abort_within_ms) {
-    const bool ok = res.outcome == "aborted" && abort_ms >= 0 && abort_ms <= *ex.abort_within_ms;
+    // For a job that ended early: an abort, or a crash the launcher tore down.
+    const bool ended_early = res.outcome == "aborted" || res.outcome == "crashed";
+    const bool ok = ended_early && abort_ms >= 0 && abort_ms <= *ex.abort_within_ms;
     add("abort_within_ms", *ex.abort_within_ms,
         abort_ms >= 0 ? json(abort_ms) : json(nullptr), ok);
   }

@@ -329,6 +329,7 @@ class RankRunner {
 
     if (!skip) {
       for (auto& inj : injectors_) inj->on_send_buffer(ctx, wire_buf_.data(), pre_count(), wire_);
+      for (auto& inj : injectors_) inj->on_before_collective(ctx, "grad_allreduce");
       collective("grad_allreduce", wire_buf_.data(), pre_count(), elem_of(wire_), step);
       std::vector<MutSpan> outs;
       for (auto& p : bwd_params_) outs.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});

@@ -1,11 +1,37 @@
 // Fault kind `crash`: the rank process dies abruptly (SIGKILL, or exit with `exit_code`).
-// Keys only for now; the injector lands in this file.
+//
+#include <signal.h>
+#include <unistd.h>
+
+#include <optional>
+
 #include "harness/registry.h"
+#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
 
 namespace nanchaos::inject {
 namespace {
+
+// The rank dies abruptly at the start of the step: SIGKILL by default (as the OOM killer or a
+// lost node would), or a plain exit with `exit_code` (a process that called exit()).
+class CrashInjector final : public Injector {
+ public:
+  explicit CrashInjector(const harness::FaultSpec& f) : Injector(f) {
+    if (f.params.has("exit_code")) exit_code_ = int(f.params.get_int("exit_code"));
+  }
+  void on_step_start(FaultContext& ctx) override {
+    if (!armed(ctx)) return;
+    ctx.fired(spec_.index, "process",
+              {{"how", exit_code_ ? "exit " + std::to_string(*exit_code_) : "SIGKILL"}});
+    if (exit_code_) _exit(*exit_code_);
+    ::raise(SIGKILL);
+  }
+
+ private:
+  std::optional<int> exit_code_;
+};
+
 
 using harness::FaultKindInfo;
 using harness::Key;
@@ -19,8 +45,10 @@ FaultKindInfo crash_kind() {
       Key("exit_code", KeyType::kInt, "exit with this status instead of being killed by SIGKILL")
           .range(0, 255),
   };
-  info.not_implemented = "crash faults (issue 3)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<CrashInjector>(f);
+  };
   return info;
 }
 

@@ -1,11 +1,47 @@
 // Fault kind `hang`: the rank stops making progress, as a stuck GPU or a rank waiting on the
-// wrong collective. Keys only for now; the injector lands in this file.
+// wrong collective.
+#include <chrono>
+#include <thread>
+
 #include "harness/registry.h"
+#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
 
 namespace nanchaos::inject {
 namespace {
+
+// Stalls the rank's thread. "forever" stalls until the job is torn down (by a peer's watchdog,
+// the launcher or the controller's timeout).
+class HangInjector final : public Injector {
+ public:
+  explicit HangInjector(const harness::FaultSpec& f)
+      : Injector(f),
+        duration_ms_(f.params.get_int("duration_ms")),
+        at_step_start_(f.params.get_string("where") == "step_start") {}
+
+  void on_step_start(FaultContext& ctx) override {
+    if (at_step_start_) stall(ctx, "step_start");
+  }
+  void on_before_collective(FaultContext& ctx, const std::string& name) override {
+    if (!at_step_start_ && name == "grad_allreduce") stall(ctx, "before_grad_allreduce");
+  }
+
+ private:
+  void stall(FaultContext& ctx, const char* where) {
+    if (!armed(ctx)) return;
+    ctx.fired(spec_.index, where,
+              {{"duration_ms", duration_ms_ < 0 ? nlohmann::json("forever")
+                                                : nlohmann::json(duration_ms_)}});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(duration_ms_);
+    while (duration_ms_ < 0 || std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  int64_t duration_ms_;  // -1 = forever
+  bool at_step_start_;
+};
+
 
 using harness::FaultKindInfo;
 using harness::Key;
@@ -21,8 +57,10 @@ FaultKindInfo hang_kind() {
           .def("before_grad_allreduce")
           .choices({"step_start", "before_grad_allreduce"}),
   };
-  info.not_implemented = "hang faults (issue 3)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<HangInjector>(f);
+  };
   return info;
 }
 

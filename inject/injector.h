@@ -57,6 +57,9 @@ class Injector {
   virtual torch::Tensor on_loss(FaultContext&, torch::Tensor loss) { return loss; }
   /// Gradients after backward, before any check or reduction.
   virtual void on_gradients(FaultContext&, NamedTensors&) {}
+  /// Just before the rank enters a collective ("consensus", "grad_allreduce"). May block
+  /// (the `hang` fault).
+  virtual void on_before_collective(FaultContext&, const std::string&) {}
   /// This rank's all-reduce send buffer, after the rank's own checks.
   virtual void on_send_buffer(FaultContext&, void*, size_t, harness::WireType) {}
   /// Multiplier of the scheduled learning rate on this step.
