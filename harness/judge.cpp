@@ -332,6 +332,9 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   }
   const double abort_ms = first_inject_t ? double(job.t_end_us - *first_inject_t) / 1000.0 : -1;
 
+  if (!res.first_detection && !blamed.empty()) {
+    res.extra["postmortem"] = {{"ranks", blamed}, {"cause", blamed_cause}};
+  }
   res.extra["last_collective"] = last_coll;
   res.extra["collective_mismatch"] = mismatch;
   res.extra["absent_ranks"] = absent;

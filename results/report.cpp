@@ -483,6 +483,15 @@ std::string console_row(const ScenarioResult& r) {
   row += cell(verdict_label(r), kVerdictW) + kSep;
   row += cell(r.name, kScenarioW) + kSep;
   row += cell(r.outcome, kOutcomeW) + kSep;
+  // No detection but a harness post-mortem (dead or absent ranks): show that blame instead.
+  Detection pm;
+  const auto pm_it = r.extra.find("postmortem");
+  if (!d && pm_it != r.extra.end() && pm_it->is_object()) {
+    pm.detector = "post-mortem";
+    pm.ranks = pm_it->value("ranks", std::vector<int64_t>{});
+    pm.cause = pm_it->value("cause", "");
+    d = &pm;
+  }
   row += cell(d ? d->detector : "", kDetectorW) + kSep;
   row += cell(d ? ranks_text(d->ranks) : "", kRankW) + kSep;
   row += cell(d ? d->layer : "", kLayerW, Align::kLeft, Cut::kHead) + kSep;

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -241,4 +242,78 @@ TEST(Controller, LauncherArgvIsOversubscribedAndRootSafe) {
   EXPECT_EQ(srun[0], "srun");
   EXPECT_EQ(srun[2], "-n");
   EXPECT_EQ(srun[3], "4");
+}
+
+namespace {
+
+int job_processes_left(const std::string& scenario_file) {
+  // "[n]" keeps pgrep from matching its own shell's command line.
+  auto r = run_cmd("pgrep -f '[n]anchaos rank --scenario " + scenario_file + "' | wc -l");
+  return std::stoi(r.output);
+}
+
+}  // namespace
+
+// Issue 3: a hang and a crash with a 2 s collective deadline end within deadline + 2 s, name the
+// rank, and leave no process behind.
+TEST(Deadlock, HangAndCrashEndWithinDeadlinePlusTwoSecondsAndLeaveNoProcess) {
+  for (const char* name : {"hang-forever-rank2", "crash-rank1"}) {
+    const auto out = tmpdir(name);
+    const std::string file = kSrc + "/scenarios/" + name + ".toml";
+    auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.output;
+    const json s = read_report(out)["scenarios"][0];
+    ASSERT_TRUE(s["abort_latency_ms"].is_number()) << s.dump(1);
+    EXPECT_LE(s["abort_latency_ms"].get<double>(), 2000.0 + 2000.0) << name;
+    EXPECT_EQ(s["deadlock"], false);
+    EXPECT_EQ(job_processes_left(file), 0) << name;
+    EXPECT_TRUE(s["last_collective"].is_object());
+  }
+}
+
+TEST(Deadlock, ControllerReturnsWithinTimeoutPlusFiveSecondsWhenEveryRankHangs) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file = write_file(dir, "all-hang.toml", R"(
+[scenario]
+name = "all-hang"
+[job]
+workload = "mlp"
+ranks = 2
+steps = 10
+timeout_ms = 4000
+[[fault]]
+kind = "hang"
+duration_ms = "forever"
+where = "step_start"
+ranks = "all"
+step = 2
+[expect]
+outcome = "hung"
+deadlock = false
+)");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  const double took_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_LT(took_ms, 4000 + 5000);
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["outcome"], "hung");
+  EXPECT_EQ(job_processes_left(file), 0);
+}
+
+TEST(Deadlock, NaiveStackHangsAndTheLeavingRankIsNamed) {
+  const auto out = tmpdir("out");
+  const std::string file = kSrc + "/scenarios/naive-stack-nan-rank1.toml";
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["outcome"], "hung");
+  EXPECT_EQ(s["deadlock"], true);
+  EXPECT_EQ(s["first_detection"]["rank"], 1);
+  EXPECT_EQ(s["first_detection"]["action"], "early_return");
+  // Rank 1 skipped one gradient all-reduce, so it is one collective behind its peer.
+  EXPECT_LT(s["last_collective"]["1"]["seq"].get<int>(), s["last_collective"]["0"]["seq"].get<int>());
+  EXPECT_EQ(job_processes_left(file), 0);
 }

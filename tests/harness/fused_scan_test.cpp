@@ -529,7 +529,9 @@ TEST(FusedScan, PackUnpackRoundTripThroughHalfAndBf16) {
     expect_matches_reference(post, reference_scan(out));
     // Every tensor flagged before the wire is flagged after it (fp16 adds overflow flags).
     for (size_t t = 0; t < tensors.size(); ++t) {
-      if (pre.nonfinite[t]) EXPECT_TRUE(post.nonfinite[t]) << t;
+      if (pre.nonfinite[t]) {
+        EXPECT_TRUE(post.nonfinite[t]) << t;
+      }
     }
   }
 }
