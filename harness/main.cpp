@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "harness/controller.h"
+#include "harness/keys_doc.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
@@ -93,6 +94,8 @@ int main(int argc, char** argv) {
   targets->add_option("--norm", norm, "mlp norm")
       ->check(CLI::IsMember({"none", "batchnorm", "layernorm"}));
 
+  auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
+
   std::string rank_scenario, rank_dir;
   auto* rank = app.add_subcommand("rank", "internal: one MPI rank of a job (launched by run)");
   rank->add_option("--scenario", rank_scenario)->required();
@@ -111,6 +114,10 @@ int main(int argc, char** argv) {
     return run_suite(run_opts);
   }
   if (*validate) return cmd_validate(validate_paths);
+  if (*keys) {
+    std::cout << keys_markdown();
+    return 0;
+  }
   if (*rank) return run_rank(rank_scenario, rank_dir);
   if (*targets) {
     tscen.workload.norm = norm == "batchnorm"   ? Norm::kBatchNorm
