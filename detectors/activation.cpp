@@ -1,9 +1,42 @@
 // Detector `activation`: probes module outputs for the first non-finite value.
-// Keys only for now; the detector lands in this file.
+#include "detectors/detector.h"
 #include "harness/registry.h"
 
 namespace nanchaos::detect {
 namespace {
+
+// Checks every named module's output in forward order (one reduction and host sync per module:
+// costly, so only in `full` or when enabled explicitly; the default stack gets the same answer
+// from the replay after a detection). Names the first module whose output is non-finite; its
+// input, the previous module's output, was finite by construction of the forward order.
+class ActivationDetector final : public Detector {
+ public:
+  ActivationDetector() : Detector("activation") {}
+  Hook hook() const override { return Hook::kLoss; }
+  void reset() override { first_bad_.clear(); first_idx_ = -1; seen_ = 0; }
+  void on_activation(const std::string& module, const torch::Tensor& out) override {
+    if (first_idx_ < 0 && !torch::isfinite(out).all().item<bool>()) {
+      first_bad_ = module;
+      first_idx_ = seen_;
+    }
+    ++seen_;
+  }
+  std::optional<Finding> check(const StepView& v) override {
+    if (first_idx_ < 0) return std::nullopt;
+    return Finding{first_bad_, "activation", module_index(v, first_bad_)};
+  }
+
+ private:
+  static int module_index(const StepView& v, const std::string& name) {
+    const auto names = v.workload->module_names();
+    for (size_t i = 0; i < names.size(); ++i) if (names[i] == name) return int(i);
+    return -1;
+  }
+  std::string first_bad_;
+  int first_idx_ = -1;
+  int seen_ = 0;
+};
+
 
 using harness::DetectorInfo;
 
@@ -11,8 +44,10 @@ DetectorInfo activation_detector() {
   DetectorInfo info;
   info.name = "activation";
   info.doc = "probes module outputs for the first non-finite value";
-  info.not_implemented = "activation probes (issue 4)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<ActivationDetector>();
+  };
   return info;
 }
 

@@ -1,9 +1,27 @@
 // Detector `anomaly`: autograd anomaly mode in the replay: names the op that produced the first
-// NaN. Keys only for now; the detector lands in this file.
+// NaN.
+#include "detectors/detector.h"
 #include "harness/registry.h"
 
 namespace nanchaos::detect {
 namespace {
+
+// LibTorch's anomaly mode, always on: every backward op checks its outputs and the first one that
+// returns NaN raises, naming itself ("Function 'MulBackward0' returned nan values in its 0th
+// output"). The runner turns on the mode, catches the error around backward and hands the message
+// here. Costly (PyTorch documents it as a debugging tool); the reports compare it against the
+// default stack.
+class AnomalyDetector final : public Detector {
+ public:
+  AnomalyDetector() : Detector("anomaly") {}
+  Hook hook() const override { return Hook::kGradients; }
+  bool wants_anomaly_mode() const override { return true; }
+  std::optional<Finding> check(const StepView& v) override {
+    if (v.anomaly_message == nullptr || v.anomaly_message->empty()) return std::nullopt;
+    return Finding{backward_op(*v.anomaly_message), "gradient", 0};
+  }
+};
+
 
 using harness::DetectorInfo;
 
@@ -11,8 +29,10 @@ DetectorInfo anomaly_detector() {
   DetectorInfo info;
   info.name = "anomaly";
   info.doc = "autograd anomaly mode in the replay: names the op that produced the first NaN";
-  info.not_implemented = "anomaly mode (issue 4)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<AnomalyDetector>();
+  };
   return info;
 }
 

@@ -49,7 +49,16 @@ struct StepView {
   const harness::ScanStats* reduce_stats = nullptr;      ///< kPostReduce
   double global_max_abs = 0;                      ///< kPostReduce: max |g| over all ranks
   harness::WireType wire = harness::WireType::kFp32;
+  const std::string* anomaly_message = nullptr;   ///< kGradients: anomaly mode's error, if any
 };
+
+/// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.
+inline std::string backward_op(const std::string& message) {
+  const auto a = message.find("Function '");
+  if (a == std::string::npos) return message.substr(0, message.find('\n'));
+  const auto b = message.find('\'', a + 10);
+  return message.substr(a + 10, b == std::string::npos ? std::string::npos : b - a - 10);
+}
 
 class Detector {
  public:
@@ -57,6 +66,12 @@ class Detector {
   virtual ~Detector() = default;
   const std::string& name() const { return name_; }
   virtual Hook hook() const = 0;
+  /// Called before each step (and each replay) to forget per-step state.
+  virtual void reset() {}
+  /// Every named module's output, in forward order (probe points; see workload.h).
+  virtual void on_activation(const std::string& /*module*/, const torch::Tensor& /*out*/) {}
+  /// True for the detector that needs LibTorch's anomaly mode on for every backward.
+  virtual bool wants_anomaly_mode() const { return false; }
   virtual std::optional<Finding> check(const StepView& view) = 0;
 
  private:

@@ -1,10 +1,30 @@
 // Detector `grad_norm_spike`: flags a gradient-norm z-score spike over a window of recent steps.
-// Keys only for now; the detector lands in this file.
+#include "detectors/spike.h"
+#include "detectors/detector.h"
 #include "harness/registry.h"
 #include "harness/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {
+
+// Local gradient-norm spike, from the fused scan's fp64 squared norm (no extra pass).
+class GradNormSpikeDetector final : public Detector {
+ public:
+  explicit GradNormSpikeDetector(const harness::Scenario& s)
+      : Detector("grad_norm_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
+  Hook hook() const override { return Hook::kGradients; }
+  std::optional<Finding> check(const StepView& v) override {
+    if (v.grad_stats->any_nonfinite()) return std::nullopt;  // the grad check owns it
+    if (window_.test_and_add(std::sqrt(v.grad_stats->sq_norm)) > 0) {
+      return Finding{"", "gradient_explosion", 0};
+    }
+    return std::nullopt;
+  }
+
+ private:
+  SpikeWindow window_;
+};
+
 
 using harness::DetectorInfo;
 using harness::Key;
@@ -22,8 +42,10 @@ DetectorInfo grad_norm_spike_detector() {
           .def(6.0)
           .above(0),
   };
-  info.not_implemented = "spike detectors (issue 4)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<GradNormSpikeDetector>(s);
+  };
   return info;
 }
 

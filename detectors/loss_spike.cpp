@@ -1,9 +1,28 @@
 // Detector `loss_spike`: flags a loss z-score spike over a window of recent steps (uses
-// spike_window, spike_zscore). Keys only for now; the detector lands in this file.
+// spike_window, spike_zscore).
+#include "detectors/spike.h"
+#include "detectors/detector.h"
 #include "harness/registry.h"
 
 namespace nanchaos::detect {
 namespace {
+
+class LossSpikeDetector final : public Detector {
+ public:
+  explicit LossSpikeDetector(const harness::Scenario& s)
+      : Detector("loss_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
+  Hook hook() const override { return Hook::kLoss; }
+  std::optional<Finding> check(const StepView& v) override {
+    if (window_.test_and_add(v.loss->item<double>()) > 0) {
+      return Finding{"loss", "gradient_explosion", 0};
+    }
+    return std::nullopt;
+  }
+
+ private:
+  SpikeWindow window_;
+};
+
 
 using harness::DetectorInfo;
 
@@ -12,8 +31,10 @@ DetectorInfo loss_spike_detector() {
   info.name = "loss_spike";
   info.doc =
       "flags a loss z-score spike over a window of recent steps (uses spike_window, spike_zscore)";
-  info.not_implemented = "spike detectors (issue 4)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<LossSpikeDetector>(s);
+  };
   return info;
 }
 

@@ -18,7 +18,8 @@ double global_max_abs(const std::vector<double>& rows, int world) {
 }
 
 Decision decide(const std::vector<double>& rows, int world,
-                const std::vector<std::string>& bwd_names) {
+                const std::vector<std::string>& bwd_names,
+                const std::vector<std::string>& module_names) {
   Decision d;
   auto bits_of = [&](int r) { return uint64_t(rows[size_t(r) * kRowWidth + kBits]); };
   uint64_t any = 0;
@@ -53,6 +54,15 @@ Decision decide(const std::vector<double>& rows, int world,
   } else if (d.detector == "grad") {
     d.cause = "gradient";
     d.layer = bwd_names.at(size_t(row[kGradIdx]));
+  } else if (d.detector == "activation") {
+    d.cause = "activation";
+    const double idx = row[kModuleIdx];
+    if (idx >= 0 && size_t(idx) < module_names.size()) d.layer = module_names[size_t(idx)];
+  } else if (d.detector == "loss_spike" || d.detector == "grad_norm_spike") {
+    // A blow-up seen before any non-finite value (DESIGN.md: gradient_explosion).
+    d.cause = "gradient_explosion";
+  } else if (d.detector == "anomaly") {
+    d.cause = "gradient";  // the op name is in the blamed rank's own detect event
   }
   return d;
 }

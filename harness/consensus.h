@@ -4,12 +4,13 @@
 // matrix (zeros elsewhere) and the matrix is SUM-all-reduced: afterwards every rank holds every
 // rank's detector bits and attribution hints, and decide() is a pure function of that matrix, so
 // all ranks take the same branch (no rank leaves a collective its peers are in).
-// Cost: world x 6 doubles per step (64 ranks: 3 KiB), one small all-reduce.
+// Cost: world x 7 doubles per step (64 ranks: 3.5 KiB), one small all-reduce.
 // Torch-free.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ enum RowField : int {
   kLogitsFinite = 3,  ///< loss detector: 1 when the logits were finite (loss math)
   kMaxAbs = 4,        ///< max |g| entering the SUM (after pre-division)
   kParamIdx = 5,      ///< param detector: first non-finite parameter, backward order
-  kRowWidth = 6
+  kModuleIdx = 6,     ///< activation detector: first non-finite module output, forward order
+  kRowWidth = 7
 };
 
 /// What every rank agreed happened at a step.
@@ -44,13 +46,16 @@ struct Decision {
   std::vector<int64_t> ranks;   ///< ranks on which that detector fired
   std::string layer;            ///< DESIGN.md attribution from the first blamed rank's row
   std::string cause;
+  std::optional<bool> transient;  ///< set by the replay
   nlohmann::json flagged_detail = nlohmann::json::array();  ///< every rank's detectors
 };
 
 /// Derives the decision from the all-reduced matrix. `bwd_names` maps gradient/parameter indices
 /// to names (backward order). Throws std::out_of_range on an index outside bwd_names.
+/// `module_names` maps module indices (forward order) to names.
 Decision decide(const std::vector<double>& rows, int world,
-                const std::vector<std::string>& bwd_names);
+                const std::vector<std::string>& bwd_names,
+                const std::vector<std::string>& module_names = {});
 
 /// max over ranks of the kMaxAbs column.
 double global_max_abs(const std::vector<double>& rows, int world);

@@ -251,6 +251,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       d.layer = e.value("layer", "");
       d.cause = e.value("cause", "");
       d.action = watchdog ? "abort" : e.value("action", "");
+      if (e.contains("transient") && e["transient"].is_boolean()) d.transient = e["transient"].get<bool>();
       if (watchdog) {
         d.ranks = absent;  // the flight-recorder answer: who never entered collective #k
       } else if (e.contains("ranks") && e["ranks"].is_array()) {
@@ -261,6 +262,17 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   }
   for (auto& [key, d] : by_step) {
     std::sort(d.ranks.begin(), d.ranks.end());
+    // What only the blamed rank knows (e.g. the backward op anomaly mode named) is in its own
+    // detect event.
+    if (d.layer.empty() && !d.ranks.empty() && d.ranks[0] < world) {
+      for (const auto& e : logs[size_t(d.ranks[0])].events) {
+        if (e.value("ev", "") == "detect" && e.value("step", int64_t(-1)) == d.step &&
+            e.value("detector", "") == d.detector && !e.value("layer", "").empty()) {
+          d.layer = e.value("layer", "");
+          break;
+        }
+      }
+    }
     res.detections.push_back(d);
   }
   std::stable_sort(res.detections.begin(), res.detections.end(),
@@ -386,6 +398,11 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   if (ex.cause) {
     add("cause", *ex.cause, blamed_cause.empty() ? json(nullptr) : json(blamed_cause),
         blamed_cause == *ex.cause);
+  }
+  if (ex.transient) {
+    const bool have = fd && fd->transient;
+    add("transient", *ex.transient, have ? json(*fd->transient) : json(nullptr),
+        have && *fd->transient == *ex.transient);
   }
   if (ex.outcome) add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
   add("deadlock", ex.deadlock, deadlock, deadlock == ex.deadlock);

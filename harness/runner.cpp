@@ -55,6 +55,17 @@ double wire_max(WireType w) {
   }
 }
 
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// LibTorch warnings (anomaly mode prints a forward traceback per detection) go to the rank's
+// stderr only with NANCHAOS_LOG=debug; otherwise they would drown the launcher log.
+void torch_warning(const std::string& msg) {
+  const char* level = std::getenv("NANCHAOS_LOG");
+  if (level && std::string(level) == "debug") {
+    std::fprintf(stderr, "torch warning: %s\n", first_line(msg).c_str());
+  }
+}
+
 uint64_t hash_bytes(uint64_t h, const torch::Tensor& t) {
   auto c = t.contiguous();
   std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
@@ -78,6 +89,8 @@ class RankRunner {
                                            s_.file, s_.job.ranks, world_));
     }
     torch::set_num_threads(1);
+    static compat::WarningSink quiet(&torch_warning);
+    c10::Warning::set_warning_handler(&quiet);
     workload_ = make_workload(s_);
     for (auto& [name, p] : workload_->parameters()) {
       fwd_names_.push_back(name);
@@ -104,6 +117,10 @@ class RankRunner {
     consensus_ = s_.detectors.consensus && !detectors_.empty();
     // Without a watchdog a collective waits forever, as a stock c10d job does (until the
     // launcher's timeout); with one, it waits collective_timeout_ms.
+    module_names_ = workload_->module_names();
+    for (auto& d : detectors_) anomaly_mode_ |= d->wants_anomaly_mode();
+    // Always-on anomaly mode (the `anomaly` detector): the costly baseline.
+    if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
     has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
                               "watchdog") != s_.detectors.enabled.end();
   }
@@ -187,7 +204,7 @@ class RankRunner {
   }
 
   /// Collective with enter/leave events, polled against the watchdog deadline.
-  bool collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
+  void collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
     const int64_t seq = coll_seq_++;
     log_->write("coll_enter", {{"seq", seq}, {"name", name}, {"count", count},
                                {"dtype", elem_name(type)}, {"step", step}});
@@ -198,7 +215,7 @@ class RankRunner {
     const CollStatus st = work->wait(deadline);
     if (st == CollStatus::kOk) {
       log_->write("coll_leave", {{"seq", seq}, {"name", name}, {"step", step}});
-      return true;
+      return;
     }
     // Watchdog: name the collective, then take the whole job down (never hang).
     const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
@@ -227,6 +244,8 @@ class RankRunner {
     if (!d.cause.empty()) abort_cause_ = d.cause;
     log_->write("decision", {{"step", step}, {"detector", d.detector}, {"ranks", d.ranks},
                              {"layer", d.layer}, {"cause", d.cause}, {"action", action},
+                             {"transient", d.transient ? nlohmann::json(*d.transient)
+                                                       : nlohmann::json()},
                              {"flagged", d.flagged_detail},
                              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
   }
@@ -236,6 +255,8 @@ class RankRunner {
     log_->write("step_begin", {{"step", step}});
     local_findings_.clear();
     first_local_us_.reset();
+    for (auto& d : detectors_) d->reset();
+    snapshot_buffers();
     FaultContext ctx = context(step);
     std::vector<double> rows(size_t(world_) * kRowWidth, 0.0);
     std::vector<double> row(kRowWidth, 0.0);
@@ -276,6 +297,7 @@ class RankRunner {
     workload_->module().train();
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      for (auto& d : detectors_) d->on_activation(name, out);
       return out;
     };
     torch::Tensor logits = workload_->forward(batch, probe);
@@ -285,19 +307,14 @@ class RankRunner {
     view.logits = &logits;
     run_detectors(Hook::kLoss, view, row, step);
     if (local_findings_.count("loss")) row[kLogitsFinite] = local_findings_["loss"].code;
+    if (local_findings_.count("activation")) row[kModuleIdx] = local_findings_["activation"].code;
     view.loss = view.logits = nullptr;
     const double loss_value = loss.item<double>();
     if (naive && row[kBits] != 0) return early_return(step, lr);
 
     // backward, gradient faults, the fused pack + scan
-    opt_->zero_grad();
-    loss.backward();
-    NamedTensors grads;
-    for (size_t i = 0; i < fwd_params_.size(); ++i) {
-      auto& p = fwd_params_[i];
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.emplace_back(fwd_names_[i], p.grad());
-    }
+    std::string anomaly_message = backward(loss);
+    NamedTensors grads = gradients();
     for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
     std::vector<ConstSpan> spans;
     for (auto& p : bwd_params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
@@ -305,6 +322,7 @@ class RankRunner {
     const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
     pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);
     view.grad_stats = &pre;
+    view.anomaly_message = &anomaly_message;
     run_detectors(Hook::kGradients, view, row, step);
     view.grad_stats = nullptr;
     if (pre.first_nonfinite >= 0) row[kGradIdx] = pre.first_nonfinite;
@@ -317,8 +335,9 @@ class RankRunner {
     if (consensus_) {
       std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
       collective("consensus", rows.data(), rows.size(), ElemType::kFloat64, step);
-      decision = decide(rows, world_, bwd_names_);
+      decision = decide(rows, world_, bwd_names_, module_names_);
       global_max_abs = harness::global_max_abs(rows, world_);
+      if (decision.flagged && s_.detectors.replay) replay_and_refine(step, &decision);
     }
     bool skip = false;
     bool detected = false;
@@ -366,6 +385,117 @@ class RankRunner {
     log_->write("step_end", {{"step", step}, {"loss", loss_value}, {"lr", lr},
                              {"action", skip ? "skip" : "update"}});
     return detected;
+  }
+
+  /// Backward pass; under anomaly mode the first op that returns NaN raises, and its message is
+  /// returned (the step's gradients are then incomplete, which the anomaly finding reports).
+  std::string backward(torch::Tensor& loss) {
+    opt_->zero_grad();
+    try {
+      loss.backward();
+    } catch (const std::exception& e) {
+      if (!anomaly_mode_) throw;
+      return first_line(e.what());
+    }
+    return "";
+  }
+
+  NamedTensors gradients() {
+    NamedTensors grads;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) {
+      auto& p = fwd_params_[i];
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      grads.emplace_back(fwd_names_[i], p.grad());
+    }
+    return grads;
+  }
+
+  // BatchNorm running statistics are the only state a forward pass changes before the update;
+  // parameters and optimizer state change only in the update, which comes after every check.
+  void snapshot_buffers() {
+    buffer_snapshot_.clear();
+    for (auto& [name, b] : workload_->buffers()) buffer_snapshot_.push_back(b.clone());
+  }
+  void restore_buffers() {
+    torch::NoGradGuard ng;
+    size_t i = 0;
+    for (auto& [name, b] : workload_->buffers()) b.copy_(buffer_snapshot_.at(i++));
+  }
+
+  /// The replay (Megatron's rerun idea, fairseq's probes, PyTorch's anomaly mode): every rank
+  /// restores its pre-step state and re-runs the step with a probe on every module and anomaly
+  /// mode on. Persistent faults fire again, transient ones do not. A second small all-reduce
+  /// shares each rank's result, so every rank refines the decision identically.
+  void replay_and_refine(int64_t step, Decision* d) {
+    log_->write("replay_begin", {{"step", step}});
+    restore_buffers();
+    FaultContext ctx = context(step);
+    ctx.reexecution = true;
+    ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
+      log_->write("inject", {{"fault", fault}, {"kind", s_.faults[fault].kind}, {"step", step},
+                             {"target", target}, {"detail", std::move(detail)}, {"replay", true}});
+    };
+    NamedTensors params;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    for (auto& inj : injectors_) inj->on_parameters(ctx, params);
+    Batch batch = workload_->make_batch(step, rank_);
+    for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    workload_->prepare(batch);
+    bool bad_batch = batch.inputs.is_floating_point() && !torch::isfinite(batch.inputs).all().item<bool>();
+    if (batch.labels.is_floating_point()) bad_batch |= !torch::isfinite(batch.labels).all().item<bool>();
+    if (batch.mask.defined()) bad_batch |= batch.mask.sum().item<double>() == 0.0;
+    int first_module = -1, index = 0;
+    ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
+      for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      if (first_module < 0 && !torch::isfinite(out).all().item<bool>()) first_module = index;
+      ++index;
+      return out;
+    };
+    std::string anomaly;
+    int first_grad = -1;
+    bool bad_loss = false;
+    {
+      torch::autograd::DetectAnomalyGuard anomaly_guard;
+      auto logits = workload_->forward(batch, probe);
+      auto loss = workload_->loss(logits, batch);
+      for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
+      bad_loss = !std::isfinite(loss.item<double>());
+      opt_->zero_grad();
+      try {
+        loss.backward();
+      } catch (const std::exception& e) {
+        anomaly = first_line(e.what());
+      }
+      NamedTensors grads = gradients();
+      for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
+      for (size_t i = 0; i < bwd_params_.size() && first_grad < 0; ++i) {
+        if (!torch::isfinite(bwd_params_[i].grad()).all().item<bool>()) first_grad = int(i);
+      }
+    }
+    opt_->zero_grad();
+    restore_buffers();
+    const bool reproduced =
+        bad_batch || first_module >= 0 || bad_loss || first_grad >= 0 || !anomaly.empty();
+    log_->write("replay_end", {{"step", step}, {"reproduced", reproduced},
+                               {"module", first_module >= 0 ? module_names_[first_module] : ""},
+                               {"anomaly_op", anomaly.empty() ? "" : detect::backward_op(anomaly)},
+                               {"grad", first_grad >= 0 ? bwd_names_[first_grad] : ""}});
+    // Share: [reproduced, first module, first grad] per rank.
+    std::vector<double> rows(size_t(world_) * 3, 0.0);
+    rows[size_t(rank_) * 3 + 0] = reproduced ? 1 : 0;
+    rows[size_t(rank_) * 3 + 1] = first_module;
+    rows[size_t(rank_) * 3 + 2] = first_grad;
+    collective("replay", rows.data(), rows.size(), ElemType::kFloat64, step);
+    const size_t r0 = size_t(d->ranks.front());
+    d->transient = rows[r0 * 3 + 0] < 0.5;
+    const int module = int(rows[r0 * 3 + 1]);
+    // DESIGN.md: a module whose output is non-finite while its input was finite is the cause;
+    // the replay's probe sees the first such module in forward order.
+    if (module >= 0 && (d->cause == "activation" || d->cause == "gradient") &&
+        d->detector != "batch") {
+      d->cause = "activation";
+      d->layer = module_names_.at(size_t(module));
+    }
   }
 
   size_t pre_count() const { return wire_buf_.size() / wire_bytes(wire_); }
@@ -455,6 +585,9 @@ class RankRunner {
   WireType wire_ = WireType::kFp32;
   bool consensus_ = true;
   bool has_watchdog_ = false;
+  bool anomaly_mode_ = false;
+  std::vector<std::string> module_names_;
+  std::vector<torch::Tensor> buffer_snapshot_;
   bool aborting_ = false;
   std::string abort_cause_;
   int64_t coll_seq_ = 0;

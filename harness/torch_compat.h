@@ -6,6 +6,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 namespace nanchaos::compat {
 
@@ -27,5 +28,22 @@ torch::optim::OptimizerParamState* optimizer_state(Opt& opt, const torch::Tensor
   }();
   return it == state.end() ? nullptr : it->second.get();
 }
+
+/// A c10 warning handler that forwards the message text. 1.13 passes (location, msg, verbatim);
+/// 2.x passes a c10::Warning object.
+class WarningSink : public c10::WarningHandler {
+ public:
+  explicit WarningSink(void (*sink)(const std::string&)) : sink_(sink) {}
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& w) override { sink_(w.msg()); }
+#else
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override {
+    sink_(msg);
+  }
+#endif
+
+ private:
+  void (*sink_)(const std::string&);
+};
 
 }  // namespace nanchaos::compat
