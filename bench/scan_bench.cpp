@@ -9,12 +9,20 @@
 // = 77 tensors, 9,065,984 floats, 36.3 MB.
 //
 // BM_ReadBandwidth          plain read: sum of every float (the floor for any pass over the bytes)
+// BM_FusedGradScan          the stack's fp32 path (gradients are views of the fp32 all-reduce
+//                           bucket, no pre-division, so nothing is packed): `scan`, one read pass
+//                           computing non-finite flags + sq norm + max |x|. Counter
+//                           ratio_vs_read = its bandwidth over the plain read's, both timed
+//                           interleaved (best of 30 rounds) within this benchmark.
+// BM_PostReduceScaleScan    `scale_and_scan` in place after the fp32 all-reduce: x *= 1/world
+//                           plus the same checks (reads and writes every byte). Scales alternate
+//                           0.25 and 4 so the data comes back bit-exact. ratio_vs_read as above.
 // BM_PackCopy               the pack alone: memcpy of each tensor into the fp32 all-reduce buffer,
 //                           no checks (reads and writes every byte: the floor for any pack)
-// BM_FusedGradScan          pack_and_scan into an fp32 all-reduce buffer: copy + non-finite flags
-//                           + sq norm + max |x| in one pass. Counters ratio_vs_read and
-//                           ratio_vs_copy = its bandwidth over the plain read's / plain pack's,
-//                           all timed interleaved (best of 30 rounds) within this benchmark.
+// BM_PackAndScan            pack_and_scan into an fp32 all-reduce buffer: the path that needs a
+//                           pack (fp16/bf16 wire or pre-division; measured here at fp32, scale
+//                           1). Counter ratio_vs_copy = its bandwidth over the plain pack's,
+//                           timed interleaved (best of 30 rounds) within this benchmark.
 // BM_PerTensorIsfiniteItem  the usual per-tensor pattern, `torch.isfinite(g).all().item()` and
 //                           `g.norm()` per tensor plus the pack copy, emulated without torch as
 //                           the same passes over memory: isfinite writes a bool mask, all() reads
@@ -40,14 +48,18 @@
 namespace {
 
 using nanchaos::harness::ConstSpan;
+using nanchaos::harness::MutSpan;
 using nanchaos::harness::pack_and_scan;
+using nanchaos::harness::scale_and_scan;
+using nanchaos::harness::scan;
 using nanchaos::harness::ScanStats;
 using nanchaos::harness::WireType;
 
 struct GradSet {
   std::vector<std::vector<float>> tensors;
   std::vector<ConstSpan> spans;
-  std::vector<float> wire;  // the all-reduce buffer
+  std::vector<MutSpan> mut_spans;  // the same tensors, for the in-place post-reduce pass
+  std::vector<float> wire;         // the all-reduce buffer
   size_t floats = 0;
   int64_t bytes() const { return static_cast<int64_t>(floats * sizeof(float)); }
 };
@@ -71,7 +83,10 @@ const GradSet& grads() {
       s.tensors.push_back(std::move(t));
       s.floats += n;
     }
-    for (const auto& t : s.tensors) s.spans.push_back({t.data(), t.size()});
+    for (auto& t : s.tensors) {
+      s.spans.push_back({t.data(), t.size()});
+      s.mut_spans.push_back({t.data(), t.size()});
+    }
     s.wire.assign(s.floats, 0.0f);
     return s;
   }();
@@ -104,8 +119,44 @@ void copy_pass(GradSet& s) {
   }
 }
 
-void fused_pass(GradSet& s, ScanStats* stats) {
+// The stack's fp32 path: the gradients are the all-reduce bucket, so the check only reads them.
+void scan_pass(const GradSet& s, ScanStats* stats) { scan(s.spans, stats); }
+
+// The post-reduce pass, in place. Successive calls alternate x *= 0.25 and x *= 4 (both exact for
+// these values), so every pair of calls restores the gradients bit for bit and the data never
+// drifts into denormals.
+void post_reduce_pass(GradSet& s, ScanStats* stats, int* parity) {
+  scale_and_scan(s.mut_spans, *parity ? 4.0f : 0.25f, stats);
+  *parity ^= 1;
+}
+
+void pack_pass(GradSet& s, ScanStats* stats) {
   pack_and_scan(s.spans, s.wire.data(), WireType::kFp32, 1.0f, stats);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Same-run ratio of two passes over the same bytes: alternate them `rounds` times, time each, keep
+// the best of each so that a neighbour's burst on a shared host hits both sides alike. Returns
+// best time of `base` / best time of `pass` = bandwidth of `pass` / bandwidth of `base`.
+template <typename Base, typename Pass>
+double interleaved_ratio(Base&& base, Pass&& pass, int rounds = 30) {
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  double best_base = 1e30, best_pass = 1e30;
+  for (int round = 0; round < rounds; ++round) {
+    const auto t0 = Clock::now();
+    base();
+    benchmark::ClobberMemory();
+    const auto t1 = Clock::now();
+    pass();
+    benchmark::ClobberMemory();
+    const auto t2 = Clock::now();
+    best_base = std::min(best_base, seconds(t0, t1));
+    best_pass = std::min(best_pass, seconds(t1, t2));
+  }
+  return best_base / best_pass;
 }
 
 void BM_ReadBandwidth(benchmark::State& state) {
@@ -117,6 +168,48 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * s.bytes());
 }
 
+void BM_FusedGradScan(benchmark::State& state) {
+  const GradSet& s = grads();
+  ScanStats stats;
+  for (auto _ : state) {
+    scan_pass(s, &stats);
+    benchmark::DoNotOptimize(stats.sq_norm);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s.bytes());
+  state.counters["ratio_vs_read"] = interleaved_ratio(
+      [&] {
+        float sum = read_pass(s);
+        benchmark::DoNotOptimize(sum);
+      },
+      [&] {
+        scan_pass(s, &stats);
+        benchmark::DoNotOptimize(stats.sq_norm);
+      });
+}
+
+void BM_PostReduceScaleScan(benchmark::State& state) {
+  GradSet& s = const_cast<GradSet&>(grads());
+  ScanStats stats;
+  int parity = 0;
+  for (auto _ : state) {
+    post_reduce_pass(s, &stats, &parity);
+    benchmark::DoNotOptimize(stats.sq_norm);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * s.bytes());
+  state.counters["ratio_vs_read"] = interleaved_ratio(
+      [&] {
+        float sum = read_pass(s);
+        benchmark::DoNotOptimize(sum);
+      },
+      [&] {
+        post_reduce_pass(s, &stats, &parity);
+        benchmark::DoNotOptimize(stats.sq_norm);
+      });
+  if (parity) post_reduce_pass(s, &stats, &parity);  // back to the original gradients
+}
+
 void BM_PackCopy(benchmark::State& state) {
   GradSet& s = const_cast<GradSet&>(grads());
   for (auto _ : state) {
@@ -126,42 +219,20 @@ void BM_PackCopy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * s.bytes());
 }
 
-void BM_FusedGradScan(benchmark::State& state) {
+void BM_PackAndScan(benchmark::State& state) {
   GradSet& s = const_cast<GradSet&>(grads());
   ScanStats stats;
   for (auto _ : state) {
-    fused_pass(s, &stats);
+    pack_pass(s, &stats);
     benchmark::DoNotOptimize(stats.sq_norm);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * s.bytes());
-
-  // Same-run ratios: alternate a plain read, a plain pack copy and a fused pass, time each, keep
-  // the best of each so that a neighbour's burst on a shared host hits all sides alike.
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
-  double best_read = 1e30, best_copy = 1e30, best_fused = 1e30;
-  for (int round = 0; round < 30; ++round) {
-    auto t0 = Clock::now();
-    float sum = read_pass(s);
-    benchmark::DoNotOptimize(sum);
-    auto t1 = Clock::now();
-    copy_pass(s);
-    benchmark::ClobberMemory();
-    auto t2 = Clock::now();
-    fused_pass(s, &stats);
-    benchmark::DoNotOptimize(stats.sq_norm);
-    benchmark::ClobberMemory();
-    auto t3 = Clock::now();
-    best_read = std::min(best_read, seconds(t0, t1));
-    best_copy = std::min(best_copy, seconds(t1, t2));
-    best_fused = std::min(best_fused, seconds(t2, t3));
-  }
-  // Same bytes on every side, so bandwidth ratio = inverse time ratio.
-  state.counters["ratio_vs_read"] = best_read / best_fused;
-  state.counters["ratio_vs_copy"] = best_copy / best_fused;
+  state.counters["ratio_vs_copy"] = interleaved_ratio([&] { copy_pass(s); },
+                                                      [&] {
+                                                        pack_pass(s, &stats);
+                                                        benchmark::DoNotOptimize(stats.sq_norm);
+                                                      });
 }
 
 // The per-tensor passes, each written to vectorize (as torch's CPU kernels are), so that the
@@ -220,8 +291,10 @@ void BM_PerTensorIsfiniteItem(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PackCopy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FusedGradScan)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PostReduceScaleScan)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackCopy)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackAndScan)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PerTensorIsfiniteItem)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -137,6 +137,7 @@ class RankRunner {
                                               consecutive), abort_cause_);
       }
     }
+    broadcast_buffers(s_.job.steps);  // as the next forward would: replicas end identical
     write_final(s_.job.steps);
     log_->write("exit", {{"code", 0}});
     return 0;
@@ -246,7 +247,7 @@ class RankRunner {
                              {"layer", d.layer}, {"cause", d.cause}, {"action", action},
                              {"transient", d.transient ? nlohmann::json(*d.transient)
                                                        : nlohmann::json()},
-                             {"flagged", d.flagged_detail},
+                             {"flagged", d.flagged_detail}, {"t_us", decided_us_},
                              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
   }
 
@@ -256,6 +257,7 @@ class RankRunner {
     local_findings_.clear();
     first_local_us_.reset();
     for (auto& d : detectors_) d->reset();
+    broadcast_buffers(step);
     snapshot_buffers();
     FaultContext ctx = context(step);
     std::vector<double> rows(size_t(world_) * kRowWidth, 0.0);
@@ -336,6 +338,7 @@ class RankRunner {
       std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
       collective("consensus", rows.data(), rows.size(), ElemType::kFloat64, step);
       decision = decide(rows, world_, bwd_names_, module_names_);
+      decided_us_ = now_us();  // every rank agrees here; the replay only refines attribution
       global_max_abs = harness::global_max_abs(rows, world_);
       if (decision.flagged && s_.detectors.replay) replay_and_refine(step, &decision);
     }
@@ -372,6 +375,7 @@ class RankRunner {
             pd.layer = f->layer;
             pd.cause = f->cause;
             detected = true;
+            decided_us_ = now_us();
             apply_policy(pd, step, &skip);
           }
         }
@@ -408,6 +412,30 @@ class RankRunner {
       grads.emplace_back(fwd_names_[i], p.grad());
     }
     return grads;
+  }
+
+  // DDP's default (broadcast_buffers=True): rank 0's buffers overwrite every rank's at step start.
+  // Done as a SUM all-reduce where only rank 0 contributes (x + 0 == x, NaN stays NaN).
+  void broadcast_buffers(int64_t step) {
+    std::vector<torch::Tensor> floats;
+    for (auto& [name, b] : workload_->buffers()) {
+      if (b.is_floating_point()) floats.push_back(b);
+    }
+    if (floats.empty() || world_ == 1) return;
+    torch::NoGradGuard ng;
+    auto flat = torch::cat([&] {
+      std::vector<torch::Tensor> v;
+      for (auto& b : floats) v.push_back(b.reshape({-1}));
+      return v;
+    }());
+    if (rank_ != 0) flat.zero_();
+    collective("buffer_broadcast", flat.data_ptr<float>(), size_t(flat.numel()),
+               ElemType::kFloat32, step);
+    int64_t off = 0;
+    for (auto& b : floats) {
+      b.copy_(flat.narrow(0, off, b.numel()).view_as(b));
+      off += b.numel();
+    }
   }
 
   // BatchNorm running statistics are the only state a forward pass changes before the update;
@@ -586,6 +614,7 @@ class RankRunner {
   bool consensus_ = true;
   bool has_watchdog_ = false;
   bool anomaly_mode_ = false;
+  int64_t decided_us_ = 0;
   std::vector<std::string> module_names_;
   std::vector<torch::Tensor> buffer_snapshot_;
   bool aborting_ = false;

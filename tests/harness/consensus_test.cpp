@@ -249,3 +249,38 @@ TEST(ConsensusGlobalMaxAbs, MaxOverRanks) {
 
 }  // namespace
 }  // namespace nanchaos::harness
+
+namespace {
+std::vector<double> one_flag(int world, int rank, const char* detector) {
+  std::vector<double> rows(size_t(world) * nanchaos::harness::kRowWidth, 0.0);
+  rows[size_t(rank) * nanchaos::harness::kRowWidth + nanchaos::harness::kBits] =
+      double(uint64_t(1) << nanchaos::harness::detector_bit(detector));
+  return rows;
+}
+}  // namespace
+
+TEST(ConsensusCauseRules, ActivationNamesTheModuleByForwardIndex) {
+  auto rows = one_flag(2, 1, "activation");
+  rows[1 * nanchaos::harness::kRowWidth + nanchaos::harness::kModuleIdx] = 2;
+  auto d = nanchaos::harness::decide(rows, 2, {"head.bias"}, {"embed", "pos", "blocks.0.ln1"});
+  EXPECT_EQ(d.cause, "activation");
+  EXPECT_EQ(d.layer, "blocks.0.ln1");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+}
+
+TEST(ConsensusCauseRules, SpikesAreGradientExplosion) {
+  for (const char* det : {"loss_spike", "grad_norm_spike"}) {
+    auto d = nanchaos::harness::decide(one_flag(4, 3, det), 4, {"w"}, {});
+    EXPECT_EQ(d.detector, det);
+    EXPECT_EQ(d.cause, "gradient_explosion") << det;
+  }
+}
+
+TEST(ConsensusCauseRules, SpikeLosesToANonFiniteLossOnAnotherRank) {
+  auto rows = one_flag(2, 0, "grad_norm_spike");
+  rows[1 * nanchaos::harness::kRowWidth + nanchaos::harness::kBits] =
+      double(uint64_t(1) << nanchaos::harness::detector_bit("loss"));
+  auto d = nanchaos::harness::decide(rows, 2, {"w"}, {});
+  EXPECT_EQ(d.detector, "loss");  // earlier in the pipeline
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+}

@@ -317,3 +317,61 @@ TEST(Deadlock, NaiveStackHangsAndTheLeavingRankIsNamed) {
   EXPECT_LT(s["last_collective"]["1"]["seq"].get<int>(), s["last_collective"]["0"]["seq"].get<int>());
   EXPECT_EQ(job_processes_left(file), 0);
 }
+
+// The replay restores the pre-step state: a run whose last step is detected, replayed and skipped
+// ends bit-identical (parameters incl. BatchNorm running statistics, optimizer state) to a run
+// that stopped one step earlier.
+TEST(Replay, RestoresParametersBuffersAndOptimizerStateBitIdentically) {
+  const auto dir = tmpdir("in");
+  const std::string head = R"(
+[job]
+workload = "mlp"
+ranks = 2
+[workload]
+hidden = 16
+features = 8
+norm = "batchnorm"
+)";
+  const auto faulty = write_file(dir, "faulty.toml", "[scenario]\nname = \"faulty\"\nseed = 3\n" +
+                                                        head + "steps = 9\n" + R"(
+[[fault]]
+kind = "tensor"
+target = "activation:layers.1.linear"
+ranks = [0]
+step = 8
+persistent = true
+[expect]
+detected = true
+transient = false
+layer = "layers.1.linear"
+)");
+  const auto clean = write_file(dir, "clean.toml",
+                                "[scenario]\nname = \"clean\"\nseed = 3\n" + head + "steps = 8\n");
+  // "steps" must sit in [job]: move it there.
+  for (const auto& f : {faulty, clean}) {
+    std::ifstream in(f);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const auto at = text.find("steps = ");
+    const std::string line = text.substr(at, text.find('\n', at) - at + 1);
+    text.erase(at, line.size());
+    text.insert(text.find("ranks = 2\n") + 10, line);
+    std::ofstream(f) << text;
+  }
+  const auto out = tmpdir("out");
+  auto r = run_cmd(kBin + " run " + faulty + " " + clean + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto final_of = [&](const std::string& name) {
+    json last;
+    std::ifstream in(out + "/" + name + "/events/rank-0.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto e = json::parse(line);
+      if (e["ev"] == "final") last = e;
+    }
+    return last;
+  };
+  const json a = final_of("faulty"), b = final_of("clean");
+  ASSERT_FALSE(a.is_null());
+  ASSERT_FALSE(b.is_null());
+  EXPECT_EQ(a["params_hash"], b["params_hash"]);
+  EXPECT_EQ(a["optim_hash"], b["optim_hash"]);
+}

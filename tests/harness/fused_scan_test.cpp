@@ -547,5 +547,184 @@ TEST(FusedScan, SameInputSameStats) {
   EXPECT_EQ(a.max_abs, b.max_abs);
 }
 
+// ---- scan / scale_and_scan: the in-place fp32 (gradient-as-bucket-view) path ----
+
+void expect_identical(const ScanStats& a, const ScanStats& b) {
+  EXPECT_EQ(a.nonfinite, b.nonfinite);
+  EXPECT_EQ(a.first_nonfinite, b.first_nonfinite);
+  EXPECT_EQ(to_bits(a.max_abs), to_bits(b.max_abs));
+  uint64_t ua, ub;
+  std::memcpy(&ua, &a.sq_norm, sizeof ua);
+  std::memcpy(&ub, &b.sq_norm, sizeof ub);
+  EXPECT_EQ(ua, ub) << a.sq_norm << " vs " << b.sq_norm;  // bit-identical, not just equal
+}
+
+// The awkward cases by hand: every NaN payload, +-inf, denormals, -0, 3e38 and FLT_MAX, empty
+// tensors (null data) between non-empty ones, sizes across lane and chunk boundaries.
+std::vector<std::vector<float>> edge_tensors() {
+  const float dmin = std::numeric_limits<float>::denorm_min();
+  std::vector<std::vector<float>> tensors;
+  tensors.push_back({});
+  for (uint32_t special : kSpecialBits) {
+    std::vector<float> t(33, 0.5f);
+    t[32] = from_bits(special);
+    t[0] = 3e38f;
+    tensors.push_back(t);
+  }
+  tensors.push_back({-0.0f, 0.0f, dmin, -dmin, 1e-40f, -1e-38f});
+  tensors.push_back({});
+  tensors.push_back(std::vector<float>(2049, -3e38f));
+  tensors.push_back({std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()});
+  std::vector<float> big(3 * 2048 + 17, 1e-3f);
+  big[2048] = from_bits(0x7fa5a5a5u);
+  tensors.push_back(big);
+  tensors.push_back({});
+  return tensors;
+}
+
+std::vector<std::vector<std::vector<float>>> scan_cases() {
+  std::vector<std::vector<std::vector<float>>> cases = {edge_tensors()};
+  for (uint32_t seed = 1; seed <= 6; ++seed) cases.push_back(random_tensors(100 + seed, 80, 0.2));
+  cases.push_back(random_tensors(200, 40, 0.0));
+  return cases;
+}
+
+TEST(FusedScanInPlace, ScanMatchesPackAndScanBitForBit) {
+  for (const auto& tensors : scan_cases()) {
+    std::vector<ConstSpan> spans = const_spans(tensors);
+    for (auto& s : spans) {
+      if (s.n == 0) s.data = nullptr;  // empty spans may have null data
+    }
+    const std::vector<float> input = concat(tensors);
+    std::vector<float> wire(input.size());
+    ScanStats packed, scanned;
+    pack_and_scan(spans, wire.data(), WireType::kFp32, 1.0f, &packed);
+    scanned.first_nonfinite = 3;  // stale contents are reset
+    scanned.sq_norm = 7;
+    scanned.nonfinite = {1, 1};
+    scan(spans, &scanned);
+    expect_identical(scanned, packed);
+    expect_matches_reference(scanned, reference_scan(tensors));
+    // The stats of pack_and_scan at another scale / wire describe the same fp32 originals.
+    std::vector<uint16_t> half(input.size());
+    pack_and_scan(spans, half.data(), WireType::kFp16, 0.25f, &packed);
+    expect_identical(scanned, packed);
+    EXPECT_EQ(std::memcmp(concat(tensors).data(), input.data(), input.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(FusedScanInPlace, ScanOfBucketViewsMatchesSeparateTensors) {
+  // gradient_as_bucket_view: the tensors are views of one flat buffer.
+  const auto tensors = random_tensors(77, 60, 0.1);
+  std::vector<float> bucket = concat(tensors);
+  std::vector<ConstSpan> views;
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    views.push_back({bucket.data() + offset, t.size()});
+    offset += t.size();
+  }
+  ScanStats from_views, from_tensors;
+  scan(views, &from_views);
+  scan(const_spans(tensors), &from_tensors);
+  expect_identical(from_views, from_tensors);
+}
+
+TEST(FusedScanInPlace, ScanEmpty) {
+  ScanStats stats;
+  stats.first_nonfinite = 2;
+  stats.max_abs = 3;
+  scan({}, &stats);
+  EXPECT_TRUE(stats.nonfinite.empty());
+  EXPECT_EQ(stats.first_nonfinite, -1);
+  EXPECT_EQ(stats.sq_norm, 0.0);
+  EXPECT_EQ(stats.max_abs, 0.0f);
+  scan({{nullptr, 0}, {nullptr, 0}}, &stats);
+  EXPECT_EQ(stats.nonfinite, (std::vector<uint8_t>{0, 0}));
+  EXPECT_EQ(stats.first_nonfinite, -1);
+  scale_and_scan({}, 0.25f, &stats);
+  EXPECT_TRUE(stats.nonfinite.empty());
+  scale_and_scan({{nullptr, 0}}, 0.25f, &stats);
+  EXPECT_EQ(stats.nonfinite, (std::vector<uint8_t>{0}));
+  EXPECT_EQ(stats.sq_norm, 0.0);
+}
+
+// scale_and_scan(g, s) must write what unpack_and_scan(concat(g), kFp32, s) writes and report the
+// same stats, bit for bit.
+void check_scale_against_unpack(const std::vector<std::vector<float>>& tensors, float scale) {
+  const std::vector<float> wire = concat(tensors);
+  std::vector<std::vector<float>> unpacked, inplace = tensors;
+  std::vector<MutSpan> out_spans, inplace_spans;
+  for (const auto& t : tensors) unpacked.emplace_back(t.size(), 123.0f);
+  for (auto& o : unpacked) out_spans.push_back({o.empty() ? nullptr : o.data(), o.size()});
+  for (auto& t : inplace) inplace_spans.push_back({t.empty() ? nullptr : t.data(), t.size()});
+  ScanStats want, got;
+  unpack_and_scan(wire.data(), WireType::kFp32, scale, out_spans, &want);
+  got.first_nonfinite = 9;
+  scale_and_scan(inplace_spans, scale, &got);
+  expect_identical(got, want);
+  const std::vector<float> a = concat(inplace), b = concat(unpacked);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  expect_matches_reference(got, reference_scan(inplace));  // stats are of the scaled values
+}
+
+TEST(FusedScanInPlace, ScaleAndScanMatchesUnpackBitForBit) {
+  for (float scale : {1.0f, 0.25f, 1.0f / 3.0f, 8.0f, 0.0f}) {
+    SCOPED_TRACE(scale);
+    for (const auto& tensors : scan_cases()) check_scale_against_unpack(tensors, scale);
+  }
+}
+
+TEST(FusedScanInPlace, ScaleOneLeavesBitsAlone) {
+  auto tensors = edge_tensors();
+  const std::vector<float> before = concat(tensors);
+  std::vector<MutSpan> spans;
+  for (auto& t : tensors) spans.push_back({t.data(), t.size()});
+  ScanStats stats;
+  scale_and_scan(spans, 1.0f, &stats);
+  const std::vector<float> after = concat(tensors);
+  EXPECT_EQ(std::memcmp(after.data(), before.data(), before.size() * sizeof(float)), 0);
+  ScanStats read_only;
+  scan(const_spans(tensors), &read_only);
+  expect_identical(stats, read_only);
+}
+
+TEST(FusedScanInPlace, ScaleQuarterValuesAndFlags) {
+  const float dmin = std::numeric_limits<float>::denorm_min();
+  std::vector<std::vector<float>> tensors = {
+      {2.0f, -4.0f}, {}, {from_bits(0x7fa5a5a5u), 8.0f, -INFINITY}, {-0.0f, dmin, 3e38f}};
+  std::vector<MutSpan> spans;
+  for (auto& t : tensors) spans.push_back({t.data(), t.size()});
+  ScanStats stats;
+  scale_and_scan(spans, 0.25f, &stats);
+  EXPECT_EQ(tensors[0], (std::vector<float>{0.5f, -1.0f}));
+  EXPECT_TRUE(std::isnan(tensors[2][0]));
+  EXPECT_EQ(tensors[2][1], 2.0f);
+  EXPECT_EQ(tensors[2][2], -INFINITY);
+  EXPECT_EQ(to_bits(tensors[3][0]), 0x80000000u);
+  EXPECT_EQ(tensors[3][1], 0.0f);  // 2^-149 / 4 rounds to +0
+  EXPECT_EQ(tensors[3][2], 7.5e37f);
+  EXPECT_EQ(stats.nonfinite, (std::vector<uint8_t>{0, 0, 1, 0}));
+  EXPECT_EQ(stats.first_nonfinite, 2);
+  EXPECT_EQ(stats.max_abs, 7.5e37f);
+  const double big = 7.5e37f;
+  EXPECT_EQ(stats.sq_norm, (0.25 + 1.0) + 4.0 + big * big);
+}
+
+TEST(FusedScanInPlace, ScaleOverflowIsFlaggedPostReduce) {
+  std::vector<std::vector<float>> tensors = {{1.0f}, {3e38f, 1.0f}};
+  std::vector<MutSpan> spans;
+  for (auto& t : tensors) spans.push_back({t.data(), t.size()});
+  ScanStats pre;
+  scan(const_spans(tensors), &pre);
+  EXPECT_FALSE(pre.any_nonfinite());
+  ScanStats post;
+  scale_and_scan(spans, 4.0f, &post);
+  EXPECT_EQ(post.first_nonfinite, 1);
+  EXPECT_EQ(tensors[1][0], INFINITY);
+  EXPECT_EQ(post.max_abs, 4.0f);
+  EXPECT_EQ(post.sq_norm, 32.0);
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

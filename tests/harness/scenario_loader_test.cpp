@@ -286,9 +286,8 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_FALSE(f.in_window(11));
 
   EXPECT_EQ(s.detectors.preset, Preset::kDefault);
-  // watchdog is "optional:" and not built yet, so the default preset runs without it.
   EXPECT_EQ(s.detectors.enabled,
-            (std::vector<std::string>{"batch", "loss", "grad", "post_reduce"}));
+            (std::vector<std::string>{"batch", "loss", "grad", "post_reduce", "watchdog"}));
   EXPECT_FALSE(s.detectors.enabled_given);
   EXPECT_TRUE(s.detectors.consensus);
   EXPECT_TRUE(s.detectors.replay);
@@ -332,10 +331,11 @@ TEST(ScenarioLoader, NaivePresetTurnsConsensusAndReplayOff) {
   EXPECT_TRUE(unimplemented_features(s).empty());  // the naive stack is built (deadlock issue)
 }
 
-TEST(ScenarioLoader, ExplicitReplayIsReported) {
+TEST(ScenarioLoader, ExplicitReplayIsBuilt) {
   Scenario s = load_scenario_string(WithHead("[detectors]\nreplay = true\n"), "x.toml");
   EXPECT_TRUE(s.detectors.replay_given);
-  EXPECT_EQ(unimplemented_features(s), std::vector<std::string>{"replay (issue 4)"});
+  EXPECT_TRUE(s.detectors.replay);
+  EXPECT_TRUE(unimplemented_features(s).empty());
 }
 
 TEST(ScenarioLoader, EnabledOverridesPreset) {
@@ -343,9 +343,7 @@ TEST(ScenarioLoader, EnabledOverridesPreset) {
       WithHead("[detectors]\npreset = \"none\"\nenabled = [\"grad\", \"watchdog\"]\n"), "x.toml");
   EXPECT_TRUE(s.detectors.enabled_given);
   EXPECT_EQ(s.detectors.enabled, (std::vector<std::string>{"grad", "watchdog"}));
-  // Asked for by name, the optional watchdog is reported rather than dropped.
-  EXPECT_EQ(unimplemented_features(s),
-            std::vector<std::string>{"detector `watchdog`: watchdog (issue 3)"});
+  EXPECT_TRUE(unimplemented_features(s).empty());
 }
 
 TEST(ScenarioLoader, RankSetForms) {
@@ -372,8 +370,9 @@ TEST(ScenarioLoader, PresetDetectors) {
   EXPECT_EQ(
       preset_detectors(Preset::kDefault, DType::kFp16),
       (std::vector<std::string>{"batch", "loss", "grad", "loss_scale", "post_reduce", "watchdog"}));
-  EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp32).size(), 11u);
-  EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp32).size(), detectors().size());
+  // full: every detector; loss_scale only where a loss scaler exists (fp16).
+  EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp32).size(), detectors().size() - 1);
+  EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp16).size(), detectors().size());
   EXPECT_EQ(preset_detectors(Preset::kNaive, DType::kFp32),
             (std::vector<std::string>{"loss", "grad"}));
   EXPECT_TRUE(preset_detectors(Preset::kNone, DType::kFp16).empty());
@@ -411,7 +410,9 @@ TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
   Scenario r06 = load_scenario(dir + "r06-nan-gradient-checked.toml");
   EXPECT_TRUE(unimplemented_features(r06).empty());
   Scenario r24 = load_scenario(dir + "r24-lr-too-high-rollback.toml");
-  EXPECT_EQ(r24.detectors.enabled.size(), 10u);  // full preset less the optional watchdog
+  EXPECT_EQ(r24.detectors.enabled.size(), 10u);  // full preset, no loss_scale in fp32
+  EXPECT_EQ(unimplemented_features(r24),
+            (std::vector<std::string>{"recovery policy rollback (issue 5)"}));
   EXPECT_TRUE(r24.recovery.has(Policy::kRollback));
 }
 
