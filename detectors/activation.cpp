@@ -13,7 +13,11 @@ class ActivationDetector final : public Detector {
  public:
   ActivationDetector() : Detector("activation") {}
   Hook hook() const override { return Hook::kLoss; }
-  void reset() override { first_bad_.clear(); first_idx_ = -1; seen_ = 0; }
+  void reset() override {
+    first_bad_.clear();
+    first_idx_ = -1;
+    seen_ = 0;
+  }
   void on_activation(const std::string& module, const torch::Tensor& out) override {
     if (first_idx_ < 0 && !torch::isfinite(out).all().item<bool>()) {
       first_bad_ = module;
@@ -29,14 +33,14 @@ class ActivationDetector final : public Detector {
  private:
   static int module_index(const StepView& v, const std::string& name) {
     const auto names = v.workload->module_names();
-    for (size_t i = 0; i < names.size(); ++i) if (names[i] == name) return int(i);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return int(i);
     return -1;
   }
   std::string first_bad_;
   int first_idx_ = -1;
   int seen_ = 0;
 };
-
 
 using harness::DetectorInfo;
 

@@ -22,7 +22,6 @@ class AnomalyDetector final : public Detector {
   }
 };
 
-
 using harness::DetectorInfo;
 
 DetectorInfo anomaly_detector() {

@@ -15,7 +15,8 @@ class BatchDetector final : public Detector {
  public:
   explicit BatchDetector(const harness::Scenario& s)
       : Detector("batch"), max_abs_(s.detectors.max_abs) {
-    classes_ = s.job.workload == harness::WorkloadKind::kMlp ? s.workload.classes : s.workload.vocab;
+    classes_ =
+        s.job.workload == harness::WorkloadKind::kMlp ? s.workload.classes : s.workload.vocab;
   }
   Hook hook() const override { return Hook::kBatch; }
   std::optional<Finding> check(const StepView& v) override {
@@ -41,7 +42,6 @@ class BatchDetector final : public Detector {
   double max_abs_;
   int64_t classes_;
 };
-
 
 using harness::DetectorInfo;
 using harness::Key;

@@ -8,12 +8,12 @@
 // Thread-safety: called from the rank's single thread; must not block.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <array>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "harness/consensus.h"
 #include "harness/fused_scan.h"
@@ -40,16 +40,16 @@ struct StepView {
   int rank = 0;
   int world = 1;
   harness::Workload* workload = nullptr;
-  const harness::Batch* batch = nullptr;          ///< kBatch: as the model receives it
-  const torch::Tensor* loss = nullptr;            ///< kLoss: scalar float32
-  const torch::Tensor* logits = nullptr;          ///< kLoss
-  const harness::ScanStats* grad_stats = nullptr; ///< kGradients: backward order
+  const harness::Batch* batch = nullptr;                 ///< kBatch: as the model receives it
+  const torch::Tensor* loss = nullptr;                   ///< kLoss: scalar float32
+  const torch::Tensor* logits = nullptr;                 ///< kLoss
+  const harness::ScanStats* grad_stats = nullptr;        ///< kGradients: backward order
   const std::vector<std::string>* grad_names = nullptr;  ///< kGradients/kStepStart: backward order
   const std::vector<torch::Tensor>* params = nullptr;    ///< kStepStart: backward order
   const harness::ScanStats* reduce_stats = nullptr;      ///< kPostReduce
-  double global_max_abs = 0;                      ///< kPostReduce: max |g| over all ranks
+  double global_max_abs = 0;                             ///< kPostReduce: max |g| over all ranks
   harness::WireType wire = harness::WireType::kFp32;
-  const std::string* anomaly_message = nullptr;   ///< kGradients: anomaly mode's error, if any
+  const std::string* anomaly_message = nullptr;  ///< kGradients: anomaly mode's error, if any
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.
@@ -79,4 +79,3 @@ class Detector {
 };
 
 }  // namespace nanchaos::detect
-

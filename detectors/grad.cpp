@@ -21,7 +21,6 @@ class GradDetector final : public Detector {
   }
 };
 
-
 using harness::DetectorInfo;
 
 DetectorInfo grad_detector() {

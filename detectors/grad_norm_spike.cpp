@@ -1,6 +1,6 @@
 // Detector `grad_norm_spike`: flags a gradient-norm z-score spike over a window of recent steps.
-#include "detectors/spike.h"
 #include "detectors/detector.h"
+#include "detectors/spike.h"
 #include "harness/registry.h"
 #include "harness/scenario_schema.h"
 
@@ -24,7 +24,6 @@ class GradNormSpikeDetector final : public Detector {
  private:
   SpikeWindow window_;
 };
-
 
 using harness::DetectorInfo;
 using harness::Key;

@@ -22,7 +22,6 @@ class LossDetector final : public Detector {
   }
 };
 
-
 using harness::DetectorInfo;
 
 DetectorInfo loss_detector() {

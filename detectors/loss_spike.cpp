@@ -1,7 +1,7 @@
 // Detector `loss_spike`: flags a loss z-score spike over a window of recent steps (uses
 // spike_window, spike_zscore).
-#include "detectors/spike.h"
 #include "detectors/detector.h"
+#include "detectors/spike.h"
 #include "harness/registry.h"
 
 namespace nanchaos::detect {
@@ -22,7 +22,6 @@ class LossSpikeDetector final : public Detector {
  private:
   SpikeWindow window_;
 };
-
 
 using harness::DetectorInfo;
 

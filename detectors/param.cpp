@@ -26,7 +26,6 @@ class ParamDetector final : public Detector {
   }
 };
 
-
 using harness::DetectorInfo;
 
 DetectorInfo param_detector() {

@@ -30,7 +30,6 @@ class PostReduceDetector final : public Detector {
   }
 };
 
-
 using harness::DetectorInfo;
 
 DetectorInfo post_reduce_detector() {

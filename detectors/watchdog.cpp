@@ -19,7 +19,6 @@ class WatchdogDetector final : public Detector {
   std::optional<Finding> check(const StepView&) override { return std::nullopt; }
 };
 
-
 using harness::DetectorInfo;
 using harness::Key;
 using harness::KeyType;

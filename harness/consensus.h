@@ -10,11 +10,10 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace nanchaos::harness {
 
@@ -42,11 +41,11 @@ enum RowField : int {
 /// What every rank agreed happened at a step.
 struct Decision {
   bool flagged = false;
-  std::string detector;         ///< first flagged detector in pipeline order
-  std::vector<int64_t> ranks;   ///< ranks on which that detector fired
-  std::string layer;            ///< DESIGN.md attribution from the first blamed rank's row
+  std::string detector;        ///< first flagged detector in pipeline order
+  std::vector<int64_t> ranks;  ///< ranks on which that detector fired
+  std::string layer;           ///< DESIGN.md attribution from the first blamed rank's row
   std::string cause;
-  std::optional<bool> transient;  ///< set by the replay
+  std::optional<bool> transient;                            ///< set by the replay
   nlohmann::json flagged_detail = nlohmann::json::array();  ///< every rank's detectors
 };
 

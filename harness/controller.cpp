@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,8 +20,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "harness/events.h"
 #include "harness/judge.h"
@@ -95,9 +94,9 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
   if (tool == "srun") {
     argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
   } else {  // Open MPI's mpirun (or orterun/mpiexec)
-    argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
-                             "NANCHAOS_JOB_ID", "-x", "NANCHAOS_LOG", "--mca",
-                             "mpi_yield_when_idle", "1"});
+    argv.insert(argv.end(),
+                {"-np", np, "--oversubscribe", "--bind-to", "none", "-x", "NANCHAOS_JOB_ID", "-x",
+                 "NANCHAOS_LOG", "--mca", "mpi_yield_when_idle", "1"});
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
   argv.insert(argv.end(), {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir});
@@ -262,9 +261,9 @@ int run_suite(const RunOptions& opts) {
                               : opts.out_dir;
   fs::create_directories(out);
   const std::string launcher =
-      !opts.launcher.empty() ? opts.launcher
-                             : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER")
-                                                                 : "mpirun");
+      !opts.launcher.empty()
+          ? opts.launcher
+          : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER") : "mpirun");
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
   auto write_reports = [&] {
@@ -295,8 +294,7 @@ int run_suite(const RunOptions& opts) {
     } else {
       fs::create_directories(run_dir + "/events");
       fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
-      const std::string job_id =
-          fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
+      const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
       auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
                                 fs::absolute(run_dir).string());
       JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,

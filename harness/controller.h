@@ -28,12 +28,12 @@ struct RunOptions {
 
 /// How a launched job ended, as the controller saw it.
 struct JobResult {
-  int exit_code = -1;       ///< launcher exit code (or 128 + signal)
-  bool timed_out = false;   ///< the controller killed it at timeout_ms
-  int64_t t0_us = 0;        ///< launch time (CLOCK_MONOTONIC us, as in events.h)
-  int64_t t_end_us = 0;     ///< launcher reaped
-  int orphans_killed = 0;   ///< job processes still alive after the launcher was reaped
-  std::string launch_error; ///< fork/exec failure text
+  int exit_code = -1;        ///< launcher exit code (or 128 + signal)
+  bool timed_out = false;    ///< the controller killed it at timeout_ms
+  int64_t t0_us = 0;         ///< launch time (CLOCK_MONOTONIC us, as in events.h)
+  int64_t t_end_us = 0;      ///< launcher reaped
+  int orphans_killed = 0;    ///< job processes still alive after the launcher was reaped
+  std::string launch_error;  ///< fork/exec failure text
   /// Post-mortem of process exit states (single host): for each rank whose pid the controller saw
   /// (from its `start` event), when the controller first saw that process gone (CLOCK_MONOTONIC
   /// us). Polled every 10 ms while the job runs. Ranks on other hosts are absent here.

@@ -1,14 +1,14 @@
 // Judging a job from evidence only: the per-rank event logs and how the processes ended.
 #include "harness/judge.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "harness/events.h"
 
@@ -27,9 +27,9 @@ struct RankLog {
   std::optional<json> abort_ev;
   std::optional<int> exit_code;
   int64_t last_t = 0;
-  int64_t steps_done = 0;                    // highest step_end step + 1
-  std::map<int64_t, std::string> actions;    // step -> update/skip/early_return
-  std::map<int64_t, json> coll_enter;        // seq -> event
+  int64_t steps_done = 0;                  // highest step_end step + 1
+  std::map<int64_t, std::string> actions;  // step -> update/skip/early_return
+  std::map<int64_t, json> coll_enter;      // seq -> event
   std::set<int64_t> coll_left;
 };
 
@@ -39,16 +39,23 @@ RankLog read_rank(const std::string& run_dir, int rank) {
   for (const auto& e : r.events) {
     const std::string ev = e.value("ev", "");
     r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
-    if (ev == "start") r.started = true;
-    else if (ev == "final") { r.has_final = true; r.final_ev = e; }
-    else if (ev == "abort") r.abort_ev = e;
-    else if (ev == "exit") r.exit_code = e.value("code", -1);
+    if (ev == "start")
+      r.started = true;
+    else if (ev == "final") {
+      r.has_final = true;
+      r.final_ev = e;
+    } else if (ev == "abort")
+      r.abort_ev = e;
+    else if (ev == "exit")
+      r.exit_code = e.value("code", -1);
     else if (ev == "step_end") {
       const int64_t st = e.value("step", int64_t(0));
       r.steps_done = std::max(r.steps_done, st + 1);
       r.actions[st] = e.value("action", "");
-    } else if (ev == "coll_enter") r.coll_enter[e.value("seq", int64_t(0))] = e;
-    else if (ev == "coll_leave") r.coll_left.insert(e.value("seq", int64_t(0)));
+    } else if (ev == "coll_enter")
+      r.coll_enter[e.value("seq", int64_t(0))] = e;
+    else if (ev == "coll_leave")
+      r.coll_left.insert(e.value("seq", int64_t(0)));
   }
   return r;
 }
@@ -92,10 +99,14 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     any_abort = any_abort || l.abort_ev.has_value();
     all_exit0 = all_exit0 && l.exit_code && *l.exit_code == 0;
   }
-  if (job.timed_out) res.outcome = "hung";
-  else if (all_final && all_exit0 && !any_abort && job.exit_code == 0) res.outcome = "completed";
-  else if (any_abort) res.outcome = "aborted";
-  else res.outcome = "crashed";
+  if (job.timed_out)
+    res.outcome = "hung";
+  else if (all_final && all_exit0 && !any_abort && job.exit_code == 0)
+    res.outcome = "completed";
+  else if (any_abort)
+    res.outcome = "aborted";
+  else
+    res.outcome = "crashed";
 
   // --- Injections ----------------------------------------------------------------------------
   std::optional<int64_t> first_fault_step;
@@ -171,7 +182,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       for (int r = 0; r < world; ++r) {
         auto it = logs[r].coll_enter.find(k);
         if (it != logs[r].coll_enter.end()) {
-          ranks.push_back({{"rank", r}, {"step", it->second.value("step", int64_t(0))},
+          ranks.push_back({{"rank", r},
+                           {"step", it->second.value("step", int64_t(0))},
                            {"name", it->second.value("name", "")}});
         }
       }
@@ -251,7 +263,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       d.layer = e.value("layer", "");
       d.cause = e.value("cause", "");
       d.action = watchdog ? "abort" : e.value("action", "");
-      if (e.contains("transient") && e["transient"].is_boolean()) d.transient = e["transient"].get<bool>();
+      if (e.contains("transient") && e["transient"].is_boolean())
+        d.transient = e["transient"].get<bool>();
       if (watchdog) {
         d.ranks = absent;  // the flight-recorder answer: who never entered collective #k
       } else if (e.contains("ranks") && e["ranks"].is_array()) {
@@ -303,8 +316,10 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   std::optional<bool> consistent;
   if (all_final) {
     const json& f0 = logs[0].final_ev;
-    if (finite_json(f0["eval_loss"])) res.final_loss = f0["eval_loss"].get<double>();
-    else res.final_loss = std::numeric_limits<double>::quiet_NaN();
+    if (finite_json(f0["eval_loss"]))
+      res.final_loss = f0["eval_loss"].get<double>();
+    else
+      res.final_loss = std::numeric_limits<double>::quiet_NaN();
     bool same = true;
     for (const auto& l : logs) {
       eval_finite = eval_finite && finite_json(l.final_ev["eval_loss"]);
@@ -323,10 +338,14 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   const bool detected = res.first_detection.has_value();
 
   if (!s.faults.empty()) {
-    if (res.outcome == "hung" || deadlock) res.fault_outcome = "hang";
-    else if (detected) res.fault_outcome = recovered ? "detected_recovered" : "detected_unrecovered";
-    else if (!recovered || diverged || (consistent && !*consistent)) res.fault_outcome = "silent_corruption";
-    else res.fault_outcome = "masked";
+    if (res.outcome == "hung" || deadlock)
+      res.fault_outcome = "hang";
+    else if (detected)
+      res.fault_outcome = recovered ? "detected_recovered" : "detected_unrecovered";
+    else if (!recovered || diverged || (consistent && !*consistent))
+      res.fault_outcome = "silent_corruption";
+    else
+      res.fault_outcome = "masked";
   }
 
   // Blame: the stack's first detection, else the harness's post-mortem.
@@ -410,8 +429,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     // For a job that ended early: an abort, or a crash the launcher tore down.
     const bool ended_early = res.outcome == "aborted" || res.outcome == "crashed";
     const bool ok = ended_early && abort_ms >= 0 && abort_ms <= *ex.abort_within_ms;
-    add("abort_within_ms", *ex.abort_within_ms,
-        abort_ms >= 0 ? json(abort_ms) : json(nullptr), ok);
+    add("abort_within_ms", *ex.abort_within_ms, abort_ms >= 0 ? json(abort_ms) : json(nullptr), ok);
   }
   if (ex.recovered) add("recovered", *ex.recovered, recovered, recovered == *ex.recovered);
   if (ex.final_loss_max) {
@@ -425,7 +443,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
         consistent && *consistent == want);
   }
   if (ex.fault_outcome) {
-    add("fault_outcome", *ex.fault_outcome, res.fault_outcome, res.fault_outcome == *ex.fault_outcome);
+    add("fault_outcome", *ex.fault_outcome, res.fault_outcome,
+        res.fault_outcome == *ex.fault_outcome);
   }
   add("max_false_positives", ex.max_false_positives, false_positives,
       false_positives <= ex.max_false_positives);

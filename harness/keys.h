@@ -31,15 +31,15 @@ struct SourcePos {
 /// What TOML shapes a key accepts.
 enum class KeyType {
   kBool,
-  kInt,           ///< integer within [min, max]
-  kFloat,         ///< float (an integer is accepted too) within [min, max]
-  kString,        ///< string; one of `choices` when choices is not empty; `pattern` when set
-  kStringArray,   ///< array of strings (each one of `choices` when set)
-  kStringOrArray, ///< a string or an array of strings (recovery.policy)
-  kFloatOrSpecial,///< number, or "nan" / "inf" / "-inf" (stored as double)
-  kIntOrForever,  ///< integer >= min, or "forever" (stored as -1)
-  kRankSet,       ///< integer, array of integers, or "all" (stored as RankSet)
-  kIntOrIntArray, ///< integer or array of integers (expect.rank)
+  kInt,             ///< integer within [min, max]
+  kFloat,           ///< float (an integer is accepted too) within [min, max]
+  kString,          ///< string; one of `choices` when choices is not empty; `pattern` when set
+  kStringArray,     ///< array of strings (each one of `choices` when set)
+  kStringOrArray,   ///< a string or an array of strings (recovery.policy)
+  kFloatOrSpecial,  ///< number, or "nan" / "inf" / "-inf" (stored as double)
+  kIntOrForever,    ///< integer >= min, or "forever" (stored as -1)
+  kRankSet,         ///< integer, array of integers, or "all" (stored as RankSet)
+  kIntOrIntArray,   ///< integer or array of integers (expect.rank)
 };
 
 /// A set of ranks; `all` means every rank of the job.
@@ -59,12 +59,12 @@ struct KeySpec {
   KeyType type = KeyType::kString;
   std::optional<Value> default_value;  ///< nullopt: required, or optional with no default
   bool required = false;
-  std::string doc;                     ///< one line; goes into docs and error messages
-  std::vector<std::string> choices;    ///< allowed strings (kString, kStringArray)
+  std::string doc;                   ///< one line; goes into docs and error messages
+  std::vector<std::string> choices;  ///< allowed strings (kString, kStringArray)
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
-  bool min_exclusive = false;          ///< (0,1] style ranges
-  std::string pattern;                 ///< ECMAScript regex a string must match fully
+  bool min_exclusive = false;  ///< (0,1] style ranges
+  std::string pattern;         ///< ECMAScript regex a string must match fully
 };
 
 /// Typed key/value map of one table after validation, defaults filled in.
@@ -73,8 +73,8 @@ struct KeySpec {
 class Params {
  public:
   void set(const std::string& key, Value v, SourcePos pos = {});
-  bool has(const std::string& key) const;   ///< present in the file or defaulted
-  bool given(const std::string& key) const; ///< written in the file (not defaulted)
+  bool has(const std::string& key) const;    ///< present in the file or defaulted
+  bool given(const std::string& key) const;  ///< written in the file (not defaulted)
   bool get_bool(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;  ///< also accepts an int value

@@ -1,9 +1,9 @@
 #include "harness/keys_doc.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "harness/registry.h"
 #include "harness/scenario_schema.h"
@@ -45,10 +45,12 @@ void table(std::ostringstream& out, const std::vector<KeySpec>& keys) {
   }
   out << "| key | accepts | default | meaning |\n|---|---|---|---|\n";
   for (const auto& k : keys) {
-    std::string def = k.required ? "required" : (k.default_value ? value_text(*k.default_value) : "-");
+    std::string def =
+        k.required ? "required" : (k.default_value ? value_text(*k.default_value) : "-");
     std::string expected = describe_expected(k);
     for (auto* s : {&def, &expected}) {
-      for (size_t p = 0; (p = s->find('|', p)) != std::string::npos; p += 2) s->replace(p, 1, "\\|");
+      for (size_t p = 0; (p = s->find('|', p)) != std::string::npos; p += 2)
+        s->replace(p, 1, "\\|");
     }
     out << fmt::format("| `{}` | {} | {} | {} |\n", k.name, expected, def, k.doc);
   }
@@ -64,8 +66,10 @@ std::string keys_markdown() {
          "hand (a test compares this file with the command's output). The meaning of each key is "
          "the contract of SCENARIO_FORMAT.md; see docs/scenario-format.md.\n\n";
   const std::pair<const char*, const std::vector<KeySpec>*> fixed[] = {
-      {"[scenario]", &scenario_keys()}, {"[job]", &job_keys()},
-      {"[workload]", &workload_keys()}, {"[[fault]] (every kind)", &fault_common_keys()},
+      {"[scenario]", &scenario_keys()},
+      {"[job]", &job_keys()},
+      {"[workload]", &workload_keys()},
+      {"[[fault]] (every kind)", &fault_common_keys()},
   };
   for (const auto& [name, keys] : fixed) {
     out << "## " << name << "\n\n";
@@ -73,7 +77,8 @@ std::string keys_markdown() {
   }
   for (const auto& [name, info] : fault_kinds()) {
     out << "### [[fault]] kind = \"" << name << "\"\n\n" << info.doc << ".";
-    if (!info.not_implemented.empty()) out << " **Not implemented yet:** " << info.not_implemented << ".";
+    if (!info.not_implemented.empty())
+      out << " **Not implemented yet:** " << info.not_implemented << ".";
     out << "\n\n";
     table(out, info.keys);
   }
@@ -84,7 +89,8 @@ std::string keys_markdown() {
     if (it == detectors().end()) continue;
     const auto& info = it->second;
     out << "### detector `" << name << "`\n\n" << info.doc << ".";
-    if (!info.not_implemented.empty()) out << " **Not implemented yet:** " << info.not_implemented << ".";
+    if (!info.not_implemented.empty())
+      out << " **Not implemented yet:** " << info.not_implemented << ".";
     out << "\n\n";
     table(out, info.keys);
   }

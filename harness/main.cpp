@@ -1,12 +1,11 @@
 // nanchaos command line: run, validate, targets, rank (internal), --version.
+#include <fmt/format.h>
+#include <limits.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
-#include <limits.h>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "harness/controller.h"
 #include "harness/keys_doc.h"
@@ -58,8 +57,9 @@ int cmd_validate(const std::vector<std::string>& paths) {
 
 int main(int argc, char** argv) {
   using namespace nanchaos::harness;
-  CLI::App app{"nanchaos: fault injection and chaos testing for numerical faults in distributed "
-               "training"};
+  CLI::App app{
+      "nanchaos: fault injection and chaos testing for numerical faults in distributed "
+      "training"};
   app.set_version_flag("--version", std::string("nanchaos ") + NANCHAOS_VERSION + " (LibTorch " +
                                         NANCHAOS_TORCH_VERSION + ")");
   app.require_subcommand(1);

@@ -1,4 +1,5 @@
 // Open MPI engine: non-blocking MPI_Iallreduce polled with MPI_Test against a deadline.
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -6,35 +7,36 @@
 #include <stdexcept>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "harness/communicator.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 
-#define NANCHAOS_MPI_CHECK(call)                                                          \
-  do {                                                                                    \
-    int nanchaos_rc_ = (call);                                                            \
-    if (nanchaos_rc_ != MPI_SUCCESS) {                                                    \
-      char nanchaos_msg_[MPI_MAX_ERROR_STRING];                                           \
-      int nanchaos_len_ = 0;                                                              \
-      MPI_Error_string(nanchaos_rc_, nanchaos_msg_, &nanchaos_len_);                      \
-      char nanchaos_host_[256] = {0};                                                     \
-      gethostname(nanchaos_host_, sizeof(nanchaos_host_) - 1);                            \
-      throw std::runtime_error(fmt::format("[{} {}] {} failed: {}", nanchaos_host_,       \
-                                           getpid(), #call,                               \
-                                           std::string(nanchaos_msg_, nanchaos_len_)));   \
-    }                                                                                     \
+#define NANCHAOS_MPI_CHECK(call)                                                               \
+  do {                                                                                         \
+    int nanchaos_rc_ = (call);                                                                 \
+    if (nanchaos_rc_ != MPI_SUCCESS) {                                                         \
+      char nanchaos_msg_[MPI_MAX_ERROR_STRING];                                                \
+      int nanchaos_len_ = 0;                                                                   \
+      MPI_Error_string(nanchaos_rc_, nanchaos_msg_, &nanchaos_len_);                           \
+      char nanchaos_host_[256] = {0};                                                          \
+      gethostname(nanchaos_host_, sizeof(nanchaos_host_) - 1);                                 \
+      throw std::runtime_error(fmt::format("[{} {}] {} failed: {}", nanchaos_host_, getpid(),  \
+                                           #call, std::string(nanchaos_msg_, nanchaos_len_))); \
+    }                                                                                          \
   } while (0)
 
 namespace nanchaos::harness {
 
 const char* elem_name(ElemType t) {
   switch (t) {
-    case ElemType::kFloat64: return "float64";
-    case ElemType::kFloat32: return "float32";
-    case ElemType::kFloat16: return "float16";
-    case ElemType::kBFloat16: return "bfloat16";
+    case ElemType::kFloat64:
+      return "float64";
+    case ElemType::kFloat32:
+      return "float32";
+    case ElemType::kFloat16:
+      return "float16";
+    case ElemType::kBFloat16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -93,14 +95,23 @@ class MpiCommunicator final : public Communicator {
     MPI_Datatype dt = MPI_FLOAT;
     MPI_Op op = MPI_SUM;
     switch (type) {
-      case ElemType::kFloat64: dt = MPI_DOUBLE; break;
-      case ElemType::kFloat32: dt = MPI_FLOAT; break;
-      case ElemType::kFloat16: dt = MPI_UINT16_T; op = fp16_op_; break;
-      case ElemType::kBFloat16: dt = MPI_UINT16_T; op = bf16_op_; break;
+      case ElemType::kFloat64:
+        dt = MPI_DOUBLE;
+        break;
+      case ElemType::kFloat32:
+        dt = MPI_FLOAT;
+        break;
+      case ElemType::kFloat16:
+        dt = MPI_UINT16_T;
+        op = fp16_op_;
+        break;
+      case ElemType::kBFloat16:
+        dt = MPI_UINT16_T;
+        op = bf16_op_;
+        break;
     }
     MPI_Request req;
-    NANCHAOS_MPI_CHECK(
-        MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), dt, op, MPI_COMM_WORLD, &req));
+    NANCHAOS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), dt, op, MPI_COMM_WORLD, &req));
     return std::make_unique<MpiWork>(req);
   }
 

@@ -64,9 +64,9 @@ bool register_detector(DetectorInfo info);
 
 }  // namespace nanchaos::harness
 
-#define NANCHAOS_REGISTER_FAULT_KIND(id, ...) \
+#define NANCHAOS_REGISTER_FAULT_KIND(id, ...)             \
   static const bool nanchaos_fault_kind_registered_##id = \
       ::nanchaos::harness::register_fault_kind(__VA_ARGS__)
-#define NANCHAOS_REGISTER_DETECTOR(id, ...) \
+#define NANCHAOS_REGISTER_DETECTOR(id, ...)             \
   static const bool nanchaos_detector_registered_##id = \
       ::nanchaos::harness::register_detector(__VA_ARGS__)

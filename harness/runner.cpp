@@ -1,6 +1,7 @@
 // The rank loop: one training step through the hook points of DESIGN.md, with consensus.
 #include "harness/runner.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "detectors/detector.h"
 #include "harness/communicator.h"
@@ -35,23 +34,32 @@ using inject::NamedTensors;
 
 WireType wire_of(DType d) {
   switch (d) {
-    case DType::kFp16: return WireType::kFp16;
-    case DType::kBf16: return WireType::kBf16;
-    default: return WireType::kFp32;
+    case DType::kFp16:
+      return WireType::kFp16;
+    case DType::kBf16:
+      return WireType::kBf16;
+    default:
+      return WireType::kFp32;
   }
 }
 ElemType elem_of(WireType w) {
   switch (w) {
-    case WireType::kFp16: return ElemType::kFloat16;
-    case WireType::kBf16: return ElemType::kBFloat16;
-    default: return ElemType::kFloat32;
+    case WireType::kFp16:
+      return ElemType::kFloat16;
+    case WireType::kBf16:
+      return ElemType::kBFloat16;
+    default:
+      return ElemType::kFloat32;
   }
 }
 double wire_max(WireType w) {
   switch (w) {
-    case WireType::kFp16: return 65504.0;
-    case WireType::kBf16: return 3.3895313892515355e38;
-    default: return 3.4028234663852886e38;
+    case WireType::kFp16:
+      return 65504.0;
+    case WireType::kBf16:
+      return 3.3895313892515355e38;
+    default:
+      return 3.4028234663852886e38;
   }
 }
 
@@ -82,8 +90,9 @@ class RankRunner {
     log_ = std::make_unique<EventLog>(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank_));
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    log_->write("start", {{"rank", rank_}, {"world", world_}, {"pid", getpid()}, {"host", host},
-                          {"seed", s_.seed}});
+    log_->write(
+        "start",
+        {{"rank", rank_}, {"world", world_}, {"pid", getpid()}, {"host", host}, {"seed", s_.seed}});
     if (world_ != s_.job.ranks) {
       throw std::runtime_error(fmt::format("{}: [job].ranks is {} but the job has {} ranks",
                                            s_.file, s_.job.ranks, world_));
@@ -102,7 +111,17 @@ class RankRunner {
     size_t total = 0;
     for (auto& p : bwd_params_) total += size_t(p.numel());
     wire_ = wire_of(s_.job.grad_allreduce_dtype);
-    wire_buf_.resize(total * wire_bytes(wire_));
+    // Gradients live as views into one flat fp32 bucket, in backward order (DDP's
+    // gradient_as_bucket_view). With an fp32 wire and post-division the bucket IS the all-reduce
+    // buffer: the always-on check is one read pass, with no pack copy.
+    bucket_ = torch::zeros({int64_t(total)}, torch::kFloat32);
+    int64_t off = 0;
+    for (auto& p : bwd_params_) {
+      p.mutable_grad() = bucket_.narrow(0, off, p.numel()).view_as(p);
+      off += p.numel();
+    }
+    in_place_ = wire_ == WireType::kFp32 && !s_.job.grad_predivide;
+    if (!in_place_) wire_buf_.resize(total * wire_bytes(wire_));
     make_optimizer();
     for (const auto& f : s_.faults) {
       const auto& info = fault_kinds().at(f.kind);
@@ -133,8 +152,9 @@ class RankRunner {
       consecutive = detected ? consecutive + 1 : 0;
       if (aborting_) return finish_abort(step, "policy abort", abort_cause_);
       if (detected && consecutive >= s_.recovery.max_consecutive) {
-        return finish_abort(step, fmt::format("{} consecutive detections (max_consecutive)",
-                                              consecutive), abort_cause_);
+        return finish_abort(step,
+                            fmt::format("{} consecutive detections (max_consecutive)", consecutive),
+                            abort_cause_);
       }
     }
     broadcast_buffers(s_.job.steps);  // as the next forward would: replicas end identical
@@ -181,8 +201,11 @@ class RankRunner {
     ctx.world = world_;
     ctx.seed = s_.seed;
     ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
-      log_->write("inject", {{"fault", fault}, {"kind", s_.faults[fault].kind}, {"step", step},
-                             {"target", target}, {"detail", std::move(detail)},
+      log_->write("inject", {{"fault", fault},
+                             {"kind", s_.faults[fault].kind},
+                             {"step", step},
+                             {"target", target},
+                             {"detail", std::move(detail)},
                              {"replay", false}});
     };
     return ctx;
@@ -198,7 +221,9 @@ class RankRunner {
       const auto bits = uint64_t(row[kBits]);
       if (!first_local_us_) first_local_us_ = now_us();
       row[kBits] = double(bits | (uint64_t(1) << bit));
-      log_->write("detect", {{"detector", d->name()}, {"step", step}, {"layer", finding->layer},
+      log_->write("detect", {{"detector", d->name()},
+                             {"step", step},
+                             {"layer", finding->layer},
                              {"cause", finding->cause}});
       local_findings_[d->name()] = *finding;
     }
@@ -207,12 +232,14 @@ class RankRunner {
   /// Collective with enter/leave events, polled against the watchdog deadline.
   void collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
     const int64_t seq = coll_seq_++;
-    log_->write("coll_enter", {{"seq", seq}, {"name", name}, {"count", count},
-                               {"dtype", elem_name(type)}, {"step", step}});
+    log_->write("coll_enter", {{"seq", seq},
+                               {"name", name},
+                               {"count", count},
+                               {"dtype", elem_name(type)},
+                               {"step", step}});
     auto work = comm_->iallreduce_sum(buf, count, type);
-    const int64_t deadline =
-        has_watchdog_ ? now_us() + s_.detectors.collective_timeout_ms * 1000
-                      : std::numeric_limits<int64_t>::max();
+    const int64_t deadline = has_watchdog_ ? now_us() + s_.detectors.collective_timeout_ms * 1000
+                                           : std::numeric_limits<int64_t>::max();
     const CollStatus st = work->wait(deadline);
     if (st == CollStatus::kOk) {
       log_->write("coll_leave", {{"seq", seq}, {"name", name}, {"step", step}});
@@ -220,11 +247,16 @@ class RankRunner {
     }
     // Watchdog: name the collective, then take the whole job down (never hang).
     const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
-    log_->write("detect", {{"detector", "watchdog"}, {"step", step}, {"layer", name},
-                           {"cause", "hang"}, {"seq", seq}, {"status", what}});
-    log_->write("abort", {{"step", step}, {"reason", fmt::format("watchdog: collective #{} {} {}",
-                                                                 seq, name, what)},
-                          {"cause", "hang"}});
+    log_->write("detect", {{"detector", "watchdog"},
+                           {"step", step},
+                           {"layer", name},
+                           {"cause", "hang"},
+                           {"seq", seq},
+                           {"status", what}});
+    log_->write("abort",
+                {{"step", step},
+                 {"reason", fmt::format("watchdog: collective #{} {} {}", seq, name, what)},
+                 {"cause", "hang"}});
     log_->write("exit", {{"code", kRankExitWatchdog}});
     comm_->abort_job(kRankExitWatchdog);
   }
@@ -243,12 +275,17 @@ class RankRunner {
       *skip = true;
     }
     if (!d.cause.empty()) abort_cause_ = d.cause;
-    log_->write("decision", {{"step", step}, {"detector", d.detector}, {"ranks", d.ranks},
-                             {"layer", d.layer}, {"cause", d.cause}, {"action", action},
-                             {"transient", d.transient ? nlohmann::json(*d.transient)
-                                                       : nlohmann::json()},
-                             {"flagged", d.flagged_detail}, {"t_us", decided_us_},
-                             {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+    log_->write("decision",
+                {{"step", step},
+                 {"detector", d.detector},
+                 {"ranks", d.ranks},
+                 {"layer", d.layer},
+                 {"cause", d.cause},
+                 {"action", action},
+                 {"transient", d.transient ? nlohmann::json(*d.transient) : nlohmann::json()},
+                 {"flagged", d.flagged_detail},
+                 {"t_us", decided_us_},
+                 {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
   }
 
   /// One training step. Returns true when the stack detected something this step.
@@ -268,7 +305,8 @@ class RankRunner {
     double lr = scheduled_lr(step);
     for (auto& inj : injectors_) inj->on_step_start(ctx);
     NamedTensors params;
-    for (size_t i = 0; i < fwd_params_.size(); ++i) params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    for (size_t i = 0; i < fwd_params_.size(); ++i)
+      params.emplace_back(fwd_names_[i], fwd_params_[i]);
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     for (auto& inj : injectors_) lr *= inj->lr_factor(ctx);
     StepView view;
@@ -322,7 +360,11 @@ class RankRunner {
     for (auto& p : bwd_params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
     ScanStats pre;
     const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
-    pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);
+    if (in_place_) {
+      scan(spans, &pre);  // the bucket is the send buffer
+    } else {
+      pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);  // cast / pre-divide
+    }
     view.grad_stats = &pre;
     view.anomaly_message = &anomaly_message;
     run_detectors(Hook::kGradients, view, row, step);
@@ -350,14 +392,20 @@ class RankRunner {
     }
 
     if (!skip) {
-      for (auto& inj : injectors_) inj->on_send_buffer(ctx, wire_buf_.data(), pre_count(), wire_);
+      void* send = in_place_ ? bucket_.data_ptr() : static_cast<void*>(wire_buf_.data());
+      const size_t count = size_t(bucket_.numel());
+      for (auto& inj : injectors_) inj->on_send_buffer(ctx, send, count, wire_);
       for (auto& inj : injectors_) inj->on_before_collective(ctx, "grad_allreduce");
-      collective("grad_allreduce", wire_buf_.data(), pre_count(), elem_of(wire_), step);
+      collective("grad_allreduce", send, count, elem_of(wire_), step);
       std::vector<MutSpan> outs;
       for (auto& p : bwd_params_) outs.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
       ScanStats post;
       const float post_scale = s_.job.grad_predivide ? 1.0f : 1.0f / float(world_);
-      unpack_and_scan(wire_buf_.data(), wire_, post_scale, outs, &post);
+      if (in_place_) {
+        scale_and_scan(outs, post_scale, &post);
+      } else {
+        unpack_and_scan(wire_buf_.data(), wire_, post_scale, outs, &post);
+      }
       view.reduce_stats = &post;
       view.global_max_abs = global_max_abs;
       view.wire = wire_;
@@ -366,8 +414,9 @@ class RankRunner {
         if (d->hook() != Hook::kPostReduce) continue;
         if (auto f = d->check(view)) {
           if (!first_local_us_) first_local_us_ = now_us();
-          log_->write("detect", {{"detector", d->name()}, {"step", step}, {"layer", f->layer},
-                                 {"cause", f->cause}});
+          log_->write(
+              "detect",
+              {{"detector", d->name()}, {"step", step}, {"layer", f->layer}, {"cause", f->cause}});
           if (!detected) {
             Decision pd;
             pd.flagged = true;
@@ -386,15 +435,16 @@ class RankRunner {
         opt_->step();
       }
     }
-    log_->write("step_end", {{"step", step}, {"loss", loss_value}, {"lr", lr},
-                             {"action", skip ? "skip" : "update"}});
+    log_->write(
+        "step_end",
+        {{"step", step}, {"loss", loss_value}, {"lr", lr}, {"action", skip ? "skip" : "update"}});
     return detected;
   }
 
   /// Backward pass; under anomaly mode the first op that returns NaN raises, and its message is
   /// returned (the step's gradients are then incomplete, which the anomaly finding reports).
   std::string backward(torch::Tensor& loss) {
-    opt_->zero_grad();
+    zero_grads();
     try {
       loss.backward();
     } catch (const std::exception& e) {
@@ -404,13 +454,26 @@ class RankRunner {
     return "";
   }
 
+  // Zeroes the bucket; never Optimizer::zero_grad, which may reset grads to undefined (2.x).
+  void zero_grads() { bucket_.zero_(); }
+
+  /// The gradients, each still a view into the bucket. Backward accumulates into a defined grad
+  /// in place; should a LibTorch version ever replace the tensor, copy it back and re-alias.
   NamedTensors gradients() {
     NamedTensors grads;
-    for (size_t i = 0; i < fwd_params_.size(); ++i) {
-      auto& p = fwd_params_[i];
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.emplace_back(fwd_names_[i], p.grad());
+    int64_t off = 0;
+    for (size_t i = 0; i < bwd_params_.size(); ++i) {
+      auto& p = bwd_params_[i];
+      auto view = bucket_.narrow(0, off, p.numel()).view_as(p);
+      off += p.numel();
+      if (!p.grad().defined() || p.grad().data_ptr() != view.data_ptr()) {
+        torch::NoGradGuard ng;
+        if (p.grad().defined()) view.copy_(p.grad());
+        p.mutable_grad() = view;
+      }
     }
+    for (size_t i = 0; i < fwd_params_.size(); ++i)
+      grads.emplace_back(fwd_names_[i], fwd_params_[i].grad());
     return grads;
   }
 
@@ -429,8 +492,8 @@ class RankRunner {
       return v;
     }());
     if (rank_ != 0) flat.zero_();
-    collective("buffer_broadcast", flat.data_ptr<float>(), size_t(flat.numel()),
-               ElemType::kFloat32, step);
+    collective("buffer_broadcast", flat.data_ptr<float>(), size_t(flat.numel()), ElemType::kFloat32,
+               step);
     int64_t off = 0;
     for (auto& b : floats) {
       b.copy_(flat.narrow(0, off, b.numel()).view_as(b));
@@ -460,17 +523,24 @@ class RankRunner {
     FaultContext ctx = context(step);
     ctx.reexecution = true;
     ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
-      log_->write("inject", {{"fault", fault}, {"kind", s_.faults[fault].kind}, {"step", step},
-                             {"target", target}, {"detail", std::move(detail)}, {"replay", true}});
+      log_->write("inject", {{"fault", fault},
+                             {"kind", s_.faults[fault].kind},
+                             {"step", step},
+                             {"target", target},
+                             {"detail", std::move(detail)},
+                             {"replay", true}});
     };
     NamedTensors params;
-    for (size_t i = 0; i < fwd_params_.size(); ++i) params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    for (size_t i = 0; i < fwd_params_.size(); ++i)
+      params.emplace_back(fwd_names_[i], fwd_params_[i]);
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     Batch batch = workload_->make_batch(step, rank_);
     for (auto& inj : injectors_) inj->on_batch(ctx, batch);
     workload_->prepare(batch);
-    bool bad_batch = batch.inputs.is_floating_point() && !torch::isfinite(batch.inputs).all().item<bool>();
-    if (batch.labels.is_floating_point()) bad_batch |= !torch::isfinite(batch.labels).all().item<bool>();
+    bool bad_batch =
+        batch.inputs.is_floating_point() && !torch::isfinite(batch.inputs).all().item<bool>();
+    if (batch.labels.is_floating_point())
+      bad_batch |= !torch::isfinite(batch.labels).all().item<bool>();
     if (batch.mask.defined()) bad_batch |= batch.mask.sum().item<double>() == 0.0;
     int first_module = -1, index = 0;
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
@@ -488,7 +558,7 @@ class RankRunner {
       auto loss = workload_->loss(logits, batch);
       for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
       bad_loss = !std::isfinite(loss.item<double>());
-      opt_->zero_grad();
+      zero_grads();
       try {
         loss.backward();
       } catch (const std::exception& e) {
@@ -500,11 +570,12 @@ class RankRunner {
         if (!torch::isfinite(bwd_params_[i].grad()).all().item<bool>()) first_grad = int(i);
       }
     }
-    opt_->zero_grad();
+    zero_grads();
     restore_buffers();
     const bool reproduced =
         bad_batch || first_module >= 0 || bad_loss || first_grad >= 0 || !anomaly.empty();
-    log_->write("replay_end", {{"step", step}, {"reproduced", reproduced},
+    log_->write("replay_end", {{"step", step},
+                               {"reproduced", reproduced},
                                {"module", first_module >= 0 ? module_names_[first_module] : ""},
                                {"anomaly_op", anomaly.empty() ? "" : detect::backward_op(anomaly)},
                                {"grad", first_grad >= 0 ? bwd_names_[first_grad] : ""}});
@@ -526,8 +597,6 @@ class RankRunner {
     }
   }
 
-  size_t pre_count() const { return wire_buf_.size() / wire_bytes(wire_); }
-
   // Global-norm clipping in fp64 from the post-reduce scan (never inf for finite gradients).
   void clip_gradients(double sq_norm) {
     const double norm = std::sqrt(sq_norm);
@@ -539,10 +608,13 @@ class RankRunner {
 
   // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
   bool early_return(int64_t step, double lr) {
-    log_->write("decision", {{"step", step}, {"detector", local_findings_.begin()->first},
-                             {"ranks", {rank_}}, {"layer", local_findings_.begin()->second.layer},
+    log_->write("decision", {{"step", step},
+                             {"detector", local_findings_.begin()->first},
+                             {"ranks", {rank_}},
+                             {"layer", local_findings_.begin()->second.layer},
                              {"cause", local_findings_.begin()->second.cause},
-                             {"action", "early_return"}, {"local", true},
+                             {"action", "early_return"},
+                             {"local", true},
                              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
     log_->write("step_end", {{"step", step}, {"lr", lr}, {"action", "early_return"}});
     return false;
@@ -609,7 +681,9 @@ class RankRunner {
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::map<std::string, Finding> local_findings_;
   std::optional<int64_t> first_local_us_;
-  std::vector<uint8_t> wire_buf_;
+  std::vector<uint8_t> wire_buf_;  // cast / pre-divided send buffer (not used in place)
+  torch::Tensor bucket_;           // every gradient, flat, backward order
+  bool in_place_ = true;
   WireType wire_ = WireType::kFp32;
   bool consensus_ = true;
   bool has_watchdog_ = false;

@@ -43,11 +43,11 @@ struct JobConfig {
   int64_t steps = 1;
   int64_t ranks = 2;
   Device device = Device::kCpu;
-  Backend backend = Backend::kMpi;   ///< nccl by default when device = cuda
+  Backend backend = Backend::kMpi;  ///< nccl by default when device = cuda
   DType precision = DType::kFp32;
   DType grad_allreduce_dtype = DType::kFp32;
   bool grad_predivide = false;
-  int64_t timeout_ms = 120000;       ///< whole-job wall-clock limit (ms)
+  int64_t timeout_ms = 120000;  ///< whole-job wall-clock limit (ms)
 };
 
 struct WorkloadConfig {
@@ -72,15 +72,15 @@ struct WorkloadConfig {
 /// One [[fault]] entry. Common keys are typed fields; kind-specific keys live in `params`
 /// (declared by the kind's FaultKindInfo, defaults filled).
 struct FaultSpec {
-  int index = 0;            ///< position in the file's [[fault]] array (0-based)
+  int index = 0;  ///< position in the file's [[fault]] array (0-based)
   std::string kind;
-  RankSet ranks;            ///< default [0]
-  int64_t step = 0;         ///< first step (0-based) it can fire
-  int64_t repeat = 1;       ///< consecutive steps; -1 = "forever"
-  double probability = 1.0; ///< per eligible step, drawn from (seed, index, step, rank)
+  RankSet ranks;             ///< default [0]
+  int64_t step = 0;          ///< first step (0-based) it can fire
+  int64_t repeat = 1;        ///< consecutive steps; -1 = "forever"
+  double probability = 1.0;  ///< per eligible step, drawn from (seed, index, step, rank)
   bool persistent = false;
-  Params params;            ///< kind-specific keys
-  SourcePos pos;            ///< where the [[fault]] table starts
+  Params params;  ///< kind-specific keys
+  SourcePos pos;  ///< where the [[fault]] table starts
 
   /// True when `step` lies in [step, step + repeat) (probability not applied).
   bool in_window(int64_t s) const { return s >= step && (repeat < 0 || s < step + repeat); }
@@ -95,7 +95,7 @@ struct DetectorConfig {
   bool consensus = true;             ///< default false for naive
   bool replay = true;                ///< default false for naive
   bool replay_given = false;
-  Params params;                     ///< detector-declared keys (max_abs, spike_*, collective_timeout_ms)
+  Params params;  ///< detector-declared keys (max_abs, spike_*, collective_timeout_ms)
   int64_t collective_timeout_ms = 10000;
   double max_abs = 1e6;
   int64_t spike_window = 20;
@@ -131,17 +131,17 @@ struct ExpectConfig {
   std::optional<std::string> cause;
   std::optional<bool> transient;
   std::optional<std::string> outcome;
-  bool deadlock = false;                 ///< default false, always checked
+  bool deadlock = false;  ///< default false, always checked
   std::optional<double> abort_within_ms;
   std::optional<bool> recovered;
   std::optional<double> final_loss_max;
-  std::optional<bool> consistent;        ///< nullopt: default (true when the job completes)
+  std::optional<bool> consistent;  ///< nullopt: default (true when the job completes)
   std::optional<std::string> fault_outcome;
   int64_t max_false_positives = 0;
 };
 
 struct Scenario {
-  std::string file;         ///< path as given
+  std::string file;  ///< path as given
   std::string name;
   std::string description;
   std::vector<std::string> tags;

@@ -1,12 +1,12 @@
 // Every LibTorch version difference lives here (Debian's 1.13 CPU build in CI, 2.x on GPU hosts).
 #pragma once
 
-#include <string>
-#include <type_traits>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+
+#include <string>
+#include <type_traits>
 
 namespace nanchaos::compat {
 

@@ -18,13 +18,13 @@
 // Thread-safety: one rank thread owns a workload.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "harness/scenario.h"
 

@@ -1,15 +1,15 @@
 // Fault kind `batch`: corrupts the rank's batch before the model sees it (bad values, a constant
 // input column, an all-padding target mask). The injector and its keys live here.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -44,7 +44,8 @@ class BatchInjector final : public Injector {
     auto idx = pick_elements(flat.numel(), ctx);
     auto* data = flat.data_ptr<float>();
     for (int64_t i : idx) data[i] = float(value_);
-    ctx.fired(spec_.index, field_, {{"elements", idx.size()}, {"value", fmt::format("{}", value_)}});
+    ctx.fired(spec_.index, field_,
+              {{"elements", idx.size()}, {"value", fmt::format("{}", value_)}});
   }
 
  private:
@@ -52,7 +53,6 @@ class BatchInjector final : public Injector {
   double value_ = 0;
   int64_t column_ = 0;
 };
-
 
 using harness::FaultKindInfo;
 using harness::FaultSpec;
@@ -81,7 +81,8 @@ FaultKindInfo batch_kind() {
       Key("column", KeyType::kInt, "constant_column: the input feature made constant").min(0),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<BatchInjector>(f);
   };
   info.check = [](const FaultSpec& f) {
@@ -113,33 +114,37 @@ FaultKindInfo batch_kind() {
     const bool float_labels = s.workload.loss == harness::LossKind::kMse ||
                               s.workload.loss == harness::LossKind::kMaskedMse;
     if (mode == "empty_mask" && mlp) {
-      harness::scenario_error(p.pos("mode"), label + ": mode = \"empty_mask\" needs workload = "
-                                                     "\"transformer\" (the mlp has no token mask)");
+      harness::scenario_error(p.pos("mode"), label +
+                                                 ": mode = \"empty_mask\" needs workload = "
+                                                 "\"transformer\" (the mlp has no token mask)");
     }
     if (mode == "constant_column") {
       if (!mlp) {
-        harness::scenario_error(p.pos("mode"), label + ": mode = \"constant_column\" needs "
-                                                       "workload = \"mlp\" (float input features)");
+        harness::scenario_error(p.pos("mode"), label +
+                                                   ": mode = \"constant_column\" needs "
+                                                   "workload = \"mlp\" (float input features)");
       }
       if (p.get_int("column") >= s.workload.features) {
-        harness::scenario_error(p.pos("column"),
-                                label + ".column: " + std::to_string(p.get_int("column")) +
-                                    " is out of range; the mlp has features = " +
-                                    std::to_string(s.workload.features));
+        harness::scenario_error(
+            p.pos("column"),
+            label + ".column: " + std::to_string(p.get_int("column")) +
+                " is out of range; the mlp has features = " + std::to_string(s.workload.features));
       }
     }
     if (!mode.empty()) return;
     const std::string field = p.get_string("field");
     if (field == "inputs" && !mlp) {
       harness::scenario_error(p.pos("field"),
-                              label + ": transformer inputs are token ids and cannot hold a float "
-                                      "value; use mode = \"empty_mask\" or a tensor fault on "
-                                      "activation:embed");
+                              label +
+                                  ": transformer inputs are token ids and cannot hold a float "
+                                  "value; use mode = \"empty_mask\" or a tensor fault on "
+                                  "activation:embed");
     }
     if (field == "labels" && !float_labels) {
       harness::scenario_error(p.pos("field"),
-                              label + ": labels are class indices for this loss and cannot hold a "
-                                      "float value; use loss = \"mse\" or \"masked_mse\" (mlp)");
+                              label +
+                                  ": labels are class indices for this loss and cannot hold a "
+                                  "float value; use loss = \"mse\" or \"masked_mse\" (mlp)");
     }
   };
   return info;

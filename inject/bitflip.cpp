@@ -1,15 +1,15 @@
 // Fault kind `bitflip`: silent data corruption; flips one bit of the IEEE-754 float32 word in
 // chosen elements. The injector and its keys live here.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -40,7 +40,6 @@ class BitflipInjector final : public TargetedInjector {
   int bit_;
 };
 
-
 using harness::FaultKindInfo;
 using harness::FaultSpec;
 using harness::Key;
@@ -60,7 +59,8 @@ FaultKindInfo bitflip_kind() {
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<BitflipInjector>(f);
   };
   info.check = [](const FaultSpec& f) {

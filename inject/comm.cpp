@@ -1,15 +1,15 @@
 // Fault kind `comm`: corrupts this rank's contribution to the gradient all-reduce after the
 // rank's own checks, as a faulty link or DMA would. Keys only for now; the injector lands here.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -19,8 +19,10 @@ namespace {
 class CommInjector final : public Injector {
  public:
   explicit CommInjector(const harness::FaultSpec& f) : Injector(f) {
-    if (f.params.given("bit")) bit_ = int(f.params.get_int("bit"));
-    else if (f.params.has("value")) value_ = f.params.get_float("value");
+    if (f.params.given("bit"))
+      bit_ = int(f.params.get_int("bit"));
+    else if (f.params.has("value"))
+      value_ = f.params.get_float("value");
   }
   void on_send_buffer(FaultContext& ctx, void* buf, size_t n, harness::WireType wire) override {
     if (!armed(ctx)) return;
@@ -36,8 +38,9 @@ class CommInjector final : public Injector {
         const float v = float(value_);
         std::memcpy(el, &v, 4);
       } else {
-        const uint16_t h = wire == harness::WireType::kFp16 ? harness::float_to_half_bits(float(value_))
-                                                            : harness::float_to_bf16_bits(float(value_));
+        const uint16_t h = wire == harness::WireType::kFp16
+                               ? harness::float_to_half_bits(float(value_))
+                               : harness::float_to_bf16_bits(float(value_));
         std::memcpy(el, &h, 2);
       }
     }
@@ -49,7 +52,6 @@ class CommInjector final : public Injector {
   std::optional<int> bit_;
   double value_ = std::numeric_limits<double>::quiet_NaN();
 };
-
 
 using harness::FaultKindInfo;
 using harness::FaultSpec;
@@ -70,7 +72,8 @@ FaultKindInfo comm_kind() {
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<CommInjector>(f);
   };
   info.check = [](const FaultSpec& f) { harness::check_exclusive(f, "value", "bit"); };

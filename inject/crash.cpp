@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -32,7 +32,6 @@ class CrashInjector final : public Injector {
   std::optional<int> exit_code_;
 };
 
-
 using harness::FaultKindInfo;
 using harness::Key;
 using harness::KeyType;
@@ -46,7 +45,8 @@ FaultKindInfo crash_kind() {
           .range(0, 255),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<CrashInjector>(f);
   };
   return info;

@@ -4,9 +4,9 @@
 #include <thread>
 
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -31,8 +31,8 @@ class HangInjector final : public Injector {
   void stall(FaultContext& ctx, const char* where) {
     if (!armed(ctx)) return;
     ctx.fired(spec_.index, where,
-              {{"duration_ms", duration_ms_ < 0 ? nlohmann::json("forever")
-                                                : nlohmann::json(duration_ms_)}});
+              {{"duration_ms",
+                duration_ms_ < 0 ? nlohmann::json("forever") : nlohmann::json(duration_ms_)}});
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(duration_ms_);
     while (duration_ms_ < 0 || std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -41,7 +41,6 @@ class HangInjector final : public Injector {
   int64_t duration_ms_;  // -1 = forever
   bool at_step_start_;
 };
-
 
 using harness::FaultKindInfo;
 using harness::Key;
@@ -58,7 +57,8 @@ FaultKindInfo hang_kind() {
           .choices({"step_start", "before_grad_allreduce"}),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<HangInjector>(f);
   };
   return info;

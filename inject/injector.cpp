@@ -78,10 +78,14 @@ TargetedInjector::TargetedInjector(const harness::FaultSpec& spec) : Injector(sp
   const auto colon = target.find(':');
   const std::string kind = target.substr(0, colon);
   pattern_ = colon == std::string::npos ? "" : target.substr(colon + 1);
-  if (kind == "activation") where_ = Where::kActivation;
-  else if (kind == "parameter") where_ = Where::kParameter;
-  else if (kind == "gradient") where_ = Where::kGradient;
-  else where_ = Where::kLoss;
+  if (kind == "activation")
+    where_ = Where::kActivation;
+  else if (kind == "parameter")
+    where_ = Where::kParameter;
+  else if (kind == "gradient")
+    where_ = Where::kGradient;
+  else
+    where_ = Where::kLoss;
 }
 
 void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix) {
@@ -126,7 +130,8 @@ torch::Tensor TargetedInjector::on_loss(FaultContext& ctx, torch::Tensor loss) {
   const double after = value.item<double>();
   // Scale the loss so its value becomes `after` and its gradient follows (NaN stays NaN in
   // backward, as a NaN produced by the loss computation would).
-  if (std::isfinite(before) && before != 0.0 && std::isfinite(after)) return loss * (after / before);
+  if (std::isfinite(before) && before != 0.0 && std::isfinite(after))
+    return loss * (after / before);
   return loss * after;
 }
 

@@ -8,14 +8,14 @@
 // Thread-safety: called from the rank's single thread. Hooks must not block (except `hang`).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "harness/fused_scan.h"
 #include "harness/scenario.h"

@@ -1,15 +1,15 @@
 // Fault kind `lr`: multiplies the scheduled learning rate on the hit ranks (a learning-rate
 // blow-up that turns into Inf/NaN organically). The injector and its keys live here.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -28,7 +28,6 @@ class LrInjector final : public Injector {
   double factor_;
 };
 
-
 using harness::FaultKindInfo;
 using harness::Key;
 using harness::KeyType;
@@ -43,7 +42,8 @@ FaultKindInfo lr_kind() {
           .above(0),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<LrInjector>(f);
   };
   return info;

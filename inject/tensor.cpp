@@ -1,15 +1,15 @@
 // Fault kind `tensor`: overwrites (or scales) elements of an activation, parameter, gradient or
 // the local loss. The injector and its keys live here.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "harness/registry.h"
-#include "inject/injector.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
@@ -17,8 +17,10 @@ namespace {
 class TensorInjector final : public TargetedInjector {
  public:
   explicit TensorInjector(const harness::FaultSpec& f) : TargetedInjector(f) {
-    if (f.params.given("factor")) factor_ = f.params.get_float("factor");
-    else value_ = f.params.get_float("value");
+    if (f.params.given("factor"))
+      factor_ = f.params.get_float("factor");
+    else
+      value_ = f.params.get_float("value");
   }
 
  protected:
@@ -36,7 +38,6 @@ class TensorInjector final : public TargetedInjector {
   std::optional<double> factor_;
   double value_ = 0;
 };
-
 
 using harness::FaultKindInfo;
 using harness::FaultSpec;
@@ -61,7 +62,8 @@ FaultKindInfo tensor_kind() {
           .max(1),
   };
   info.not_implemented = "";
-  info.make = [](const harness::FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<TensorInjector>(f);
   };
   info.check = [](const FaultSpec& f) {

@@ -7,11 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace nanchaos::results {
 
@@ -25,21 +24,21 @@ struct Check {
 
 /// A detection the stack made (after consensus: the ranks that flagged, and the decision).
 struct Detection {
-  std::string detector;            ///< batch, loss, grad, param, post_reduce, watchdog, ...
-  std::vector<int64_t> ranks;      ///< blamed ranks (empty: the stack could not tell)
+  std::string detector;        ///< batch, loss, grad, param, post_reduce, watchdog, ...
+  std::vector<int64_t> ranks;  ///< blamed ranks (empty: the stack could not tell)
   int64_t step = -1;
-  std::string layer;               ///< module/parameter, "inputs"/"labels", "" when unknown
-  std::string cause;               ///< data, loss_math, gradient, ... ("" when unknown)
-  std::optional<bool> transient;   ///< set by the replay (issue 4)
+  std::string layer;                     ///< module/parameter, "inputs"/"labels", "" when unknown
+  std::string cause;                     ///< data, loss_math, gradient, ... ("" when unknown)
+  std::optional<bool> transient;         ///< set by the replay (issue 4)
   std::optional<int64_t> latency_steps;  ///< detection step - first fault step
   std::optional<double> latency_ms;      ///< first injection -> first local detection (ms)
   std::optional<double> decision_us;     ///< first local detection -> all ranks agreed (us)
-  std::string action;              ///< skip_step, abort, none, ...
+  std::string action;                    ///< skip_step, abort, none, ...
 };
 
 /// One logged firing of a fault.
 struct Injection {
-  int fault = 0;        ///< index into the scenario's [[fault]] array
+  int fault = 0;  ///< index into the scenario's [[fault]] array
   std::string kind;
   int64_t rank = 0;
   int64_t step = 0;
@@ -58,19 +57,19 @@ struct ScenarioResult {
   uint64_t seed = 0;
   int64_t ranks = 0;
   std::vector<Check> checks;
-  std::string fault_outcome;      ///< masked, detected_recovered, ... ("" with no fault)
+  std::string fault_outcome;  ///< masked, detected_recovered, ... ("" with no fault)
   std::optional<Detection> first_detection;
   std::vector<Detection> detections;
   std::vector<Injection> injections;
-  int64_t steps_completed = 0;    ///< steps every rank finished (min over ranks)
+  int64_t steps_completed = 0;       ///< steps every rank finished (min over ranks)
   std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
-  std::string run_dir;            ///< folder with events/, per-rank logs
+  std::string run_dir;               ///< folder with events/, per-rank logs
   nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
 };
 
 struct SuiteReport {
   std::string suite;
-  std::string started;            ///< ISO-8601 UTC
+  std::string started;  ///< ISO-8601 UTC
   std::string nanchaos_version;
   std::string host;
   std::vector<ScenarioResult> scenarios;

@@ -1,4 +1,7 @@
 // End-to-end: the real binary launches real `mpirun -np N` jobs; assertions read report.json.
+#include "harness/controller.h"
+
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -6,12 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "harness/controller.h"
 #include "harness/scenario.h"
 
 namespace fs = std::filesystem;
@@ -38,9 +38,8 @@ CmdResult run_cmd(const std::string& cmd) {
 
 std::string tmpdir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::temp_directory_path() /
-               ("nanchaos-test-" + std::string(info->name()) + "-" + name + "-" +
-                std::to_string(getpid()));
+  fs::path d = fs::temp_directory_path() / ("nanchaos-test-" + std::string(info->name()) + "-" +
+                                            name + "-" + std::to_string(getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
@@ -232,8 +231,8 @@ outcome = "completed"
 TEST(Controller, LauncherArgvIsOversubscribedAndRootSafe) {
   nanchaos::harness::Scenario s;
   s.job.ranks = 4;
-  auto argv = nanchaos::harness::launcher_argv("mpirun --hostfile h", s, "/bin/nanchaos",
-                                               "/x.toml", "/run");
+  auto argv = nanchaos::harness::launcher_argv("mpirun --hostfile h", s, "/bin/nanchaos", "/x.toml",
+                                               "/run");
   std::string joined;
   for (const auto& a : argv) joined += a + " ";
   EXPECT_EQ(joined.rfind("mpirun --hostfile h -np 4 --oversubscribe", 0), 0u) << joined;
@@ -314,7 +313,8 @@ TEST(Deadlock, NaiveStackHangsAndTheLeavingRankIsNamed) {
   EXPECT_EQ(s["first_detection"]["rank"], 1);
   EXPECT_EQ(s["first_detection"]["action"], "early_return");
   // Rank 1 skipped one gradient all-reduce, so it is one collective behind its peer.
-  EXPECT_LT(s["last_collective"]["1"]["seq"].get<int>(), s["last_collective"]["0"]["seq"].get<int>());
+  EXPECT_LT(s["last_collective"]["1"]["seq"].get<int>(),
+            s["last_collective"]["0"]["seq"].get<int>());
   EXPECT_EQ(job_processes_left(file), 0);
 }
 
@@ -332,8 +332,8 @@ hidden = 16
 features = 8
 norm = "batchnorm"
 )";
-  const auto faulty = write_file(dir, "faulty.toml", "[scenario]\nname = \"faulty\"\nseed = 3\n" +
-                                                        head + "steps = 9\n" + R"(
+  const auto faulty = write_file(
+      dir, "faulty.toml", "[scenario]\nname = \"faulty\"\nseed = 3\n" + head + "steps = 9\n" + R"(
 [[fault]]
 kind = "tensor"
 target = "activation:layers.1.linear"
