@@ -147,8 +147,12 @@ class RankRunner {
   int run() {
     initial_eval_ = eval_loss();
     int64_t consecutive = 0;
-    for (int64_t step = 0; step < s_.job.steps; ++step) {
+    const bool rollback = s_.recovery.has(Policy::kRollback);
+    for (int64_t step = 0; step < s_.job.steps;) {
+      if (rollback && step % s_.recovery.snapshot_every == 0) take_snapshot(step);
+      rollback_requested_ = false;
       const bool detected = run_step(step);
+      high_water_ = std::max(high_water_, step);
       consecutive = detected ? consecutive + 1 : 0;
       if (aborting_) return finish_abort(step, "policy abort", abort_cause_);
       if (detected && consecutive >= s_.recovery.max_consecutive) {
@@ -156,6 +160,15 @@ class RankRunner {
                             fmt::format("{} consecutive detections (max_consecutive)", consecutive),
                             abort_cause_);
       }
+      if (rollback_requested_ && snapshot_) {
+        // Re-execute from the last snapshot taken before the faulty step; persistent faults fire
+        // again on the re-executed steps, transient ones do not.
+        restore_snapshot();
+        log_->write("rollback", {{"step", step}, {"to_step", snapshot_->step}});
+        step = snapshot_->step;
+        continue;
+      }
+      ++step;
     }
     broadcast_buffers(s_.job.steps);  // as the next forward would: replicas end identical
     write_final(s_.job.steps);
@@ -200,13 +213,15 @@ class RankRunner {
     ctx.rank = rank_;
     ctx.world = world_;
     ctx.seed = s_.seed;
-    ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
+    ctx.reexecution = step <= high_water_;  // re-executed after a rollback
+    const bool again = ctx.reexecution;
+    ctx.fired = [this, step, again](int fault, const std::string& target, nlohmann::json detail) {
       log_->write("inject", {{"fault", fault},
                              {"kind", s_.faults[fault].kind},
                              {"step", step},
                              {"target", target},
                              {"detail", std::move(detail)},
-                             {"replay", false}});
+                             {"replay", again}});
     };
     return ctx;
   }
@@ -273,6 +288,14 @@ class RankRunner {
       action = "none";
     } else {
       *skip = true;
+      if (pol.has(Policy::kRollback)) {
+        action = "rollback";
+        rollback_requested_ = true;
+      }
+      if (pol.has(Policy::kLrBackoff)) {
+        lr_scale_ *= pol.lr_backoff_factor;  // from this detection on, cumulatively
+        action += "+lr_backoff";
+      }
     }
     if (!d.cause.empty()) abort_cause_ = d.cause;
     log_->write("decision",
@@ -302,7 +325,7 @@ class RankRunner {
     row[kLogitsFinite] = 1.0;
 
     // step_start: faults on parameters, then the param detector.
-    double lr = scheduled_lr(step);
+    double lr = scheduled_lr(step) * lr_scale_;
     for (auto& inj : injectors_) inj->on_step_start(ctx);
     NamedTensors params;
     for (size_t i = 0; i < fwd_params_.size(); ++i)
@@ -475,6 +498,55 @@ class RankRunner {
     for (size_t i = 0; i < fwd_params_.size(); ++i)
       grads.emplace_back(fwd_names_[i], fwd_params_[i].grad());
     return grads;
+  }
+
+  /// In-memory snapshot for `rollback`: parameters, buffers, optimizer state and the data
+  /// position (the step; batches derive from (seed, rank, step), and no op draws from the global
+  /// RNG). The loss scaler joins it with the mixed-precision work.
+  struct Snapshot {
+    int64_t step = 0;
+    std::vector<torch::Tensor> params, buffers;
+    std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> optim;  // fwd order
+  };
+
+  static std::unique_ptr<torch::optim::OptimizerParamState> deep_clone(
+      const torch::optim::OptimizerParamState& st) {
+    auto c = st.clone();  // copies tensor handles only: clone the tensors too
+    if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(c.get())) {
+      a->exp_avg(a->exp_avg().clone()).exp_avg_sq(a->exp_avg_sq().clone());
+      if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(a->max_exp_avg_sq().clone());
+    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(c.get())) {
+      w->exp_avg(w->exp_avg().clone()).exp_avg_sq(w->exp_avg_sq().clone());
+      if (w->max_exp_avg_sq().defined()) w->max_exp_avg_sq(w->max_exp_avg_sq().clone());
+    } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(c.get())) {
+      if (m->momentum_buffer().defined()) m->momentum_buffer(m->momentum_buffer().clone());
+    }
+    return c;
+  }
+
+  void take_snapshot(int64_t step) {
+    auto snap = std::make_unique<Snapshot>();
+    snap->step = step;
+    for (auto& p : fwd_params_) snap->params.push_back(p.detach().clone());
+    for (auto& [name, b] : workload_->buffers()) snap->buffers.push_back(b.clone());
+    for (auto& p : fwd_params_) {
+      auto* st = compat::optimizer_state(*opt_, p);
+      snap->optim.push_back(st ? deep_clone(*st) : nullptr);
+    }
+    snapshot_ = std::move(snap);
+    log_->write("snapshot", {{"step", step}});
+  }
+
+  void restore_snapshot() {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) fwd_params_[i].copy_(snapshot_->params[i]);
+    size_t i = 0;
+    for (auto& [name, b] : workload_->buffers()) b.copy_(snapshot_->buffers.at(i++));
+    for (size_t k = 0; k < fwd_params_.size(); ++k) {
+      const auto& st = snapshot_->optim[k];
+      compat::set_optimizer_state(*opt_, fwd_params_[k], st ? deep_clone(*st) : nullptr);
+    }
+    zero_grads();
   }
 
   // DDP's default (broadcast_buffers=True): rank 0's buffers overwrite every rank's at step start.
@@ -688,6 +760,10 @@ class RankRunner {
   bool consensus_ = true;
   bool has_watchdog_ = false;
   bool anomaly_mode_ = false;
+  bool rollback_requested_ = false;
+  double lr_scale_ = 1.0;    // lr_backoff: cumulative factor
+  int64_t high_water_ = -1;  // highest step run so far (re-executions are steps <= this)
+  std::unique_ptr<Snapshot> snapshot_;
   int64_t decided_us_ = 0;
   std::vector<std::string> module_names_;
   std::vector<torch::Tensor> buffer_snapshot_;

@@ -826,8 +826,6 @@ std::vector<std::string> unimplemented_features(const Scenario& s) {
       add("detector `" + name + "`: " + strip_optional(it->second.not_implemented));
     }
   }
-  if (s.recovery.has(Policy::kRollback)) add("recovery policy rollback (issue 5)");
-  if (s.recovery.has(Policy::kLrBackoff)) add("recovery policy lr_backoff (issue 5)");
   return out;
 }
 
