@@ -1,9 +1,25 @@
 // Detector `loss_scale`: GradScaler found_inf; the scaler probing its range after a growth is a
-// scale_backoff, not a detection. Keys only for now; the detector lands in this file.
+// scale_backoff, not a detection.
+#include "detectors/detector.h"
 #include "harness/registry.h"
 
 namespace nanchaos::detect {
 namespace {
+
+// GradScaler's found_inf: any non-finite value in this rank's scaled gradients (read from the fused
+// scan's flags, no extra pass). The runner's loss scaler decides from the consensus whether a
+// found_inf is the scaler probing its range after a growth (logged as scale_backoff, not a
+// detection) or a detection (DESIGN.md: found_inf with every activation finite is fp16_overflow).
+class LossScaleDetector final : public Detector {
+ public:
+  LossScaleDetector() : Detector("loss_scale") {}
+  Hook hook() const override { return Hook::kGradients; }
+  std::optional<Finding> check(const StepView& v) override {
+    if (!v.grad_stats->any_nonfinite()) return std::nullopt;
+    return Finding{v.grad_names->at(size_t(v.grad_stats->first_nonfinite)), "fp16_overflow",
+                   v.grad_stats->first_nonfinite};
+  }
+};
 
 using harness::DetectorInfo;
 
@@ -13,8 +29,10 @@ DetectorInfo loss_scale_detector() {
   info.doc =
       "GradScaler found_inf; the scaler probing its range after a growth is a scale_backoff, not a "
       "detection";
-  info.not_implemented = "loss scaler (issue 5)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
+    return std::make_unique<LossScaleDetector>();
+  };
   return info;
 }
 

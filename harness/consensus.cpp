@@ -61,6 +61,10 @@ Decision decide(const std::vector<double>& rows, int world,
   } else if (d.detector == "loss_spike" || d.detector == "grad_norm_spike") {
     // A blow-up seen before any non-finite value (DESIGN.md: gradient_explosion).
     d.cause = "gradient_explosion";
+  } else if (d.detector == "loss_scale") {
+    // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
+    d.cause = "fp16_overflow";
+    d.layer = bwd_names.at(size_t(row[kGradIdx]));
   } else if (d.detector == "anomaly") {
     d.cause = "gradient";  // the op name is in the blamed rank's own detect event
   }

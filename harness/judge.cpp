@@ -326,6 +326,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       params_finite = params_finite && l.final_ev.value("params_finite", false);
       same = same && l.final_ev.value("params_hash", "") == f0.value("params_hash", "") &&
              l.final_ev.value("optim_hash", "") == f0.value("optim_hash", "") &&
+             l.final_ev.value("loss_scale", json()) == f0.value("loss_scale", json()) &&
              l.actions == logs[0].actions;
     }
     consistent = same;

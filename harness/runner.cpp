@@ -15,6 +15,8 @@
 #include "harness/consensus.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
+#include "harness/half_round.h"
+#include "harness/loss_scaler.h"
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
@@ -123,6 +125,14 @@ class RankRunner {
     in_place_ = wire_ == WireType::kFp32 && !s_.job.grad_predivide;
     if (!in_place_) wire_buf_.resize(total * wire_bytes(wire_));
     make_optimizer();
+    if (s_.job.precision == DType::kFp16) half_ = torch::kHalf;
+    if (s_.job.precision == DType::kBf16) half_ = torch::kBFloat16;
+    // Only fp16 needs a dynamic loss scaler (bf16 has fp32's exponent range), as with GradScaler.
+    if (s_.job.precision == DType::kFp16) {
+      const auto& r = s_.recovery;
+      scaler_.emplace(LossScaler::Config{r.init_scale, r.growth_factor, r.backoff_factor,
+                                         r.growth_interval, r.max_scale, r.min_scale});
+    }
     for (const auto& f : s_.faults) {
       const auto& info = fault_kinds().at(f.kind);
       if (!info.make) throw std::runtime_error("fault kind " + f.kind + " is not implemented yet");
@@ -360,6 +370,7 @@ class RankRunner {
     workload_->module().train();
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      if (half_) out = round_through_half(out, *half_);
       for (auto& d : detectors_) d->on_activation(name, out);
       return out;
     };
@@ -376,7 +387,8 @@ class RankRunner {
     if (naive && row[kBits] != 0) return early_return(step, lr);
 
     // backward, gradient faults, the fused pack + scan
-    std::string anomaly_message = backward(loss);
+    torch::Tensor scaled_loss = scaler_ ? loss * scaler_->scale() : loss;
+    std::string anomaly_message = backward(scaled_loss);
     NamedTensors grads = gradients();
     for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
     std::vector<ConstSpan> spans;
@@ -409,6 +421,7 @@ class RankRunner {
     }
     bool skip = false;
     bool detected = false;
+    if (scaler_ && consensus_) update_scaler(rows, step, &decision, &skip);
     if (decision.flagged) {
       detected = true;
       apply_policy(decision, step, &skip);
@@ -423,7 +436,8 @@ class RankRunner {
       std::vector<MutSpan> outs;
       for (auto& p : bwd_params_) outs.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
       ScanStats post;
-      const float post_scale = s_.job.grad_predivide ? 1.0f : 1.0f / float(world_);
+      float post_scale = s_.job.grad_predivide ? 1.0f : 1.0f / float(world_);
+      if (scaler_) post_scale = float(double(post_scale) / scaler_->scale());  // unscale, fused
       if (in_place_) {
         scale_and_scan(outs, post_scale, &post);
       } else {
@@ -458,10 +472,45 @@ class RankRunner {
         opt_->step();
       }
     }
-    log_->write(
-        "step_end",
-        {{"step", step}, {"loss", loss_value}, {"lr", lr}, {"action", skip ? "skip" : "update"}});
+    log_->write("step_end",
+                {{"step", step},
+                 {"loss", loss_value},
+                 {"lr", lr},
+                 {"action", skip ? "skip" : "update"},
+                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
     return detected;
+  }
+
+  /// GradScaler update from the consensus: found_inf is any rank's non-finite scaled gradient.
+  /// The same matrix on every rank gives the same scale everywhere.
+  void update_scaler(const std::vector<double>& rows, int64_t step, Decision* d, bool* skip) {
+    const uint64_t inf_bits =
+        (uint64_t(1) << detector_bit("grad")) | (uint64_t(1) << detector_bit("loss_scale"));
+    bool found_inf = false, other = false;
+    for (int r = 0; r < world_; ++r) {
+      const auto bits = uint64_t(rows[size_t(r) * kRowWidth + kBits]);
+      found_inf |= (bits & inf_bits) != 0;
+      other |= (bits & ~inf_bits) != 0;
+    }
+    const double before = scaler_->scale();
+    const auto result = scaler_->update(found_inf);
+    if (!found_inf) return;
+    const bool probe = result == LossScaler::Result::kProbe && !other;
+    log_->write("scale_backoff",
+                {{"step", step}, {"from", before}, {"to", scaler_->scale()}, {"probe", probe}});
+    *skip = true;  // GradScaler skips optimizer.step() on found_inf
+    if (probe) {
+      *d = Decision{};  // the scaler probing its range after a growth: not a detection
+      return;
+    }
+    if (d->detector == "grad") {  // under fp16 a non-finite gradient is the scaler's found_inf
+      d->detector = "loss_scale";
+      d->cause = "fp16_overflow";
+    }
+    if (result == LossScaler::Result::kBelowMin) {
+      aborting_ = true;
+      abort_cause_ = "fp16_overflow";
+    }
   }
 
   /// Backward pass; under anomaly mode the first op that returns NaN raises, and its message is
@@ -507,6 +556,7 @@ class RankRunner {
     int64_t step = 0;
     std::vector<torch::Tensor> params, buffers;
     std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> optim;  // fwd order
+    std::optional<LossScaler::State> scaler;
   };
 
   static std::unique_ptr<torch::optim::OptimizerParamState> deep_clone(
@@ -533,6 +583,7 @@ class RankRunner {
       auto* st = compat::optimizer_state(*opt_, p);
       snap->optim.push_back(st ? deep_clone(*st) : nullptr);
     }
+    if (scaler_) snap->scaler = scaler_->state();
     snapshot_ = std::move(snap);
     log_->write("snapshot", {{"step", step}});
   }
@@ -546,6 +597,7 @@ class RankRunner {
       const auto& st = snapshot_->optim[k];
       compat::set_optimizer_state(*opt_, fwd_params_[k], st ? deep_clone(*st) : nullptr);
     }
+    if (scaler_ && snapshot_->scaler) scaler_->restore(*snapshot_->scaler);
     zero_grads();
   }
 
@@ -615,9 +667,17 @@ class RankRunner {
       bad_batch |= !torch::isfinite(batch.labels).all().item<bool>();
     if (batch.mask.defined()) bad_batch |= batch.mask.sum().item<double>() == 0.0;
     int first_module = -1, index = 0;
+    bool overflow = false;
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
-      if (first_module < 0 && !torch::isfinite(out).all().item<bool>()) first_module = index;
+      const bool finite_fp32 = first_module >= 0 || torch::isfinite(out).all().item<bool>();
+      if (half_) out = round_through_half(out, *half_);
+      if (first_module < 0 && !torch::isfinite(out).all().item<bool>()) {
+        first_module = index;
+        // The module's fp32 output was finite and the half rounding made it +-inf: the value
+        // left the half range here (DESIGN.md fp16_overflow).
+        overflow = finite_fp32 && half_.has_value();
+      }
       ++index;
       return out;
     };
@@ -632,7 +692,7 @@ class RankRunner {
       bad_loss = !std::isfinite(loss.item<double>());
       zero_grads();
       try {
-        loss.backward();
+        (scaler_ ? loss * scaler_->scale() : loss).backward();
       } catch (const std::exception& e) {
         anomaly = first_line(e.what());
       }
@@ -651,15 +711,22 @@ class RankRunner {
                                {"module", first_module >= 0 ? module_names_[first_module] : ""},
                                {"anomaly_op", anomaly.empty() ? "" : detect::backward_op(anomaly)},
                                {"grad", first_grad >= 0 ? bwd_names_[first_grad] : ""}});
-    // Share: [reproduced, first module, first grad] per rank.
-    std::vector<double> rows(size_t(world_) * 3, 0.0);
-    rows[size_t(rank_) * 3 + 0] = reproduced ? 1 : 0;
-    rows[size_t(rank_) * 3 + 1] = first_module;
-    rows[size_t(rank_) * 3 + 2] = first_grad;
+    // Share: [reproduced, first module, first grad, fp16 overflow] per rank.
+    constexpr size_t kW = 4;
+    std::vector<double> rows(size_t(world_) * kW, 0.0);
+    rows[size_t(rank_) * kW + 0] = reproduced ? 1 : 0;
+    rows[size_t(rank_) * kW + 1] = first_module;
+    rows[size_t(rank_) * kW + 2] = first_grad;
+    rows[size_t(rank_) * kW + 3] = overflow ? 1 : 0;
     collective("replay", rows.data(), rows.size(), ElemType::kFloat64, step);
     const size_t r0 = size_t(d->ranks.front());
-    d->transient = rows[r0 * 3 + 0] < 0.5;
-    const int module = int(rows[r0 * 3 + 1]);
+    d->transient = rows[r0 * kW + 0] < 0.5;
+    const int module = int(rows[r0 * kW + 1]);
+    if (module >= 0 && rows[r0 * kW + 3] > 0.5 && d->detector != "batch") {
+      d->cause = "fp16_overflow";
+      d->layer = module_names_.at(size_t(module));
+      return;
+    }
     // DESIGN.md: a module whose output is non-finite while its input was finite is the cause;
     // the replay's probe sees the first such module in forward order.
     if (module >= 0 && (d->cause == "activation" || d->cause == "gradient") &&
@@ -725,13 +792,15 @@ class RankRunner {
         if (m->momentum_buffer().defined()) oh = hash_bytes(oh, m->momentum_buffer());
       }
     }
-    log_->write("final", {{"steps_completed", steps_completed},
-                          {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
-                          {"eval_loss_str", fmt::format("{}", ev)},
-                          {"initial_eval_loss", initial_eval_},
-                          {"params_hash", fmt::format("{:016x}", ph)},
-                          {"optim_hash", fmt::format("{:016x}", oh)},
-                          {"params_finite", finite}});
+    log_->write("final",
+                {{"steps_completed", steps_completed},
+                 {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
+                 {"eval_loss_str", fmt::format("{}", ev)},
+                 {"initial_eval_loss", initial_eval_},
+                 {"params_hash", fmt::format("{:016x}", ph)},
+                 {"optim_hash", fmt::format("{:016x}", oh)},
+                 {"params_finite", finite},
+                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
   }
 
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
@@ -761,7 +830,9 @@ class RankRunner {
   bool has_watchdog_ = false;
   bool anomaly_mode_ = false;
   bool rollback_requested_ = false;
-  double lr_scale_ = 1.0;    // lr_backoff: cumulative factor
+  std::optional<torch::ScalarType> half_;  // precision fp16/bf16: rounding at every probe
+  std::optional<LossScaler> scaler_;       // fp16 only
+  double lr_scale_ = 1.0;                  // lr_backoff: cumulative factor
   int64_t high_water_ = -1;  // highest step run so far (re-executions are steps <= this)
   std::unique_ptr<Snapshot> snapshot_;
   int64_t decided_us_ = 0;

@@ -807,9 +807,6 @@ std::vector<std::string> unimplemented_features(const Scenario& s) {
     return text;
   };
   if (s.job.device == Device::kCuda) add("device cuda (GPU issue)");
-  if (s.job.precision != DType::kFp32) {
-    add(std::string("precision ") + to_string(s.job.precision) + " (issue 5)");
-  }
   for (const auto& f : s.faults) {
     auto it = fault_kinds().find(f.kind);
     if (it == fault_kinds().end()) {

@@ -1,11 +1,34 @@
 // Fault kind `overflow`: an fp16 overflow point; multiplies a module's output by `factor` so it
-// leaves the half range. Keys only for now; the injector lands in this file.
+// leaves the half range.
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/scenario_schema.h"
+#include "inject/injector.h"
 
 namespace nanchaos::inject {
 namespace {
+
+// Multiplies the whole module output by `factor` (autograd flows through the product, as it would
+// through a layer whose weights produce large values). Under precision fp16 the rounding that
+// follows the module turns the values beyond 65504 into +-inf: a real fp16 overflow.
+class OverflowInjector final : public Injector {
+ public:
+  explicit OverflowInjector(const harness::FaultSpec& f)
+      : Injector(f),
+        pattern_(f.params.get_string("target").substr(std::string("activation:").size())),
+        factor_(f.params.get_float("factor")) {}
+  torch::Tensor on_activation(FaultContext& ctx, const std::string& module,
+                              torch::Tensor out) override {
+    if (!match_target(pattern_, module) || !armed(ctx)) return out;
+    ctx.fired(spec_.index, "activation:" + module,
+              {{"factor", factor_}, {"max_abs_before", out.detach().abs().max().item<double>()}});
+    return out * factor_;
+  }
+
+ private:
+  std::string pattern_;
+  double factor_;
+};
 
 using harness::FaultKindInfo;
 using harness::FaultSpec;
@@ -20,8 +43,10 @@ FaultKindInfo overflow_kind() {
       Key("target", KeyType::kString, "activation:MODULE whose output is scaled").required(),
       Key("factor", KeyType::kFloat, "multiplier applied to the module's output").def(1e5).above(0),
   };
-  info.not_implemented = "fp16 overflow points (issue 5)";
-  info.make = nullptr;
+  info.not_implemented = "";
+  info.make = [](const FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
+    return std::make_unique<OverflowInjector>(f);
+  };
   info.check = [](const FaultSpec& f) { harness::check_target(f, "target", {"activation"}); };
   return info;
 }
