@@ -175,17 +175,19 @@ TEST(Controller, MalformedScenarioNeverStartsAJob) {
   EXPECT_NE(missing.output.find("nope.toml"), std::string::npos) << missing.output;
 }
 
-TEST(Controller, UnbuiltFeatureIsRefusedWithNotImplemented) {
+TEST(Controller, CudaScenarioIsSkippedOnAHostWithoutAGpu) {
+  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "this host has a GPU";
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
   std::string text = kActivation2;
-  text += "\n[recovery]\npolicy = \"rollback\"\n";
-  const auto file = write_file(dir, "r.toml", text);
+  text.replace(text.find("steps = 14"), 10, "steps = 14\ndevice = \"cuda\"");
+  const auto file = write_file(dir, "c.toml", text);
   auto r = run_cmd(kBin + " run " + file + " --out " + out);
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.code, 0) << r.output;
   const json s = read_report(out)["scenarios"][0];
-  EXPECT_EQ(s["verdict"], "error");
-  EXPECT_EQ(s["reason"].get<std::string>().rfind("not implemented yet: ", 0), 0u) << s["reason"];
+  EXPECT_EQ(s["verdict"], "skipped");
+  EXPECT_NE(s["reason"].get<std::string>().find("GPU"), std::string::npos) << s["reason"];
+  EXPECT_EQ(read_report(out)["summary"]["skipped"], 1);
 }
 
 TEST(Controller, FaultThatNeverFiresIsAnErrorNotAPass) {
