@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -94,9 +95,9 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
   if (tool == "srun") {
     argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
   } else {  // Open MPI's mpirun (or orterun/mpiexec)
-    argv.insert(argv.end(),
-                {"-np", np, "--oversubscribe", "--bind-to", "none", "-x", "NANCHAOS_JOB_ID", "-x",
-                 "NANCHAOS_LOG", "--mca", "mpi_yield_when_idle", "1"});
+    argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
+                             "NANCHAOS_JOB_ID", "--mca", "mpi_yield_when_idle", "1"});
+    if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
   argv.insert(argv.end(), {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir});
@@ -250,6 +251,13 @@ int run_suite(const RunOptions& opts) {
     std::cerr << "nanchaos run: no job started (fix the scenario errors above)\n";
     return 2;
   }
+  if (scenarios.empty()) {
+    std::cerr << fmt::format(
+        "nanchaos run: error: no scenario carries the tag(s) {}; no job "
+        "started\n",
+        fmt::join(opts.tags, ", "));
+    return 2;
+  }
 
   results::SuiteReport report;
   report.suite = suite_name(opts.paths);
@@ -259,17 +267,40 @@ int run_suite(const RunOptions& opts) {
   const std::string out = opts.out_dir.empty()
                               ? "results/runs/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + report.suite
                               : opts.out_dir;
-  fs::create_directories(out);
+  // Output locations are checked before any job starts: a typo must not cost a whole suite.
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) {
+    std::cerr << fmt::format("nanchaos run: error: --out {}: cannot create the run folder: {}\n",
+                             out, ec ? ec.message() : "not a directory");
+    return 2;
+  }
+  if (!opts.junit.empty()) {
+    std::ofstream probe(opts.junit, std::ios::app);
+    if (!probe) {
+      std::cerr << fmt::format("nanchaos run: error: --junit {}: cannot open for writing: {}\n",
+                               opts.junit, std::strerror(errno));
+      return 2;
+    }
+  }
   const std::string launcher =
       !opts.launcher.empty()
           ? opts.launcher
           : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER") : "mpirun");
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
+  bool write_failed = false;
   auto write_reports = [&] {
-    results::write_report_json(report, out + "/report.json");
-    results::write_junit(report, out + "/junit.xml");
-    results::write_markdown(report, out + "/report.md");
+    try {
+      results::write_report_json(report, out + "/report.json");
+      results::write_junit(report, out + "/junit.xml");
+      results::write_markdown(report, out + "/report.md");
+      if (!opts.junit.empty()) results::write_junit(report, opts.junit);
+    } catch (const std::exception& e) {
+      // Keep running: later scenarios still measure; the exit status reports the failure.
+      if (!write_failed) std::cerr << "nanchaos run: error: " << e.what() << "\n";
+      write_failed = true;
+    }
   };
 
   bool usage_error = false;
@@ -311,12 +342,11 @@ int run_suite(const RunOptions& opts) {
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
   }
   write_reports();
-  if (!opts.junit.empty()) results::write_junit(report, opts.junit);
   if (!opts.quiet) {
     std::cout << results::console_footer(report);
     std::cout << "reports: " << out << "/report.json, junit.xml, report.md\n";
   }
-  if (usage_error || report.errors() > 0) return 2;
+  if (usage_error || write_failed || report.errors() > 0) return 2;
   return report.failed() > 0 ? 1 : 0;
 }
 

@@ -364,6 +364,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   }
   const double abort_ms = first_inject_t ? double(job.t_end_us - *first_inject_t) / 1000.0 : -1;
 
+  res.extra["postmortem"] = nullptr;
   if (!res.first_detection && !blamed.empty()) {
     res.extra["postmortem"] = {{"ranks", blamed}, {"cause", blamed_cause}};
   }
@@ -454,7 +455,12 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   std::vector<std::string> unverified;
   for (const auto& f : s.faults) {
     if (!fired.count(f.index) && f.probability >= 1.0) {
-      unverified.push_back(fmt::format("fault #{} ({}, step {})", f.index, f.kind, f.step));
+      std::string what = fmt::format("[[fault]] #{} ({}, step {}", f.index + 1, f.kind, f.step);
+      if (f.params.has("target")) {
+        what += ", target " + f.params.get_string("target") +
+                ": check the name with `nanchaos targets`";
+      }
+      unverified.push_back(what + ")");
     }
   }
   bool setup_failed = false;
@@ -462,7 +468,14 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   const std::string err = first_error_line(run_dir + "/ranks.log");
   if (setup_failed && res.outcome != "completed") {
     res.verdict = "error";
-    res.reason = err.empty() ? "a rank never started; see " + run_dir + "/ranks.log" : err;
+    if (!err.empty()) {
+      res.reason = err;
+    } else if (job.timed_out) {
+      res.reason = fmt::format("[job].timeout_ms ({} ms) expired before every rank started",
+                               s.job.timeout_ms);
+    } else {
+      res.reason = "a rank never started; see " + run_dir + "/ranks.log";
+    }
   } else if (!unverified.empty()) {
     res.verdict = "error";
     res.reason = "injection not verified: ";

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 
 #include "harness/controller.h"
 #include "harness/keys_doc.h"
@@ -33,9 +34,16 @@ int cmd_validate(const std::vector<std::string>& paths) {
     return 2;
   }
   int bad = 0;
+  std::map<std::string, std::string> names;  // a suite's names must be unique (result folders)
   for (const auto& f : files) {
     try {
       Scenario s = load_scenario(f);
+      if (auto [it, fresh] = names.emplace(s.name, f); !fresh) {
+        std::cerr << fmt::format("{}: error: [scenario].name \"{}\" is also used by {}\n", f,
+                                 s.name, it->second);
+        ++bad;
+        continue;
+      }
       auto missing = unimplemented_features(s);
       if (missing.empty()) {
         std::cout << fmt::format("ok    {} ({})\n", f, s.name);

@@ -576,6 +576,12 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
 
     f.ranks = all.get_ranks("ranks");
     f.step = all.get_int("step");
+    if (f.step >= s.job.steps) {
+      scenario_error(all.pos("step"),
+                     fmt::format("{}.step: {} is past the end of the job ([job].steps = {}, steps "
+                                 "are 0-based); the fault could never fire",
+                                 label, f.step, s.job.steps));
+    }
     f.repeat = all.get_int("repeat");
     f.probability = all.get_float("probability");
     f.persistent = all.get_bool("persistent");

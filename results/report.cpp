@@ -340,8 +340,8 @@ std::string md_cell(const std::string& raw) {
 }
 
 // --- console column widths (header and rows must agree) ---
-constexpr size_t kVerdictW = 7, kScenarioW = 32, kOutcomeW = 9, kDetectorW = 11, kRankW = 4,
-                 kLayerW = 17, kCauseW = 15, kLatStepsW = 10, kLatMsW = 8, kWallW = 7;
+constexpr size_t kVerdictW = 7, kScenarioW = 32, kOutcomeW = 9, kDetectorW = 15, kRankW = 5,
+                 kLayerW = 26, kCauseW = 18, kLatStepsW = 10, kLatMsW = 8, kWallW = 7;
 constexpr size_t kReasonW = 80;
 const char* const kSep = "  ";
 
