@@ -391,7 +391,7 @@ TEST(JudgeVerification, FaultThatNeverFiredIsError) {
   const auto r = judge(s, d.path(), Job());
   EXPECT_EQ(r.verdict, "error");
   EXPECT_EQ(r.reason.rfind("injection not verified", 0), 0u) << r.reason;
-  EXPECT_NE(r.reason.find("fault #0"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("[[fault]] #1"), std::string::npos) << r.reason;
   EXPECT_TRUE(r.injections.empty());
 }
 
