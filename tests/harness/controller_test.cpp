@@ -439,3 +439,28 @@ consistent = true
   EXPECT_EQ(a["optim_hash"], b["optim_hash"]);
   EXPECT_EQ(a["eval_loss"], b["eval_loss"]);
 }
+
+// GradScaler growth: the loss scale doubles every growth_interval clean steps, stops at max_scale
+// and stays identical on every rank; a clean run detects nothing.
+TEST(LossScale, GrowthStopsAtMaxScaleOnEveryRank) {
+  const auto out = tmpdir("out");
+  const std::string file = kSrc + "/scenarios/fp16-scale-growth-capped.toml";
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(out + "/fp16-scale-growth-capped/events/rank-" + std::to_string(rank) +
+                     ".jsonl");
+    double last = 0, highest = 0;
+    int steps = 0;
+    for (std::string line; std::getline(in, line);) {
+      auto e = json::parse(line);
+      if (e["ev"] != "step_end") continue;
+      last = e["loss_scale"].get<double>();
+      highest = std::max(highest, last);
+      ++steps;
+    }
+    EXPECT_EQ(steps, 16);
+    EXPECT_EQ(highest, 4096.0) << "rank " << rank;
+    EXPECT_EQ(last, 4096.0) << "rank " << rank;
+  }
+}
