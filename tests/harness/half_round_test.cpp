@@ -1,10 +1,10 @@
 // fp16/bf16 rounding of the CPU half-precision emulation at known boundary values.
 #include "harness/half_round.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
-
-#include <gtest/gtest.h>
 
 using nanchaos::harness::round_through_half;
 
@@ -15,8 +15,8 @@ float round_one(float x, torch::ScalarType t) {
 }  // namespace
 
 TEST(HalfRound, Fp16RangeBoundaries) {
-  EXPECT_EQ(round_one(65504.0f, torch::kHalf), 65504.0f);  // largest finite half
-  EXPECT_EQ(round_one(65519.0f, torch::kHalf), 65504.0f);  // rounds down to it
+  EXPECT_EQ(round_one(65504.0f, torch::kHalf), 65504.0f);      // largest finite half
+  EXPECT_EQ(round_one(65519.0f, torch::kHalf), 65504.0f);      // rounds down to it
   EXPECT_TRUE(std::isinf(round_one(65520.0f, torch::kHalf)));  // rounds past it
   EXPECT_TRUE(std::isinf(round_one(1e5f, torch::kHalf)));
   EXPECT_LT(round_one(-1e5f, torch::kHalf), 0.0f);

@@ -402,11 +402,11 @@ TEST(ScenarioLoader, EveryShippedScenarioValidates) {
 
 TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
   const std::string dir = NANCHAOS_SOURCE_DIR "/../shared/cases/";
-  for (const char* name : {"r01-naive-stack-deadlocks", "r01-nan-input-one-rank",
-                           "r02-fp16-logits-overflow", "r06-nan-gradient-checked",
-                           "r06-nan-gradient-unchecked", "r21-fp16-ffn-overflow-blamed-on-ffn",
-                           "r22-zero-std-normalization", "r23-masked-nan-targets",
-                           "r24-lr-too-high-rollback"}) {
+  for (const char* name :
+       {"r01-naive-stack-deadlocks", "r01-nan-input-one-rank", "r02-fp16-logits-overflow",
+        "r06-nan-gradient-checked", "r06-nan-gradient-unchecked",
+        "r21-fp16-ffn-overflow-blamed-on-ffn", "r22-zero-std-normalization",
+        "r23-masked-nan-targets", "r24-lr-too-high-rollback"}) {
     Scenario s = load_scenario(dir + name + ".toml");
     EXPECT_TRUE(unimplemented_features(s).empty()) << name;
   }
