@@ -337,9 +337,7 @@ class RankRunner {
     // step_start: faults on parameters, then the param detector.
     double lr = scheduled_lr(step) * lr_scale_;
     for (auto& inj : injectors_) inj->on_step_start(ctx);
-    NamedTensors params;
-    for (size_t i = 0; i < fwd_params_.size(); ++i)
-      params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    NamedTensors params = named_parameters();
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     for (auto& inj : injectors_) lr *= inj->lr_factor(ctx);
     StepView view;
@@ -526,6 +524,14 @@ class RankRunner {
     return "";
   }
 
+  /// Parameters with their names, forward order (what parameter faults match against).
+  NamedTensors named_parameters() const {
+    NamedTensors params;
+    for (size_t i = 0; i < fwd_params_.size(); ++i)
+      params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    return params;
+  }
+
   // Zeroes the bucket; never Optimizer::zero_grad, which may reset grads to undefined (2.x).
   void zero_grads() { bucket_.zero_(); }
 
@@ -654,9 +660,7 @@ class RankRunner {
                              {"detail", std::move(detail)},
                              {"replay", true}});
     };
-    NamedTensors params;
-    for (size_t i = 0; i < fwd_params_.size(); ++i)
-      params.emplace_back(fwd_names_[i], fwd_params_[i]);
+    NamedTensors params = named_parameters();
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     Batch batch = workload_->make_batch(step, rank_);
     for (auto& inj : injectors_) inj->on_batch(ctx, batch);
