@@ -25,7 +25,10 @@
 #include "harness/events.h"
 #include "harness/judge.h"
 #include "nanchaos/config.h"
+#include "harness/progress.h"
+#include "results/html.h"
 #include "results/report.h"
+#include "results/stats.h"
 
 namespace fs = std::filesystem;
 
@@ -88,7 +91,8 @@ std::string suite_name(const std::vector<std::string>& paths) {
 
 std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
                                        const std::string& self_exe, const std::string& scenario,
-                                       const std::string& run_dir) {
+                                       const std::string& run_dir,
+                                       std::optional<uint64_t> seed) {
   std::vector<std::string> argv = split_words(launcher.empty() ? "mpirun" : launcher);
   const std::string tool = fs::path(argv.at(0)).filename().string();
   const std::string np = std::to_string(s.job.ranks);
@@ -101,6 +105,7 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
   argv.insert(argv.end(), {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir});
+  if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
   return argv;
 }
 
@@ -217,6 +222,10 @@ int run_suite(const RunOptions& opts) {
     std::cerr << e.what() << "\n";
     return 2;
   }
+  if (opts.trials < 1) {
+    std::cerr << fmt::format("nanchaos run: error: --trials {}: must be at least 1\n", opts.trials);
+    return 2;
+  }
   if (files.empty()) {
     std::cerr << "nanchaos run: error: no *.toml scenario found in the given paths\n";
     return 2;
@@ -264,6 +273,7 @@ int run_suite(const RunOptions& opts) {
   report.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
   report.nanchaos_version = NANCHAOS_VERSION;
   report.host = hostname();
+  report.trials = opts.trials;
   const std::string out = opts.out_dir.empty()
                               ? "results/runs/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + report.suite
                               : opts.out_dir;
@@ -305,46 +315,75 @@ int run_suite(const RunOptions& opts) {
 
   bool usage_error = false;
   int job_counter = 0;
-  for (const auto& s : scenarios) {
+  harness::Progress progress(scenarios.size(), !opts.quiet);
+  // One trial = one job of the scenario with seed + trial, in its own run folder.
+  auto run_trial = [&](const Scenario& base, size_t index, int trial) {
+    Scenario s = base;
+    s.seed = base.seed + uint64_t(trial);
+    progress.start(index, s.name, trial, opts.trials);
+    const std::string run_dir = opts.trials == 1
+                                    ? out + "/" + s.name
+                                    : fmt::format("{}/{}/trial-{}", out, s.name, trial);
+    fs::create_directories(run_dir + "/events");
+    fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
+    const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
+    auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
+                              fs::absolute(run_dir).string(),
+                              trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed));
+    JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
+                               run_dir + "/events", int(s.job.ranks));
+    results::ScenarioResult res = judge(s, run_dir, job);
+    if (!job.launch_error.empty()) {
+      res.verdict = "error";
+      res.reason = job.launch_error;
+    }
+    res.trial = trial;
+    res.trial_count = opts.trials;
+    res.extra["job_start_us"] = job.t0_us;  // the timeline's zero (CLOCK_MONOTONIC us)
+    return res;
+  };
+
+  for (size_t index = 0; index < scenarios.size(); ++index) {
+    const auto& s = scenarios[index];
     results::ScenarioResult res;
     res.name = s.name;
     res.file = s.file;
     res.seed = s.seed;
     res.ranks = s.job.ranks;
-    const std::string run_dir = out + "/" + s.name;
-    res.run_dir = run_dir;
+    res.run_dir = out + "/" + s.name;
+    res.trial_count = opts.trials;
     auto missing = unimplemented_features(s);
     if (s.job.device == Device::kCuda && !gpu_present()) {
       res.verdict = "skipped";
       res.reason = "device cuda needs a GPU; this host has none";
+      res.stats = results::scenario_stats({res});
     } else if (!missing.empty()) {
       res.verdict = "error";
       res.reason = "not implemented yet: " + missing.front();
       for (size_t i = 1; i < missing.size(); ++i) res.reason += "; " + missing[i];
       usage_error = true;
+      res.stats = results::scenario_stats({res});
     } else {
-      fs::create_directories(run_dir + "/events");
-      fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
-      const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
-      auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
-                                fs::absolute(run_dir).string());
-      JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
-                                 run_dir + "/events", int(s.job.ranks));
-      res = judge(s, run_dir, job);
-      if (!job.launch_error.empty()) {
-        res.verdict = "error";
-        res.reason = job.launch_error;
-      }
+      std::vector<results::ScenarioResult> trials;
+      for (int t = 0; t < opts.trials; ++t) trials.push_back(run_trial(s, index, t));
+      res = results::representative_trial(trials);
+      res.stats = results::scenario_stats(trials);
+      if (opts.trials > 1) res.trials = std::move(trials);
     }
     if (res.verdict == "error") usage_error = true;
     report.scenarios.push_back(res);
+    progress.finish(index, res);
     if (!opts.quiet) std::cout << results::console_row(res) << std::flush;
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
   }
+  progress.done();
+  report.detector_stats = results::suite_detector_stats(report);
   write_reports();
+  const std::string html_note = results::write_html(report, out + "/report.html");
   if (!opts.quiet) {
     std::cout << results::console_footer(report);
-    std::cout << "reports: " << out << "/report.json, junit.xml, report.md\n";
+    std::cout << "reports: " << out << "/report.json, junit.xml, report.md, report.html\n";
+    if (!html_note.empty()) std::cout << "report.html: " << html_note << "\n";
   }
   if (usage_error || write_failed || report.errors() > 0) return 2;
   return report.failed() > 0 ? 1 : 0;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,10 @@ struct RunOptions {
   std::string junit;               ///< extra copy of junit.xml
   std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or "mpirun"
   std::string self_exe;            ///< this binary (ranks run `<self_exe> rank ...`)
-  bool quiet = false;
+  bool quiet = false;               ///< no console table, no progress lines
+  /// Runs per scenario; trial i uses seed + i and, when trials > 1, the run folder
+  /// <out>/<name>/trial-<i>/ (docs/scenario-format.md "Trials").
+  int trials = 1;
 };
 
 /// How a launched job ended, as the controller saw it.
@@ -42,10 +46,12 @@ struct JobResult {
 
 /// Builds the launcher command for `s` (argv), e.g.
 /// mpirun -np 4 --oversubscribe --bind-to none [--allow-run-as-root] -x NANCHAOS_JOB_ID ...
-/// <self_exe> rank --scenario FILE --run-dir DIR
+/// <self_exe> rank --scenario FILE --run-dir DIR [--seed N]
+/// `seed` overrides the scenario file's seed (a repeated trial); nullopt keeps the file's.
 std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
                                        const std::string& self_exe, const std::string& scenario,
-                                       const std::string& run_dir);
+                                       const std::string& run_dir,
+                                       std::optional<uint64_t> seed = std::nullopt);
 
 /// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
 /// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind.

@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
   run->add_option("--launcher", run_opts.launcher,
                   "launcher command (default $NANCHAOS_LAUNCHER or mpirun), e.g. "
                   "\"mpirun --hostfile hosts\" or \"srun --mpi=pmix\"");
-  run->add_flag("--quiet", run_opts.quiet, "no console table");
+  run->add_flag("--quiet", run_opts.quiet, "no console table, no progress lines on stderr");
+  run->add_option("--trials", run_opts.trials,
+                  "run each scenario N times (trial i uses seed + i); report.json gets "
+                  "p50/p95/max per scenario and detector")
+      ->check(CLI::Range(1, 10000));
 
   std::vector<std::string> validate_paths;
   auto* validate = app.add_subcommand("validate", "check scenario files without running them");
@@ -105,9 +109,12 @@ int main(int argc, char** argv) {
   auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
 
   std::string rank_scenario, rank_dir;
+  uint64_t rank_seed = 0;
   auto* rank = app.add_subcommand("rank", "internal: one MPI rank of a job (launched by run)");
   rank->add_option("--scenario", rank_scenario)->required();
   rank->add_option("--run-dir", rank_dir)->required();
+  auto* rank_seed_opt =
+      rank->add_option("--seed", rank_seed, "replaces [scenario].seed (a repeated trial)");
   rank->group("");  // hidden from --help
 
   try {
@@ -126,7 +133,10 @@ int main(int argc, char** argv) {
     std::cout << keys_markdown();
     return 0;
   }
-  if (*rank) return run_rank(rank_scenario, rank_dir);
+  if (*rank) {
+    return run_rank(rank_scenario, rank_dir,
+                    rank_seed_opt->count() ? std::optional<uint64_t>(rank_seed) : std::nullopt);
+  }
   if (*targets) {
     tscen.workload.norm = norm == "batchnorm"   ? Norm::kBatchNorm
                           : norm == "layernorm" ? Norm::kLayerNorm

@@ -850,11 +850,13 @@ class RankRunner {
 
 }  // namespace
 
-int run_rank(const std::string& scenario_path, const std::string& run_dir) {
+int run_rank(const std::string& scenario_path, const std::string& run_dir,
+             std::optional<uint64_t> seed) {
   std::unique_ptr<Communicator> comm;
   try {
     comm = make_mpi_communicator();
     Scenario s = load_scenario(scenario_path);
+    if (seed) s.seed = *seed;
     RankRunner runner(std::move(s), std::move(comm), run_dir);
     const int code = runner.run();
     finalize_mpi();

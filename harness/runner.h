@@ -6,6 +6,8 @@
 //   4 watchdog expiry (the rank takes the job down with MPI_Abort); 2 setup error.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace nanchaos::harness {
@@ -15,7 +17,9 @@ inline constexpr int kRankExitWatchdog = 4;
 inline constexpr int kRankExitSetup = 2;
 
 /// Runs this process's rank of the scenario at `scenario_path`, logging to
-/// `run_dir/events/rank-<rank>.jsonl`. Returns the process exit code.
-int run_rank(const std::string& scenario_path, const std::string& run_dir);
+/// `run_dir/events/rank-<rank>.jsonl`. `seed` replaces the file's [scenario].seed (a repeated
+/// trial of `nanchaos run --trials N`). Returns the process exit code.
+int run_rank(const std::string& scenario_path, const std::string& run_dir,
+             std::optional<uint64_t> seed = std::nullopt);
 
 }  // namespace nanchaos::harness

@@ -136,6 +136,14 @@ J scenario_json(const ScenarioResult& r) {
   j["steps_completed"] = r.steps_completed;
   j["final_loss"] = opt<J>(r.final_loss);
   j["run_dir"] = str_or_null<J>(r.run_dir);
+  j["trial"] = r.trial;
+  j["trial_count"] = r.trial_count;
+  if (!r.stats.is_null()) j["stats"] = sanitized<J>(r.stats);
+  if (!r.trials.empty()) {
+    J trials = J::array();
+    for (const auto& t : r.trials) trials.push_back(scenario_json<J>(t));
+    j["trials"] = std::move(trials);
+  }
   // The contract fields win: `extra` adds facts, it never rewrites a judged one.
   if (r.extra.is_object()) {
     for (const auto& [k, v] : r.extra.items()) {
@@ -155,6 +163,8 @@ J suite_json(const SuiteReport& r) {
   J scenarios = J::array();
   for (const auto& s : r.scenarios) scenarios.push_back(scenario_json<J>(s));
   j["scenarios"] = std::move(scenarios);
+  j["trials"] = r.trials;
+  if (!r.detector_stats.is_null()) j["detectors"] = sanitized<J>(r.detector_stats);
   J summary = J::object();
   summary["passed"] = r.passed();
   summary["failed"] = r.failed();

@@ -65,6 +65,12 @@ struct ScenarioResult {
   std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
   std::string run_dir;               ///< folder with events/, per-rank logs
   nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
+  // --- repeated trials (`nanchaos run --trials N`; docs/scenario-format.md "Trials") ---
+  int trial = 0;        ///< which trial the fields above describe (its seed is seed + trial)
+  int trial_count = 1;  ///< N
+  /// Every trial, trial 0 first, when N > 1 (empty when N == 1: the fields above are the trial).
+  std::vector<ScenarioResult> trials;
+  nlohmann::json stats;  ///< scenario_stats() over the trials (results/stats.h); null: not computed
 };
 
 struct SuiteReport {
@@ -73,6 +79,8 @@ struct SuiteReport {
   std::string nanchaos_version;
   std::string host;
   std::vector<ScenarioResult> scenarios;
+  int trials = 1;                 ///< --trials N of the run
+  nlohmann::json detector_stats;  ///< suite_detector_stats() (results/stats.h); null: not computed
   int passed() const;
   int failed() const;
   int errors() const;

@@ -1,0 +1,83 @@
+// report.html: a self-contained page (no external URL) for people comparing runs by eye.
+//
+// Contents: the summary table (verdict, first detector, attribution, latency p50/p95 over the
+// trials, pass rate), one latency chart per detector across the scenarios it caught first
+// (p50 bar, p95 and max marks, ms), and per scenario a timeline of every rank of its
+// representative trial: ranks as lanes (y), ms since the job started (x), collectives as bars
+// (coll_enter..coll_leave; a collective never left is drawn to the rank's last event in a
+// warning colour), and injection, detection, decision, abort and exit as labelled marks.
+//
+// Charts are SVG rendered by gnuplot (svg terminal) from data and script files written to a
+// work folder next to the page, then inlined. Without gnuplot the page still gets every table
+// and a visible note instead of the charts. Nothing here includes torch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/report.h"
+
+namespace nanchaos::results {
+
+/// One rank's view of a job, read from its events/rank-N.jsonl (harness/events.h). Times are ms
+/// since the job started (the controller's `job_start_us`; else the earliest event).
+struct Timeline {
+  struct Bar {
+    int rank = 0;
+    double t0_ms = 0, t1_ms = 0;
+    std::string name;   ///< consensus, grad_allreduce, ...
+    bool open = false;  ///< entered, never left: t1 is the rank's last event
+  };
+  struct Mark {
+    int rank = 0;
+    double t_ms = 0;
+    std::string kind;   ///< inject, detect, decision, abort, exit
+    std::string label;  ///< e.g. "inject tensor s10", "detect loss", "exit 3"
+  };
+  int ranks = 0;
+  double begin_ms = 0;  ///< the earliest event of any rank (launch and set-up come before it)
+  double end_ms = 0;    ///< the latest event of any rank
+  std::vector<Bar> bars;
+  std::vector<Mark> marks;
+};
+
+/// Reads `run_dir/events/rank-{0..ranks-1}.jsonl`. Missing files give empty lanes; a truncated
+/// last line is skipped (events.h). `job_start_us` is CLOCK_MONOTONIC us (nullopt: the earliest
+/// event is time 0). Throws nothing.
+Timeline load_timeline(const std::string& run_dir, int ranks,
+                       std::optional<int64_t> job_start_us);
+
+/// Gnuplot script (data inline as datablocks) drawing `t` into the SVG `svg_path`.
+std::string timeline_script(const Timeline& t, const std::string& title,
+                            const std::string& svg_path);
+
+/// One row of a per-detector latency chart: a scenario the detector caught first.
+struct LatencyPoint {
+  std::string scenario;
+  double p50_ms = 0, p95_ms = 0, max_ms = 0;
+  size_t n = 0;  ///< trials it is summarised over
+};
+/// Per detector, the scenarios it caught first and their latency_ms summary, from each scenario's
+/// `stats.by_detector` (detectors and scenarios in report order).
+std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(const SuiteReport& r);
+/// Gnuplot script (data inline) of one detector's chart: p50 with a bar up to p95, and max, per
+/// scenario; a log y axis when the values span more than two decades.
+std::string latency_script(const std::string& detector, const std::vector<LatencyPoint>& points,
+                           const std::string& svg_path);
+
+/// HTML text escaping (& < > " ').
+std::string html_escape(const std::string& s);
+
+struct HtmlOptions {
+  std::string gnuplot = "gnuplot";  ///< program to run (looked up in PATH)
+  std::string work_dir;             ///< data/scripts/SVGs; "" = <page folder>/html
+};
+
+/// Writes the page to `path`. Never throws: returns "" when everything went in, else a short
+/// note of what is missing ("gnuplot not found: ...", "cannot write ..."), which the page shows
+/// too when it could be written.
+std::string write_html(const SuiteReport& r, const std::string& path, const HtmlOptions& o = {});
+
+}  // namespace nanchaos::results

@@ -1,0 +1,162 @@
+// Trial statistics (see stats.h for the percentile method and the JSON shape).
+#include "results/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+// Samples of one quantity, collected trial by trial.
+struct Samples {
+  std::vector<double> latency_steps, latency_ms, decision_us;
+  size_t n = 0;
+  void add(const Detection& d) {
+    ++n;
+    if (d.latency_steps) latency_steps.push_back(double(*d.latency_steps));
+    if (d.latency_ms) latency_ms.push_back(*d.latency_ms);
+    if (d.decision_us) decision_us.push_back(*d.decision_us);
+  }
+  void write(json& j) const {
+    j["n"] = n;
+    j["latency_steps"] = to_json(summarize(latency_steps));
+    j["latency_ms"] = to_json(summarize(latency_ms));
+    j["decision_us"] = to_json(summarize(decision_us));
+  }
+};
+
+// abort_latency_ms as the judge wrote it into `extra` (null when the job did not abort).
+std::optional<double> abort_latency(const ScenarioResult& r) {
+  auto it = r.extra.find("abort_latency_ms");
+  if (it == r.extra.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// Higher is worse; anything unknown counts as an error, as in the suite summary.
+int severity(const std::string& verdict) {
+  if (verdict == "skipped") return 0;
+  if (verdict == "pass") return 1;
+  if (verdict == "fail") return 2;
+  return 3;
+}
+
+}  // namespace
+
+ScenarioResult representative_trial(const std::vector<ScenarioResult>& trials) {
+  if (trials.empty()) throw std::invalid_argument("representative_trial needs at least one trial");
+  size_t pick = 0;
+  for (size_t i = 1; i < trials.size(); ++i) {
+    if (severity(trials[i].verdict) > severity(trials[pick].verdict)) pick = i;
+  }
+  ScenarioResult r = trials[pick];
+  r.trials.clear();
+  r.stats = nullptr;
+  return r;
+}
+
+double percentile(std::vector<double> samples, double p) {
+  if (samples.empty()) throw std::invalid_argument("percentile of an empty sample set");
+  if (!(p > 0 && p <= 100)) throw std::invalid_argument("percentile p must be in (0, 100]");
+  for (double v : samples) {
+    if (std::isnan(v)) throw std::invalid_argument("percentile of a NaN sample");
+  }
+  std::sort(samples.begin(), samples.end());
+  // Nearest rank: the smallest sample with at least p% of the samples at or below it.
+  const double rank = std::ceil(p / 100.0 * double(samples.size()));
+  const size_t idx = std::clamp<size_t>(size_t(rank), 1, samples.size()) - 1;
+  return samples[idx];
+}
+
+std::optional<Summary> summarize(const std::vector<double>& samples) {
+  std::vector<double> finite;
+  for (double v : samples) {
+    if (std::isfinite(v)) finite.push_back(v);
+  }
+  if (finite.empty()) return std::nullopt;
+  Summary s;
+  s.n = finite.size();
+  s.p50 = percentile(finite, 50);
+  s.p95 = percentile(finite, 95);
+  s.max = *std::max_element(finite.begin(), finite.end());
+  return s;
+}
+
+json to_json(const std::optional<Summary>& s) {
+  if (!s) return nullptr;
+  // Whole numbers (steps, us) stay integers in the JSON: "0", not "0.0".
+  auto num = [](double v) {
+    return (std::abs(v) < 9.0e15 && v == std::floor(v)) ? json(static_cast<int64_t>(v)) : json(v);
+  };
+  return {{"n", s->n}, {"p50", num(s->p50)}, {"p95", num(s->p95)}, {"max", num(s->max)}};
+}
+
+json scenario_stats(const std::vector<ScenarioResult>& trials) {
+  if (trials.empty()) throw std::invalid_argument("scenario_stats needs at least one trial");
+  json j = json::object();
+  j["trials"] = trials.size();
+  size_t passed = 0, detected = 0;
+  json verdicts = json::object();
+  json first_detectors = json::object();
+  Samples all;
+  std::map<std::string, Samples> by_detector;
+  std::vector<double> abort_ms, wall_ms;
+  for (const auto& t : trials) {
+    passed += t.verdict == "pass";
+    verdicts[t.verdict] = verdicts.value(t.verdict, 0) + 1;
+    wall_ms.push_back(t.wall_ms);
+    if (auto a = abort_latency(t)) abort_ms.push_back(*a);
+    if (!t.first_detection) continue;
+    ++detected;
+    const Detection& d = *t.first_detection;
+    first_detectors[d.detector] = first_detectors.value(d.detector, 0) + 1;
+    all.add(d);
+    by_detector[d.detector].add(d);
+  }
+  j["passed"] = passed;
+  j["pass_rate"] = double(passed) / double(trials.size());
+  j["verdicts"] = std::move(verdicts);
+  j["detected"] = detected;
+  j["first_detectors"] = std::move(first_detectors);
+  j["latency_steps"] = to_json(summarize(all.latency_steps));
+  j["latency_ms"] = to_json(summarize(all.latency_ms));
+  j["decision_us"] = to_json(summarize(all.decision_us));
+  j["abort_latency_ms"] = to_json(summarize(abort_ms));
+  j["wall_ms"] = to_json(summarize(wall_ms));
+  json per = json::object();
+  for (const auto& [name, samples] : by_detector) {
+    json dj = json::object();
+    samples.write(dj);
+    per[name] = std::move(dj);
+  }
+  j["by_detector"] = std::move(per);
+  return j;
+}
+
+json suite_detector_stats(const SuiteReport& r) {
+  std::map<std::string, Samples> pooled;
+  std::map<std::string, std::vector<std::string>> names;
+  for (const auto& s : r.scenarios) {
+    const auto one = std::vector<ScenarioResult>{s};
+    const auto& trials = s.trials.empty() ? one : s.trials;
+    for (const auto& t : trials) {
+      if (!t.first_detection) continue;
+      const std::string& det = t.first_detection->detector;
+      pooled[det].add(*t.first_detection);
+      auto& v = names[det];
+      if (std::find(v.begin(), v.end(), s.name) == v.end()) v.push_back(s.name);
+    }
+  }
+  json out = json::object();
+  for (const auto& [det, samples] : pooled) {
+    json dj = json::object();
+    dj["scenarios"] = names[det];
+    samples.write(dj);
+    out[det] = std::move(dj);
+  }
+  return out;
+}
+
+}  // namespace nanchaos::results

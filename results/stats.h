@@ -1,0 +1,68 @@
+// Statistics over repeated trials of one scenario (`nanchaos run --trials N`) and over a suite.
+//
+// A single run's milliseconds on a shared machine are noise; percentiles over trials are what a
+// report compares. Steps (latency_steps) do not drift with machine load, milliseconds do.
+//
+// Percentile method: nearest-rank. For n sorted samples x[1..n] and p in (0, 100], the p-th
+// percentile is x[ceil(p/100 * n)] (so p50 of {1,2,3,4} is 2, p95 of 5 samples is the max). It
+// always returns a sample that was measured, never an interpolated value.
+//
+// Pure functions, no I/O, nothing here includes torch.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/report.h"
+
+namespace nanchaos::results {
+
+/// Nearest-rank percentile of `samples` (any order), p in (0, 100].
+/// Throws std::invalid_argument for an empty sample set, p outside (0, 100] or a NaN sample.
+double percentile(std::vector<double> samples, double p);
+
+/// p50/p95/max of a sample set, and how many samples (n) it came from.
+struct Summary {
+  size_t n = 0;
+  double p50 = 0;
+  double p95 = 0;
+  double max = 0;
+};
+
+/// Summary of `samples`; nullopt when there is none. Non-finite samples are dropped (a NaN
+/// latency means "not measured"); throws nothing.
+std::optional<Summary> summarize(const std::vector<double>& samples);
+
+/// {"n", "p50", "p95", "max"}, or null for nullopt.
+nlohmann::json to_json(const std::optional<Summary>& s);
+
+/// The trial whose fields a scenario's top level of report.json shows: the first trial with the
+/// worst verdict (error > fail > pass > skipped), so trial 0 when every trial passed and a failing
+/// trial's own evidence when one failed. Returns a copy without `trials`/`stats`.
+/// Throws std::invalid_argument when `trials` is empty.
+ScenarioResult representative_trial(const std::vector<ScenarioResult>& trials);
+
+/// Statistics of one scenario over its trials (trial 0 first). The JSON (report.json
+/// `scenarios[].stats`, documented in docs/scenario-format.md):
+///   {"trials": N, "passed": k, "pass_rate": k/N, "verdicts": {"pass": k, ...},
+///    "detected": d, "first_detectors": {"loss": d, ...},
+///    "latency_steps": S, "latency_ms": S, "decision_us": S, "abort_latency_ms": S, "wall_ms": S,
+///    "by_detector": {"loss": {"n", "latency_steps": S, "latency_ms": S, "decision_us": S}}}
+/// where S is to_json(Summary) (null when no trial measured it). Latencies come from each
+/// trial's first detection (injection -> first detection); `by_detector` groups trials by the
+/// detector that caught the fault first; abort latency (ms, first injection -> job end) only
+/// counts trials that ended aborted or crashed.
+/// Throws std::invalid_argument when `trials` is empty.
+nlohmann::json scenario_stats(const std::vector<ScenarioResult>& trials);
+
+/// Pools every scenario's trials by first detector across the suite (report.json `detectors`):
+///   {"loss": {"scenarios": [names], "n", "latency_steps": S, "latency_ms": S,
+///             "decision_us": S}, ...}
+/// A scenario without `trials` counts its top-level result as its only trial.
+nlohmann::json suite_detector_stats(const SuiteReport& r);
+
+}  // namespace nanchaos::results
