@@ -1,4 +1,4 @@
-// nanchaos command line: run, validate, targets, rank (internal), --version.
+// nanchaos command line: run, validate, compare, targets, keys, rank (internal), --version.
 #include <fmt/format.h>
 #include <limits.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include "harness/scenario.h"
 #include "harness/workload.h"
 #include "nanchaos/config.h"
+#include "results/compare.h"
 
 namespace {
 
@@ -106,6 +107,28 @@ int main(int argc, char** argv) {
   targets->add_option("--norm", norm, "mlp norm")
       ->check(CLI::IsMember({"none", "batchnorm", "layernorm"}));
 
+  std::string cmp_base, cmp_new, cmp_format = "text";
+  nanchaos::results::CompareOptions cmp_opts;
+  auto* compare = app.add_subcommand(
+      "compare", "compare two report.json files; exit 1 on a regression (results/compare.h)");
+  compare->add_option("base", cmp_base, "the reference report.json")->required();
+  compare->add_option("new", cmp_new, "the report.json to check")->required();
+  compare->add_option("--max-slowdown", cmp_opts.max_slowdown,
+                      "latency_ms p50 ratio new/base that counts as a regression")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  compare->add_option("--min-trials", cmp_opts.min_trials,
+                      "both sides need this many trials before milliseconds are gated")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  compare->add_option("--min-delta-ms", cmp_opts.min_delta_ms,
+                      "and the p50 must have grown by more than this many ms")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  compare->add_option("--format", cmp_format, "md (pull request), text or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"md", "text", "json"}));
+
   auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
 
   std::string rank_scenario, rank_dir;
@@ -129,6 +152,10 @@ int main(int argc, char** argv) {
     return run_suite(run_opts);
   }
   if (*validate) return cmd_validate(validate_paths);
+  if (*compare) {
+    return nanchaos::results::run_compare(cmp_base, cmp_new, cmp_opts, cmp_format, std::cout,
+                                          std::cerr);
+  }
   if (*keys) {
     std::cout << keys_markdown();
     return 0;

@@ -1,0 +1,352 @@
+// Report comparison (see compare.h for the rules and why milliseconds are gated so gently).
+#include "results/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<double> num(const json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+// stats[field][key], e.g. stats.latency_ms.p50.
+std::optional<double> stat(const json& stats, const char* field, const char* key) {
+  if (!stats.is_object()) return std::nullopt;
+  auto it = stats.find(field);
+  if (it == stats.end()) return std::nullopt;
+  return num(*it, key);
+}
+
+std::string str(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string opt_text(const std::optional<double>& v, const char* f = "{:.2f}") {
+  return v ? fmt::format(fmt::runtime(f), *v) : "-";
+}
+
+std::string attribution_text(const json& a) {
+  if (!a.is_object()) return "-";
+  auto part = [&](const char* k) {
+    const json& v = a.value(k, json());
+    if (v.is_null()) return std::string("-");
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  return fmt::format("rank {} / {} / {}", part("rank"), part("layer"), part("cause"));
+}
+
+std::string verdict_cell(const std::optional<ScenarioSide>& s) {
+  if (!s) return "absent";
+  if (s->trials > 1) return fmt::format("{} {}/{}", s->verdict, s->passed, s->trials);
+  return s->verdict;
+}
+
+std::string arrow(const std::string& a, const std::string& b) {
+  return a == b ? a : a + " → " + b;
+}
+
+std::string detector_cell(const ScenarioDiff& d) {
+  const std::string a = d.base ? (d.base->detector.empty() ? "-" : d.base->detector) : "absent";
+  const std::string b = d.fresh ? (d.fresh->detector.empty() ? "-" : d.fresh->detector) : "absent";
+  return arrow(a, b);
+}
+
+std::string attribution_cell(const ScenarioDiff& d) {
+  if (!d.attribution_match) return "-";
+  return *d.attribution_match ? "match" : "CHANGED";
+}
+
+std::string steps_cell(const ScenarioDiff& d) {
+  const std::string a = d.base ? opt_text(d.base->steps_max, "{:.0f}") : "absent";
+  const std::string b = d.fresh ? opt_text(d.fresh->steps_max, "{:.0f}") : "absent";
+  return arrow(a, b);
+}
+
+std::string ms_cell(const ScenarioDiff& d, bool p95) {
+  auto v = [&](const std::optional<ScenarioSide>& s) {
+    return s ? opt_text(p95 ? s->ms_p95 : s->ms_p50) : "absent";
+  };
+  return fmt::format("{} → {}", v(d.base), v(d.fresh));
+}
+
+std::string md_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
+std::string regression_line(const Regression& r) {
+  return fmt::format("{}: {}: {}", r.scenario, r.kind, r.detail);
+}
+
+}  // namespace
+
+json load_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw CompareInputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw CompareInputError(
+        fmt::format("{}: not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  }
+  if (!j.is_object() || !j.contains("scenarios") || !j["scenarios"].is_array()) {
+    throw CompareInputError(
+        fmt::format("{}: not a nanchaos report.json: no \"scenarios\" array", path));
+  }
+  std::set<std::string> names;
+  size_t i = 0;
+  for (const auto& s : j["scenarios"]) {
+    if (!s.is_object() || !s.contains("name") || !s["name"].is_string() ||
+        !s.contains("verdict") || !s["verdict"].is_string()) {
+      throw CompareInputError(fmt::format(
+          "{}: scenarios[{}] has no \"name\" and \"verdict\" strings", path, i));
+    }
+    if (!names.insert(s["name"].get<std::string>()).second) {
+      throw CompareInputError(fmt::format("{}: scenario \"{}\" appears twice", path,
+                                          s["name"].get<std::string>()));
+    }
+    ++i;
+  }
+  return j;
+}
+
+ScenarioSide scenario_side(const json& s) {
+  ScenarioSide side;
+  side.verdict = str(s, "verdict");
+  side.reason = str(s, "reason");
+  const json& fd = s.value("first_detection", json());
+  if (fd.is_object()) {
+    side.detector = str(fd, "detector");
+    side.attribution = {{"rank", fd.value("rank", json())},
+                        {"layer", fd.value("layer", json())},
+                        {"cause", fd.value("cause", json())}};
+  }
+  const json& st = s.value("stats", json());
+  if (st.is_object()) {
+    side.trials = int(num(st, "trials").value_or(1));
+    side.passed = int(num(st, "passed").value_or(side.verdict == "pass"));
+    side.steps_max = stat(st, "latency_steps", "max");
+    side.ms_p50 = stat(st, "latency_ms", "p50");
+    side.ms_p95 = stat(st, "latency_ms", "p95");
+  } else {  // a report from before --trials: its top level is its one trial
+    side.trials = 1;
+    side.passed = side.verdict == "pass";
+    side.steps_max = num(fd, "latency_steps");
+    side.ms_p50 = side.ms_p95 = num(fd, "latency_ms");
+  }
+  return side;
+}
+
+Comparison compare_reports(const json& base, const json& fresh, const CompareOptions& o,
+                           const std::string& base_label, const std::string& fresh_label) {
+  Comparison c;
+  c.base_label = base_label;
+  c.fresh_label = fresh_label;
+  c.options = o;
+  std::map<std::string, const json*> fresh_by_name;
+  for (const auto& s : fresh["scenarios"]) fresh_by_name[s["name"].get<std::string>()] = &s;
+  std::set<std::string> seen;
+  auto flag = [&](ScenarioDiff& d, const std::string& kind, const std::string& detail) {
+    d.kinds.push_back(kind);
+    c.regressions.push_back({d.name, kind, detail});
+  };
+  for (const auto& bs : base["scenarios"]) {
+    ScenarioDiff d;
+    d.name = bs["name"].get<std::string>();
+    seen.insert(d.name);
+    d.base = scenario_side(bs);
+    auto it = fresh_by_name.find(d.name);
+    if (it == fresh_by_name.end()) {
+      flag(d, "missing", fmt::format("in {}, absent from {}", base_label, fresh_label));
+      c.scenarios.push_back(std::move(d));
+      continue;
+    }
+    d.fresh = scenario_side(*it->second);
+    const ScenarioSide& b = *d.base;
+    const ScenarioSide& n = *d.fresh;
+    if (n.verdict == "skipped" && b.verdict != "skipped") d.notes.push_back("skipped in NEW");
+    if (b.verdict == "pass" && n.verdict != "pass" && n.verdict != "skipped") {
+      flag(d, "verdict",
+           fmt::format("pass → {}{}", n.verdict, n.reason.empty() ? "" : " (" + n.reason + ")"));
+    }
+    if (b.verdict != "pass" && n.verdict == "pass") d.notes.push_back("fixed: now passes");
+    const bool b_det = !b.attribution.is_null(), n_det = !n.attribution.is_null();
+    if (b_det && n_det) {
+      d.attribution_match = b.attribution == n.attribution;
+      if (!*d.attribution_match) {
+        flag(d, "attribution",
+             fmt::format("{} → {}", attribution_text(b.attribution),
+                         attribution_text(n.attribution)));
+      }
+      if (b.detector != n.detector) {
+        d.notes.push_back(fmt::format("first detector {} → {}", b.detector, n.detector));
+      }
+      if (b.steps_max && n.steps_max && *n.steps_max > *b.steps_max) {
+        flag(d, "detection",
+             fmt::format("later: {:.0f} → {:.0f} steps after the injection (max over trials)",
+                         *b.steps_max, *n.steps_max));
+      }
+    } else if (b_det && !n_det && n.verdict != "skipped") {
+      flag(d, "detection",
+           fmt::format("no longer detected (was {} after {} steps)", b.detector,
+                       opt_text(b.steps_max, "{:.0f}")));
+    } else if (!b_det && n_det) {
+      d.notes.push_back("detected now (" + n.detector + ")");
+    }
+    if (b.ms_p50 && n.ms_p50 && *b.ms_p50 > 0) {
+      d.ratio = *n.ms_p50 / *b.ms_p50;
+      const bool enough = b.trials >= o.min_trials && n.trials >= o.min_trials;
+      if (enough && *d.ratio > o.max_slowdown && *n.ms_p50 - *b.ms_p50 > o.min_delta_ms) {
+        flag(d, "latency",
+             fmt::format("p50 {:.2f} → {:.2f} ms (x{:.2f} > x{:.2f})", *b.ms_p50, *n.ms_p50,
+                         *d.ratio, o.max_slowdown));
+      }
+    }
+    c.scenarios.push_back(std::move(d));
+  }
+  for (const auto& ns : fresh["scenarios"]) {
+    const std::string name = ns["name"].get<std::string>();
+    if (seen.count(name)) continue;
+    ScenarioDiff d;
+    d.name = name;
+    d.fresh = scenario_side(ns);
+    d.notes.push_back("only in NEW");
+    c.scenarios.push_back(std::move(d));
+  }
+  return c;
+}
+
+std::string format_markdown(const Comparison& c) {
+  std::string m = "### nanchaos compare\n\n";
+  m += fmt::format("`{}` → `{}`; latency gate: p50 ratio > x{:.2f} and > {:.1f} ms slower, when "
+                   "both sides have ≥ {} trials.\n\n",
+                   md_escape(c.base_label), md_escape(c.fresh_label), c.options.max_slowdown,
+                   c.options.min_delta_ms, c.options.min_trials);
+  if (c.regressions.empty()) {
+    m += fmt::format("**No regression** in {} scenarios.\n\n", c.scenarios.size());
+  } else {
+    m += fmt::format("**{} regression(s)**:\n\n", c.regressions.size());
+    for (const auto& r : c.regressions) {
+      m += fmt::format("- `{}`: **{}**: {}\n", md_escape(r.scenario), r.kind, md_escape(r.detail));
+    }
+    m += "\n";
+  }
+  m += "| | Scenario | Verdict | First detector | Attribution | Latency (steps, max) | "
+       "p50 ms | p95 ms | Ratio | Notes |\n|---|---|---|---|---|--:|--:|--:|--:|---|\n";
+  for (const auto& d : c.scenarios) {
+    std::string notes;
+    for (const auto& k : d.kinds) notes += (notes.empty() ? "" : ", ") + ("**" + k + "**");
+    for (const auto& n : d.notes) notes += (notes.empty() ? "" : ", ") + n;
+    m += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                     d.kinds.empty() ? "✅" : "❌", md_escape(d.name),
+                     md_escape(arrow(verdict_cell(d.base), verdict_cell(d.fresh))),
+                     md_escape(detector_cell(d)), attribution_cell(d), steps_cell(d),
+                     ms_cell(d, false), ms_cell(d, true), opt_text(d.ratio), md_escape(notes));
+  }
+  return m;
+}
+
+std::string format_text(const Comparison& c) {
+  std::string t = fmt::format("nanchaos compare: {} -> {}\n", c.base_label, c.fresh_label);
+  t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}\n", "", "SCENARIO",
+                   "VERDICT", "FIRST DETECTOR", "ATTRIBUTION", "STEPS", "P50 ms", "RATIO");
+  for (const auto& d : c.scenarios) {
+    t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}", d.kinds.empty() ? "ok" : "REGR",
+                     d.name, arrow(verdict_cell(d.base), verdict_cell(d.fresh)), detector_cell(d),
+                     attribution_cell(d), steps_cell(d), ms_cell(d, false), opt_text(d.ratio));
+    for (const auto& n : d.notes) t += "  (" + n + ")";
+    t += "\n";
+  }
+  for (const auto& r : c.regressions) t += "REGRESSION " + regression_line(r) + "\n";
+  t += fmt::format("--- {} scenarios compared: {} regression(s)\n", c.scenarios.size(),
+                   c.regressions.size());
+  return t;
+}
+
+json format_json(const Comparison& c) {
+  json j = json::object();
+  j["base"] = c.base_label;
+  j["new"] = c.fresh_label;
+  j["options"] = {{"max_slowdown", c.options.max_slowdown},
+                  {"min_trials", c.options.min_trials},
+                  {"min_delta_ms", c.options.min_delta_ms}};
+  auto side = [](const std::optional<ScenarioSide>& s) -> json {
+    if (!s) return nullptr;
+    auto o = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+    return {{"verdict", s->verdict},       {"trials", s->trials},
+            {"passed", s->passed},         {"first_detector", s->detector.empty() ? json(nullptr) : json(s->detector)},
+            {"attribution", s->attribution}, {"latency_steps_max", o(s->steps_max)},
+            {"latency_ms_p50", o(s->ms_p50)}, {"latency_ms_p95", o(s->ms_p95)}};
+  };
+  json scenarios = json::array();
+  for (const auto& d : c.scenarios) {
+    scenarios.push_back({{"name", d.name},
+                         {"base", side(d.base)},
+                         {"new", side(d.fresh)},
+                         {"attribution_match",
+                          d.attribution_match ? json(*d.attribution_match) : json(nullptr)},
+                         {"ratio", d.ratio ? json(*d.ratio) : json(nullptr)},
+                         {"regressions", d.kinds},
+                         {"notes", d.notes}});
+  }
+  j["scenarios"] = std::move(scenarios);
+  json regs = json::array();
+  for (const auto& r : c.regressions) {
+    regs.push_back({{"scenario", r.scenario}, {"kind", r.kind}, {"detail", r.detail}});
+  }
+  j["regressions"] = std::move(regs);
+  j["regressed"] = !c.regressions.empty();
+  return j;
+}
+
+int run_compare(const std::string& base_path, const std::string& fresh_path,
+                const CompareOptions& o, const std::string& format, std::ostream& out,
+                std::ostream& err) {
+  if (format != "md" && format != "text" && format != "json") {
+    err << fmt::format("nanchaos compare: error: --format {}: use md, text or json\n", format);
+    return 2;
+  }
+  Comparison c;
+  try {
+    const json base = load_report(base_path);
+    const json fresh = load_report(fresh_path);
+    c = compare_reports(base, fresh, o, base_path, fresh_path);
+  } catch (const CompareInputError& e) {
+    err << "nanchaos compare: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (format == "md") {
+    out << format_markdown(c);
+  } else if (format == "json") {
+    out << format_json(c).dump(2) << "\n";
+  } else {
+    out << format_text(c);
+  }
+  return c.regressions.empty() ? 0 : 1;
+}
+
+}  // namespace nanchaos::results
