@@ -139,8 +139,12 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
   }
   auto strip = [](json s) {
     for (const char* k : {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms",
-                          "abort_latency_ms", "launcher_exit_code"}) {
+                          "abort_latency_ms", "launcher_exit_code", "job_start_us"}) {
       s.erase(k);
+    }
+    for (const char* k : {"latency_ms", "decision_us", "abort_latency_ms", "wall_ms"}) {
+      s["stats"].erase(k);
+      for (auto& [name, d] : s["stats"]["by_detector"].items()) d.erase(k);
     }
     for (auto& inj : s["injections"]) inj.erase("t_ms");
     for (auto* d : {&s["first_detection"]}) {

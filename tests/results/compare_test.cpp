@@ -1,0 +1,210 @@
+// `nanchaos compare`: regression rules over hand-written report.json objects, the renderings,
+// and input errors (missing or malformed file -> exit 2 naming the file).
+#include "results/compare.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace nanchaos::results {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A report.json scenario: `trials` > 0 adds a stats block as `nanchaos run --trials` writes it.
+json scenario(const std::string& name, const std::string& verdict, const std::string& detector,
+              json rank, const std::string& cause, int steps, double p50_ms, int trials = 0,
+              double p95_ms = -1) {
+  json s = {{"name", name}, {"verdict", verdict}, {"reason", nullptr}};
+  if (detector.empty()) {
+    s["first_detection"] = nullptr;
+  } else {
+    s["first_detection"] = {{"detector", detector}, {"rank", rank},          {"layer", "layers.1"},
+                            {"cause", cause},       {"latency_steps", steps}, {"latency_ms", p50_ms}};
+  }
+  if (trials > 0) {
+    auto summary = [&](double p50, double p95) {
+      return json{{"n", trials}, {"p50", p50}, {"p95", p95}, {"max", p95}};
+    };
+    s["stats"] = {{"trials", trials},
+                  {"passed", verdict == "pass" ? trials : 0},
+                  {"latency_steps", detector.empty() ? json(nullptr) : summary(steps, steps)},
+                  {"latency_ms", detector.empty() ? json(nullptr)
+                                                  : summary(p50_ms, p95_ms < 0 ? p50_ms : p95_ms)}};
+  }
+  return s;
+}
+
+json report(std::vector<json> scenarios) { return {{"suite", "t"}, {"scenarios", scenarios}}; }
+
+std::vector<std::string> kinds(const Comparison& c) {
+  std::vector<std::string> out;
+  for (const auto& r : c.regressions) out.push_back(r.scenario + ":" + r.kind);
+  return out;
+}
+
+TEST(Compare, IdenticalReportsHaveNoRegression) {
+  const json r = report({scenario("a", "pass", "loss", 1, "activation", 0, 0.4, 5),
+                         scenario("b", "pass", "", nullptr, "", 0, 0, 5)});
+  const auto c = compare_reports(r, r);
+  EXPECT_TRUE(c.regressions.empty());
+  ASSERT_EQ(c.scenarios.size(), 2u);
+  EXPECT_EQ(c.scenarios[0].attribution_match, true);
+  EXPECT_DOUBLE_EQ(*c.scenarios[0].ratio, 1.0);
+  EXPECT_FALSE(c.scenarios[1].attribution_match.has_value());
+}
+
+TEST(Compare, VerdictFlipAttributionChangeAndLaterDetectionAreRegressions) {
+  const json base = report({scenario("flip", "pass", "loss", 1, "activation", 0, 1, 3),
+                            scenario("blame", "pass", "loss", 1, "activation", 0, 1, 3),
+                            scenario("late", "pass", "loss", 1, "activation", 0, 1, 3),
+                            scenario("lost", "pass", "grad", 2, "gradient", 0, 1, 3)});
+  const json fresh = report({scenario("flip", "fail", "loss", 1, "activation", 0, 1, 3),
+                             scenario("blame", "pass", "loss", 0, "activation", 0, 1, 3),
+                             scenario("late", "pass", "loss", 1, "activation", 2, 1, 3),
+                             scenario("lost", "pass", "", nullptr, "", 0, 0, 3)});
+  const auto c = compare_reports(base, fresh);
+  EXPECT_EQ(kinds(c), (std::vector<std::string>{"flip:verdict", "blame:attribution",
+                                                 "late:detection", "lost:detection"}));
+  EXPECT_NE(c.regressions[2].detail.find("0 → 2 steps"), std::string::npos)
+      << c.regressions[2].detail;
+  EXPECT_NE(c.regressions[3].detail.find("no longer detected"), std::string::npos);
+  EXPECT_EQ(c.scenarios[1].attribution_match, false);
+}
+
+TEST(Compare, ImprovementsAndADetectorSwapWithTheSameBlameAreNotRegressions) {
+  const json base = report({scenario("fixed", "fail", "loss", 1, "activation", 2, 5, 3),
+                            scenario("swap", "pass", "loss", 1, "activation", 0, 5, 3),
+                            scenario("earlier", "pass", "loss", 1, "activation", 3, 5, 3)});
+  const json fresh = report({scenario("fixed", "pass", "loss", 1, "activation", 0, 1, 3),
+                             scenario("swap", "pass", "grad", 1, "activation", 0, 5, 3),
+                             scenario("earlier", "pass", "loss", 1, "activation", 1, 5, 3),
+                             scenario("added", "pass", "", nullptr, "", 0, 0, 3)});
+  const auto c = compare_reports(base, fresh);
+  EXPECT_TRUE(c.regressions.empty()) << format_text(c);
+  ASSERT_EQ(c.scenarios.size(), 4u);
+  EXPECT_EQ(c.scenarios[3].name, "added");
+  EXPECT_EQ(c.scenarios[3].notes, std::vector<std::string>{"only in NEW"});
+  EXPECT_FALSE(c.scenarios[1].notes.empty());  // "first detector loss → grad"
+}
+
+TEST(Compare, AScenarioMissingFromNewIsARegression) {
+  const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0),
+                            scenario("b", "pass", "", nullptr, "", 0, 0)});
+  const json fresh = report({scenario("a", "pass", "", nullptr, "", 0, 0)});
+  EXPECT_EQ(kinds(compare_reports(base, fresh)), std::vector<std::string>{"b:missing"});
+}
+
+TEST(Compare, SkippedInNewIsANoteNotARegression) {
+  const json base = report({scenario("gpu", "pass", "grad", 0, "gradient", 0, 1, 3)});
+  const json fresh = report({scenario("gpu", "skipped", "", nullptr, "", 0, 0, 1)});
+  const auto c = compare_reports(base, fresh);
+  EXPECT_TRUE(c.regressions.empty()) << format_text(c);
+  EXPECT_EQ(c.scenarios[0].notes.front(), "skipped in NEW");
+}
+
+TEST(Compare, LatencyIsGatedOnlyWithEnoughTrialsPastRatioAndDelta) {
+  CompareOptions o;
+  o.max_slowdown = 2.0;
+  o.min_trials = 3;
+  o.min_delta_ms = 1.0;
+  auto run = [&](double base_ms, double new_ms, int base_trials, int new_trials) {
+    return compare_reports(
+        report({scenario("s", "pass", "loss", 1, "activation", 0, base_ms, base_trials)}),
+        report({scenario("s", "pass", "loss", 1, "activation", 0, new_ms, new_trials)}), o);
+  };
+  EXPECT_EQ(kinds(run(10, 25, 3, 5)), std::vector<std::string>{"s:latency"});
+  EXPECT_TRUE(run(10, 19, 3, 5).regressions.empty());    // ratio 1.9 <= 2
+  EXPECT_TRUE(run(10, 25, 2, 5).regressions.empty());    // base has too few trials
+  EXPECT_TRUE(run(10, 25, 3, 1).regressions.empty());    // new has too few trials
+  EXPECT_TRUE(run(0.1, 0.5, 5, 5).regressions.empty());  // x5 but only 0.4 ms: noise
+  EXPECT_DOUBLE_EQ(*run(0.1, 0.5, 5, 5).scenarios[0].ratio, 5.0);
+  o.max_slowdown = 10;
+  EXPECT_TRUE(run(10, 25, 3, 5).regressions.empty());
+}
+
+TEST(Compare, OldReportsWithoutStatsCountAsOneTrial) {
+  const json s = scenario("a", "pass", "loss", 1, "activation", 2, 7.5);  // no stats block
+  const ScenarioSide side = scenario_side(s);
+  EXPECT_EQ(side.trials, 1);
+  EXPECT_EQ(side.passed, 1);
+  EXPECT_EQ(side.steps_max, 2);
+  EXPECT_EQ(side.ms_p50, 7.5);
+  EXPECT_EQ(side.detector, "loss");
+  EXPECT_EQ(side.attribution, json({{"rank", 1}, {"layer", "layers.1"}, {"cause", "activation"}}));
+}
+
+TEST(Compare, RenderingsNameTheScenarioAndTheRegressionKind) {
+  const json base = report({scenario("nan-x", "pass", "loss", 1, "activation", 0, 1, 3)});
+  const json fresh = report({scenario("nan-x", "fail", "", nullptr, "", 0, 0, 3)});
+  const auto c = compare_reports(base, fresh, {}, "base.json", "new.json");
+  const std::string md = format_markdown(c);
+  EXPECT_NE(md.find("| Scenario |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- `nan-x`: **verdict**"), std::string::npos) << md;
+  EXPECT_NE(md.find("**2 regression(s)**"), std::string::npos) << md;
+  const std::string text = format_text(c);
+  EXPECT_NE(text.find("REGRESSION nan-x: verdict: pass → fail"), std::string::npos) << text;
+  EXPECT_NE(text.find("REGRESSION nan-x: detection: no longer detected"), std::string::npos)
+      << text;
+  const json j = format_json(c);
+  EXPECT_EQ(j["regressed"], true);
+  EXPECT_EQ(j["scenarios"][0]["regressions"], json({"verdict", "detection"}));
+  EXPECT_EQ(j["base"], "base.json");
+}
+
+class CompareFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("nanchaos-compare-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  int run(const std::string& a, const std::string& b, const std::string& format = "text") {
+    out_.str("");
+    err_.str("");
+    return run_compare(a, b, CompareOptions{}, format, out_, err_);
+  }
+  fs::path dir_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(CompareFiles, ExitCodesZeroOneAndTwoWithTheFileNamed) {
+  const auto ok = write("ok.json", report({scenario("a", "pass", "", nullptr, "", 0, 0)}).dump());
+  const auto bad = write("bad.json", report({scenario("a", "fail", "", nullptr, "", 0, 0)}).dump());
+  EXPECT_EQ(run(ok, ok), 0) << err_.str();
+  EXPECT_EQ(run(ok, bad, "md"), 1);
+  EXPECT_NE(out_.str().find("**verdict**"), std::string::npos) << out_.str();
+
+  const auto missing = (dir_ / "nope.json").string();
+  EXPECT_EQ(run(ok, missing), 2);
+  EXPECT_NE(err_.str().find(missing + ": cannot open"), std::string::npos) << err_.str();
+
+  const auto garbled = write("garbled.json", "{\"scenarios\": [");
+  EXPECT_EQ(run(garbled, ok), 2);
+  EXPECT_NE(err_.str().find(garbled + ": not valid JSON"), std::string::npos) << err_.str();
+
+  const auto shape = write("shape.json", "{\"suite\": \"x\"}");
+  EXPECT_EQ(run(ok, shape), 2);
+  EXPECT_NE(err_.str().find(shape + ": not a nanchaos report.json"), std::string::npos);
+
+  const auto twice = write("twice.json", report({scenario("a", "pass", "", nullptr, "", 0, 0),
+                                                 scenario("a", "pass", "", nullptr, "", 0, 0)})
+                                             .dump());
+  EXPECT_EQ(run(ok, twice), 2);
+  EXPECT_NE(err_.str().find("\"a\" appears twice"), std::string::npos) << err_.str();
+
+  EXPECT_EQ(run(ok, ok, "yaml"), 2);
+  EXPECT_NE(err_.str().find("--format yaml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nanchaos::results
