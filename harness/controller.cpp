@@ -24,8 +24,8 @@
 
 #include "harness/events.h"
 #include "harness/judge.h"
-#include "nanchaos/config.h"
 #include "harness/progress.h"
+#include "nanchaos/config.h"
 #include "results/html.h"
 #include "results/report.h"
 #include "results/stats.h"
@@ -91,8 +91,7 @@ std::string suite_name(const std::vector<std::string>& paths) {
 
 std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
                                        const std::string& self_exe, const std::string& scenario,
-                                       const std::string& run_dir,
-                                       std::optional<uint64_t> seed) {
+                                       const std::string& run_dir, std::optional<uint64_t> seed) {
   std::vector<std::string> argv = split_words(launcher.empty() ? "mpirun" : launcher);
   const std::string tool = fs::path(argv.at(0)).filename().string();
   const std::string np = std::to_string(s.job.ranks);
@@ -321,9 +320,8 @@ int run_suite(const RunOptions& opts) {
     Scenario s = base;
     s.seed = base.seed + uint64_t(trial);
     progress.start(index, s.name, trial, opts.trials);
-    const std::string run_dir = opts.trials == 1
-                                    ? out + "/" + s.name
-                                    : fmt::format("{}/{}/trial-{}", out, s.name, trial);
+    const std::string run_dir =
+        opts.trials == 1 ? out + "/" + s.name : fmt::format("{}/{}/trial-{}", out, s.name, trial);
     fs::create_directories(run_dir + "/events");
     fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
     const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());

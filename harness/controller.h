@@ -24,7 +24,7 @@ struct RunOptions {
   std::string junit;               ///< extra copy of junit.xml
   std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or "mpirun"
   std::string self_exe;            ///< this binary (ranks run `<self_exe> rank ...`)
-  bool quiet = false;               ///< no console table, no progress lines
+  bool quiet = false;              ///< no console table, no progress lines
   /// Runs per scenario; trial i uses seed + i and, when trials > 1, the run folder
   /// <out>/<name>/trial-<i>/ (docs/scenario-format.md "Trials").
   int trials = 1;

@@ -113,16 +113,19 @@ int main(int argc, char** argv) {
       "compare", "compare two report.json files; exit 1 on a regression (results/compare.h)");
   compare->add_option("base", cmp_base, "the reference report.json")->required();
   compare->add_option("new", cmp_new, "the report.json to check")->required();
-  compare->add_option("--max-slowdown", cmp_opts.max_slowdown,
-                      "latency_ms p50 ratio new/base that counts as a regression")
+  compare
+      ->add_option("--max-slowdown", cmp_opts.max_slowdown,
+                   "latency_ms p50 ratio new/base that counts as a regression")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  compare->add_option("--min-trials", cmp_opts.min_trials,
-                      "both sides need this many trials before milliseconds are gated")
+  compare
+      ->add_option("--min-trials", cmp_opts.min_trials,
+                   "both sides need this many trials before milliseconds are gated")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  compare->add_option("--min-delta-ms", cmp_opts.min_delta_ms,
-                      "and the p50 must have grown by more than this many ms")
+  compare
+      ->add_option("--min-delta-ms", cmp_opts.min_delta_ms,
+                   "and the p50 must have grown by more than this many ms")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   compare->add_option("--format", cmp_format, "md (pull request), text or json")

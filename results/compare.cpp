@@ -58,9 +58,7 @@ std::string verdict_cell(const std::optional<ScenarioSide>& s) {
   return s->verdict;
 }
 
-std::string arrow(const std::string& a, const std::string& b) {
-  return a == b ? a : a + " → " + b;
-}
+std::string arrow(const std::string& a, const std::string& b) { return a == b ? a : a + " → " + b; }
 
 std::string detector_cell(const ScenarioDiff& d) {
   const std::string a = d.base ? (d.base->detector.empty() ? "-" : d.base->detector) : "absent";
@@ -120,14 +118,14 @@ json load_report(const std::string& path) {
   std::set<std::string> names;
   size_t i = 0;
   for (const auto& s : j["scenarios"]) {
-    if (!s.is_object() || !s.contains("name") || !s["name"].is_string() ||
-        !s.contains("verdict") || !s["verdict"].is_string()) {
-      throw CompareInputError(fmt::format(
-          "{}: scenarios[{}] has no \"name\" and \"verdict\" strings", path, i));
+    if (!s.is_object() || !s.contains("name") || !s["name"].is_string() || !s.contains("verdict") ||
+        !s["verdict"].is_string()) {
+      throw CompareInputError(
+          fmt::format("{}: scenarios[{}] has no \"name\" and \"verdict\" strings", path, i));
     }
     if (!names.insert(s["name"].get<std::string>()).second) {
-      throw CompareInputError(fmt::format("{}: scenario \"{}\" appears twice", path,
-                                          s["name"].get<std::string>()));
+      throw CompareInputError(
+          fmt::format("{}: scenario \"{}\" appears twice", path, s["name"].get<std::string>()));
     }
     ++i;
   }
@@ -242,10 +240,11 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
 
 std::string format_markdown(const Comparison& c) {
   std::string m = "### nanchaos compare\n\n";
-  m += fmt::format("`{}` → `{}`; latency gate: p50 ratio > x{:.2f} and > {:.1f} ms slower, when "
-                   "both sides have ≥ {} trials.\n\n",
-                   md_escape(c.base_label), md_escape(c.fresh_label), c.options.max_slowdown,
-                   c.options.min_delta_ms, c.options.min_trials);
+  m += fmt::format(
+      "`{}` → `{}`; latency gate: p50 ratio > x{:.2f} and > {:.1f} ms slower, when "
+      "both sides have ≥ {} trials.\n\n",
+      md_escape(c.base_label), md_escape(c.fresh_label), c.options.max_slowdown,
+      c.options.min_delta_ms, c.options.min_trials);
   if (c.regressions.empty()) {
     m += fmt::format("**No regression** in {} scenarios.\n\n", c.scenarios.size());
   } else {
@@ -275,8 +274,9 @@ std::string format_text(const Comparison& c) {
   t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}\n", "", "SCENARIO",
                    "VERDICT", "FIRST DETECTOR", "ATTRIBUTION", "STEPS", "P50 ms", "RATIO");
   for (const auto& d : c.scenarios) {
-    t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}", d.kinds.empty() ? "ok" : "REGR",
-                     d.name, arrow(verdict_cell(d.base), verdict_cell(d.fresh)), detector_cell(d),
+    t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}",
+                     d.kinds.empty() ? "ok" : "REGR", d.name,
+                     arrow(verdict_cell(d.base), verdict_cell(d.fresh)), detector_cell(d),
                      attribution_cell(d), steps_cell(d), ms_cell(d, false), opt_text(d.ratio));
     for (const auto& n : d.notes) t += "  (" + n + ")";
     t += "\n";
@@ -297,21 +297,25 @@ json format_json(const Comparison& c) {
   auto side = [](const std::optional<ScenarioSide>& s) -> json {
     if (!s) return nullptr;
     auto o = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-    return {{"verdict", s->verdict},       {"trials", s->trials},
-            {"passed", s->passed},         {"first_detector", s->detector.empty() ? json(nullptr) : json(s->detector)},
-            {"attribution", s->attribution}, {"latency_steps_max", o(s->steps_max)},
-            {"latency_ms_p50", o(s->ms_p50)}, {"latency_ms_p95", o(s->ms_p95)}};
+    return {{"verdict", s->verdict},
+            {"trials", s->trials},
+            {"passed", s->passed},
+            {"first_detector", s->detector.empty() ? json(nullptr) : json(s->detector)},
+            {"attribution", s->attribution},
+            {"latency_steps_max", o(s->steps_max)},
+            {"latency_ms_p50", o(s->ms_p50)},
+            {"latency_ms_p95", o(s->ms_p95)}};
   };
   json scenarios = json::array();
   for (const auto& d : c.scenarios) {
-    scenarios.push_back({{"name", d.name},
-                         {"base", side(d.base)},
-                         {"new", side(d.fresh)},
-                         {"attribution_match",
-                          d.attribution_match ? json(*d.attribution_match) : json(nullptr)},
-                         {"ratio", d.ratio ? json(*d.ratio) : json(nullptr)},
-                         {"regressions", d.kinds},
-                         {"notes", d.notes}});
+    scenarios.push_back(
+        {{"name", d.name},
+         {"base", side(d.base)},
+         {"new", side(d.fresh)},
+         {"attribution_match", d.attribution_match ? json(*d.attribution_match) : json(nullptr)},
+         {"ratio", d.ratio ? json(*d.ratio) : json(nullptr)},
+         {"regressions", d.kinds},
+         {"notes", d.notes}});
   }
   j["scenarios"] = std::move(scenarios);
   json regs = json::array();

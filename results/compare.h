@@ -48,9 +48,9 @@ struct ScenarioSide {
   std::string reason;
   int trials = 1;
   int passed = 0;
-  std::string detector;              ///< first detection's detector ("" when none)
-  nlohmann::json attribution;        ///< {"rank", "layer", "cause"} of the first detection, or null
-  std::optional<double> steps_max;   ///< latency_steps, max over trials
+  std::string detector;             ///< first detection's detector ("" when none)
+  nlohmann::json attribution;       ///< {"rank", "layer", "cause"} of the first detection, or null
+  std::optional<double> steps_max;  ///< latency_steps, max over trials
   std::optional<double> ms_p50, ms_p95;  ///< latency_ms over trials
 };
 

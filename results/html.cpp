@@ -270,16 +270,19 @@ std::string timeline_script(const Timeline& t, const std::string& title,
         "$open using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '#e8590c' "
         "title 'collective never left'");
   }
+  // Marks of one moment (inject, detect, decision at the faulty step; abort and exit at the end)
+  // get their labels in different corners around the point, so they do not print on each other.
   struct Kind {
     const char* kind;
     const char* style;
-    double dy;  // label offset (lane units) so labels of one lane do not sit on each other
+    double dy;          // label offset in lane units (negative: above the lane)
+    const char* align;  // left: label starts at the mark; right: it ends there
   };
-  const Kind kinds[] = {{"inject", "pt 9 ps 1.6 lc rgb '#c92a2a'", -0.38},
-                        {"detect", "pt 7 ps 1.3 lc rgb '#1971c2'", 0.42},
-                        {"decision", "pt 13 ps 1.3 lc rgb '#2b8a3e'", 0.42},
-                        {"abort", "pt 2 ps 2 lw 2 lc rgb '#000000'", -0.38},
-                        {"exit", "pt 5 ps 1 lc rgb '#868e96'", 0.42}};
+  const Kind kinds[] = {{"inject", "pt 9 ps 1.6 lc rgb '#c92a2a'", -0.36, "left"},
+                        {"detect", "pt 7 ps 1.3 lc rgb '#1971c2'", 0.42, "left"},
+                        {"decision", "pt 13 ps 1.3 lc rgb '#2b8a3e'", -0.36, "right"},
+                        {"abort", "pt 2 ps 2 lw 2 lc rgb '#000000'", -0.36, "left"},
+                        {"exit", "pt 5 ps 1 lc rgb '#868e96'", 0.42, "right"}};
   for (const auto& k : kinds) {
     std::string rows;
     // Label each (kind, rank, label) once: a detector firing every step would bury the lane.
@@ -291,10 +294,11 @@ std::string timeline_script(const Timeline& t, const std::string& title,
     }
     if (rows.empty()) continue;
     block(k.kind, rows);
-    plots.push_back(fmt::format("${} using 1:2 with points {} title '{}'", k.kind, k.style, k.kind));
+    plots.push_back(
+        fmt::format("${} using 1:2 with points {} title '{}'", k.kind, k.style, k.kind));
     plots.push_back(fmt::format(
-        "${} using 1:($2+({})):3 with labels left offset 0.4,0 font 'sans,8' notitle", k.kind,
-        k.dy));
+        "${} using 1:($2+({})):3 with labels {} offset {},0 font 'sans,8' notitle", k.kind, k.dy,
+        k.align, std::string(k.align) == "left" ? "0.6" : "-0.6"));
   }
   if (plots.empty()) {
     s += "set label 1 \"no events\" at graph 0.5,0.5 center\n";
@@ -334,7 +338,8 @@ std::string latency_script(const std::string& detector, const std::vector<Latenc
     const auto& p = points[i];
     lo = std::min(lo, p.p50_ms);
     hi = std::max(hi, p.max_ms);
-    rows += fmt::format("{} {} {} {} \"{}\"\n", i, p.p50_ms, p.p95_ms, p.max_ms, gp_str(p.scenario));
+    rows +=
+        fmt::format("{} {} {} {} \"{}\"\n", i, p.p50_ms, p.p95_ms, p.max_ms, gp_str(p.scenario));
   }
   const bool log_y = !points.empty() && lo > 0 && hi / lo > 100;
   std::string s;
@@ -355,8 +360,8 @@ std::string latency_script(const std::string& detector, const std::vector<Latenc
   s += fmt::format("$lat << EOD\n{}EOD\n", rows);
   s += "set style fill solid 0.7 noborder\nset boxwidth 0.5\n";
   s += "plot $lat using 1:2:xtic(5) with ";
-  s += log_y ? "points pt 7 ps 1.4 lc rgb '#1971c2' title 'p50'" :
-               "boxes lc rgb '#74c0fc' title 'p50'";
+  s += log_y ? "points pt 7 ps 1.4 lc rgb '#1971c2' title 'p50'"
+             : "boxes lc rgb '#74c0fc' title 'p50'";
   s += ", \\\n     $lat using 1:2:2:3 with yerrorbars pt -1 lc rgb '#1971c2' title 'p50..p95'";
   s += ", \\\n     $lat using 1:4 with points pt 2 ps 1.4 lc rgb '#c92a2a' title 'max'\n";
   return s;
@@ -418,7 +423,8 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
     const Detection* d = s.first_detection ? &*s.first_detection : nullptr;
     std::string rank;
     if (d) {
-      for (size_t i = 0; i < d->ranks.size(); ++i) rank += (i ? "," : "") + std::to_string(d->ranks[i]);
+      for (size_t i = 0; i < d->ranks.size(); ++i)
+        rank += (i ? "," : "") + std::to_string(d->ranks[i]);
     }
     const json& st = s.stats;
     const std::string passed =
@@ -431,10 +437,9 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
         "<td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-        verdict_class(s.verdict), html_escape(s.verdict), html_escape(s.name),
-        html_escape(s.name), html_escape(s.outcome.empty() ? "-" : s.outcome),
-        html_escape(d ? d->detector : "-"), rank.empty() ? "-" : rank,
-        html_escape(d && !d->layer.empty() ? d->layer : "-"),
+        verdict_class(s.verdict), html_escape(s.verdict), html_escape(s.name), html_escape(s.name),
+        html_escape(s.outcome.empty() ? "-" : s.outcome), html_escape(d ? d->detector : "-"),
+        rank.empty() ? "-" : rank, html_escape(d && !d->layer.empty() ? d->layer : "-"),
         html_escape(d && !d->cause.empty() ? d->cause : "-"), passed, steps,
         stat_text(st, "latency_ms", "p50", "{:.2f}"), stat_text(st, "latency_ms", "p95", "{:.2f}"),
         stat_text(st, "decision_us", "p50", "{:.0f}"),
@@ -459,9 +464,10 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
     } else {
       h += "<table><tr><th>Scenario</th><th>p50 ms</th><th>p95 ms</th><th>max ms</th></tr>";
       for (const auto& p : points) {
-        h += fmt::format("<tr><td>{}</td><td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td>"
-                         "<td class=\"n\">{:.2f}</td></tr>",
-                         html_escape(p.scenario), p.p50_ms, p.p95_ms, p.max_ms);
+        h += fmt::format(
+            "<tr><td>{}</td><td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td>"
+            "<td class=\"n\">{:.2f}</td></tr>",
+            html_escape(p.scenario), p.p50_ms, p.p95_ms, p.max_ms);
       }
       h += "</table>\n";
     }
@@ -475,12 +481,13 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
        "local detection (blue dot), consensus decision (green diamond), abort (black cross), "
        "exit (grey square).</p>\n";
   for (const auto& s : r.scenarios) {
-    h += fmt::format("<section class=\"scenario\" id=\"s-{}\"><h3>{} <span class=\"{}\">{}</span>"
-                     "</h3>\n",
-                     html_escape(s.name), html_escape(s.name), verdict_class(s.verdict),
-                     html_escape(s.verdict));
-    h += fmt::format("<p>File <code>{}</code>, seed {}, trial {} of {}, outcome {}", html_escape(s.file),
-                     s.seed, s.trial, s.trial_count, html_escape(s.outcome.empty() ? "-" : s.outcome));
+    h += fmt::format(
+        "<section class=\"scenario\" id=\"s-{}\"><h3>{} <span class=\"{}\">{}</span>"
+        "</h3>\n",
+        html_escape(s.name), html_escape(s.name), verdict_class(s.verdict), html_escape(s.verdict));
+    h += fmt::format("<p>File <code>{}</code>, seed {}, trial {} of {}, outcome {}",
+                     html_escape(s.file), s.seed, s.trial, s.trial_count,
+                     html_escape(s.outcome.empty() ? "-" : s.outcome));
     if (!s.reason.empty()) h += fmt::format(". Reason: {}", html_escape(s.reason));
     h += ".</p>\n";
     if (s.run_dir.empty() || s.outcome.empty()) {
@@ -493,8 +500,8 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
     const Timeline t = load_timeline(s.run_dir, int(s.ranks), start);
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(
-        stem, timeline_script(t, s.name + " (trial " + std::to_string(s.trial) + ")",
-                              script_path(stem)));
+        stem,
+        timeline_script(t, s.name + " (trial " + std::to_string(s.trial) + ")", script_path(stem)));
     if (!svg.empty()) {
       h += "<div class=\"chart\">" + svg + "</div>\n";
     } else {
@@ -506,8 +513,8 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
   h += "</body></html>\n";
 
   if (gnuplot_missing) {
-    notes.push_back(fmt::format("{}: charts and timelines omitted (install gnuplot-nox)",
-                                first_plot_error));
+    notes.push_back(
+        fmt::format("{}: charts and timelines omitted (install gnuplot-nox)", first_plot_error));
   } else if (!first_plot_error.empty()) {
     notes.push_back("some charts are missing: " + first_plot_error);
   }

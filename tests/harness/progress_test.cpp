@@ -59,8 +59,7 @@ TEST(Progress, TerminalGetsAStatusLineThatIsErasedBeforeEachResult) {
   }
   const std::string s = contents(f);
   std::fclose(f);
-  EXPECT_EQ(s.rfind("\rscenario 3 of 32 · trial 2/5 · elapsed 0m00s · nan-grad-rank1\033[K", 0),
-            0u)
+  EXPECT_EQ(s.rfind("\rscenario 3 of 32 · trial 2/5 · elapsed 0m00s · nan-grad-rank1\033[K", 0), 0u)
       << s;
   EXPECT_NE(s.find("\r\033[K[3/32] pass    nan-grad-rank1"), std::string::npos) << s;
 }

@@ -23,8 +23,9 @@ json scenario(const std::string& name, const std::string& verdict, const std::st
   if (detector.empty()) {
     s["first_detection"] = nullptr;
   } else {
-    s["first_detection"] = {{"detector", detector}, {"rank", rank},          {"layer", "layers.1"},
-                            {"cause", cause},       {"latency_steps", steps}, {"latency_ms", p50_ms}};
+    s["first_detection"] = {{"detector", detector},   {"rank", rank},
+                            {"layer", "layers.1"},    {"cause", cause},
+                            {"latency_steps", steps}, {"latency_ms", p50_ms}};
   }
   if (trials > 0) {
     auto summary = [&](double p50, double p95) {
@@ -69,7 +70,7 @@ TEST(Compare, VerdictFlipAttributionChangeAndLaterDetectionAreRegressions) {
                              scenario("lost", "pass", "", nullptr, "", 0, 0, 3)});
   const auto c = compare_reports(base, fresh);
   EXPECT_EQ(kinds(c), (std::vector<std::string>{"flip:verdict", "blame:attribution",
-                                                 "late:detection", "lost:detection"}));
+                                                "late:detection", "lost:detection"}));
   EXPECT_NE(c.regressions[2].detail.find("0 → 2 steps"), std::string::npos)
       << c.regressions[2].detail;
   EXPECT_NE(c.regressions[3].detail.find("no longer detected"), std::string::npos);
@@ -93,8 +94,8 @@ TEST(Compare, ImprovementsAndADetectorSwapWithTheSameBlameAreNotRegressions) {
 }
 
 TEST(Compare, AScenarioMissingFromNewIsARegression) {
-  const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0),
-                            scenario("b", "pass", "", nullptr, "", 0, 0)});
+  const json base = report(
+      {scenario("a", "pass", "", nullptr, "", 0, 0), scenario("b", "pass", "", nullptr, "", 0, 0)});
   const json fresh = report({scenario("a", "pass", "", nullptr, "", 0, 0)});
   EXPECT_EQ(kinds(compare_reports(base, fresh)), std::vector<std::string>{"b:missing"});
 }

@@ -20,25 +20,36 @@ class Html : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("nanchaos-html-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-            "-" + std::to_string(getpid()));
+           ("nanchaos-html-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "-" +
+            std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "run" / "events");
     // Rank 0 leaves collective 0 and sits in collective 1 forever; rank 1 is injected, detects,
     // decides and exits. Times in us; the job started at t = 1000 us.
     std::ofstream(dir_ / "run" / "events" / "rank-0.jsonl")
-        << R"({"ev":"start","t_us":2000,"rank":0})" "\n"
-        << R"({"ev":"coll_enter","t_us":3000,"seq":0,"name":"consensus"})" "\n"
-        << R"({"ev":"coll_leave","t_us":4000,"seq":0,"name":"consensus"})" "\n"
-        << R"({"ev":"coll_enter","t_us":5000,"seq":1,"name":"grad_allreduce"})" "\n"
-        << R"({"ev":"detect","t_us":9000,"detector":"watchdog","step":3})" "\n"
-        << R"({"ev":"abort","t_us":9500,"step":3})" "\n"
+        << R"({"ev":"start","t_us":2000,"rank":0})"
+           "\n"
+        << R"({"ev":"coll_enter","t_us":3000,"seq":0,"name":"consensus"})"
+           "\n"
+        << R"({"ev":"coll_leave","t_us":4000,"seq":0,"name":"consensus"})"
+           "\n"
+        << R"({"ev":"coll_enter","t_us":5000,"seq":1,"name":"grad_allreduce"})"
+           "\n"
+        << R"({"ev":"detect","t_us":9000,"detector":"watchdog","step":3})"
+           "\n"
+        << R"({"ev":"abort","t_us":9500,"step":3})"
+           "\n"
         << R"({"ev":"coll_enter","t_us":99)";  // a rank killed mid-write
     std::ofstream(dir_ / "run" / "events" / "rank-1.jsonl")
-        << R"({"ev":"start","t_us":2100,"rank":1})" "\n"
-        << R"({"ev":"inject","t_us":2500,"kind":"hang","step":3})" "\n"
-        << R"({"ev":"decision","t_us":2600,"action":"skip_step","step":3})" "\n"
-        << R"({"ev":"exit","t_us":2700,"code":4})" "\n";
+        << R"({"ev":"start","t_us":2100,"rank":1})"
+           "\n"
+        << R"({"ev":"inject","t_us":2500,"kind":"hang","step":3})"
+           "\n"
+        << R"({"ev":"decision","t_us":2600,"action":"skip_step","step":3})"
+           "\n"
+        << R"({"ev":"exit","t_us":2700,"code":4})"
+           "\n";
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -92,8 +103,8 @@ TEST_F(Html, TimelineHasBarsOpenCollectivesAndMarksInMsSinceJobStart) {
   EXPECT_DOUBLE_EQ(t.bars[1].t1_ms, 8.5);
   std::vector<std::string> kinds;
   for (const auto& m : t.marks) kinds.push_back(std::to_string(m.rank) + ":" + m.kind);
-  EXPECT_EQ(kinds, (std::vector<std::string>{"0:detect", "0:abort", "1:inject", "1:decision",
-                                             "1:exit"}));
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"0:detect", "0:abort", "1:inject", "1:decision", "1:exit"}));
   EXPECT_EQ(t.marks[4].label, "exit 4");
   EXPECT_DOUBLE_EQ(t.begin_ms, 1.0);
   EXPECT_DOUBLE_EQ(t.end_ms, 8.5);
