@@ -11,29 +11,33 @@ namespace {
 using json = nlohmann::json;
 
 // Samples of one quantity, collected trial by trial.
-struct Samples {
-  std::vector<double> latency_steps, latency_ms, decision_us;
-  size_t n = 0;
-  void add(const Detection& d) {
-    ++n;
-    if (d.latency_steps) latency_steps.push_back(double(*d.latency_steps));
-    if (d.latency_ms) latency_ms.push_back(*d.latency_ms);
-    if (d.decision_us) decision_us.push_back(*d.decision_us);
-  }
-  void write(json& j) const {
-    j["n"] = n;
-    j["latency_steps"] = to_json(summarize(latency_steps));
-    j["latency_ms"] = to_json(summarize(latency_ms));
-    j["decision_us"] = to_json(summarize(decision_us));
-  }
-};
-
 // abort_latency_ms as the judge wrote it into `extra` (null when the job did not abort).
 std::optional<double> abort_latency(const ScenarioResult& r) {
   auto it = r.extra.find("abort_latency_ms");
   if (it == r.extra.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
 }
+
+// Latency samples of the trials one detector caught first.
+struct Samples {
+  std::vector<double> latency_steps, latency_ms, decision_us, abort_ms;
+  size_t n = 0;
+  void add(const ScenarioResult& t) {
+    const Detection& d = *t.first_detection;
+    ++n;
+    if (d.latency_steps) latency_steps.push_back(double(*d.latency_steps));
+    if (d.latency_ms) latency_ms.push_back(*d.latency_ms);
+    if (d.decision_us) decision_us.push_back(*d.decision_us);
+    if (auto a = abort_latency(t)) abort_ms.push_back(*a);
+  }
+  void write(json& j) const {
+    j["n"] = n;
+    j["latency_steps"] = to_json(summarize(latency_steps));
+    j["latency_ms"] = to_json(summarize(latency_ms));
+    j["decision_us"] = to_json(summarize(decision_us));
+    j["abort_latency_ms"] = to_json(summarize(abort_ms));
+  }
+};
 
 // Higher is worse; anything unknown counts as an error, as in the suite summary.
 int severity(const std::string& verdict) {
@@ -112,8 +116,8 @@ json scenario_stats(const std::vector<ScenarioResult>& trials) {
     ++detected;
     const Detection& d = *t.first_detection;
     first_detectors[d.detector] = first_detectors.value(d.detector, 0) + 1;
-    all.add(d);
-    by_detector[d.detector].add(d);
+    all.add(t);
+    by_detector[d.detector].add(t);
   }
   j["passed"] = passed;
   j["pass_rate"] = double(passed) / double(trials.size());
@@ -123,6 +127,7 @@ json scenario_stats(const std::vector<ScenarioResult>& trials) {
   j["latency_steps"] = to_json(summarize(all.latency_steps));
   j["latency_ms"] = to_json(summarize(all.latency_ms));
   j["decision_us"] = to_json(summarize(all.decision_us));
+  // Every aborted or crashed trial, detected or not (a crash has no detection).
   j["abort_latency_ms"] = to_json(summarize(abort_ms));
   j["wall_ms"] = to_json(summarize(wall_ms));
   json per = json::object();
@@ -144,7 +149,7 @@ json suite_detector_stats(const SuiteReport& r) {
     for (const auto& t : trials) {
       if (!t.first_detection) continue;
       const std::string& det = t.first_detection->detector;
-      pooled[det].add(*t.first_detection);
+      pooled[det].add(t);
       auto& v = names[det];
       if (std::find(v.begin(), v.end(), s.name) == v.end()) v.push_back(s.name);
     }

@@ -51,7 +51,8 @@ ScenarioResult representative_trial(const std::vector<ScenarioResult>& trials);
 ///   {"trials": N, "passed": k, "pass_rate": k/N, "verdicts": {"pass": k, ...},
 ///    "detected": d, "first_detectors": {"loss": d, ...},
 ///    "latency_steps": S, "latency_ms": S, "decision_us": S, "abort_latency_ms": S, "wall_ms": S,
-///    "by_detector": {"loss": {"n", "latency_steps": S, "latency_ms": S, "decision_us": S}}}
+///    "by_detector": {"loss": {"n", "latency_steps": S, "latency_ms": S, "decision_us": S,
+///                             "abort_latency_ms": S}}}
 /// where S is to_json(Summary) (null when no trial measured it). Latencies come from each
 /// trial's first detection (injection -> first detection); `by_detector` groups trials by the
 /// detector that caught the fault first; abort latency (ms, first injection -> job end) only
@@ -61,7 +62,7 @@ nlohmann::json scenario_stats(const std::vector<ScenarioResult>& trials);
 
 /// Pools every scenario's trials by first detector across the suite (report.json `detectors`):
 ///   {"loss": {"scenarios": [names], "n", "latency_steps": S, "latency_ms": S,
-///             "decision_us": S}, ...}
+///             "decision_us": S, "abort_latency_ms": S}, ...}
 /// A scenario without `trials` counts its top-level result as its only trial.
 nlohmann::json suite_detector_stats(const SuiteReport& r);
 

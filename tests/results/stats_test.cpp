@@ -87,6 +87,8 @@ TEST(ScenarioStats, PassRatePercentilesAndPerDetectorGroups) {
   EXPECT_EQ(st["by_detector"]["loss"]["latency_ms"]["p50"], 2);
   EXPECT_EQ(st["by_detector"]["loss"]["latency_ms"]["max"], 3);
   EXPECT_EQ(st["by_detector"]["grad"]["latency_steps"]["max"], 1);
+  EXPECT_EQ(st["by_detector"]["grad"]["abort_latency_ms"]["p50"], 1500);
+  EXPECT_TRUE(st["by_detector"]["loss"]["abort_latency_ms"].is_null());
   EXPECT_THROW(scenario_stats({}), std::invalid_argument);
 }
 
