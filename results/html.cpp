@@ -296,9 +296,9 @@ std::string timeline_script(const Timeline& t, const std::string& title,
     block(k.kind, rows);
     plots.push_back(
         fmt::format("${} using 1:2 with points {} title '{}'", k.kind, k.style, k.kind));
-    plots.push_back(fmt::format(
-        "${} using 1:($2+({})):3 with labels {} offset {},0 font 'sans,8' notitle", k.kind, k.dy,
-        k.align, std::string(k.align) == "left" ? "0.6" : "-0.6"));
+    plots.push_back(
+        fmt::format("${} using 1:($2+({})):3 with labels {} offset {},0 font 'sans,8' notitle",
+                    k.kind, k.dy, k.align, std::string(k.align) == "left" ? "0.6" : "-0.6"));
   }
   if (plots.empty()) {
     s += "set label 1 \"no events\" at graph 0.5,0.5 center\n";
@@ -431,7 +431,10 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
         st.is_object() ? fmt::format("{}/{}", st.value("passed", 0), st.value("trials", 0)) : "-";
     const std::string steps = stat_text(st, "latency_steps", "p50", "{:.0f}") + " / " +
                               stat_text(st, "latency_steps", "max", "{:.0f}");
-    const std::string wall = stat_text(st, "wall_ms", "p50", "{:.0f}");
+    std::string wall = "-";
+    if (st.is_object() && st.value("wall_ms", json()).is_object()) {
+      wall = fmt::format("{:.1f}", st["wall_ms"].value("p50", 0.0) / 1000.0);
+    }
     h += fmt::format(
         "<tr class=\"{}\"><td>{}</td><td><a href=\"#s-{}\">{}</a></td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
@@ -443,8 +446,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
         html_escape(d && !d->cause.empty() ? d->cause : "-"), passed, steps,
         stat_text(st, "latency_ms", "p50", "{:.2f}"), stat_text(st, "latency_ms", "p95", "{:.2f}"),
         stat_text(st, "decision_us", "p50", "{:.0f}"),
-        stat_text(st, "abort_latency_ms", "p50", "{:.0f}"),
-        wall == "-" ? wall : fmt::format("{:.1f}", std::stod(wall) / 1000.0));
+        stat_text(st, "abort_latency_ms", "p50", "{:.0f}"), wall);
   }
   h += "</table>\n<p class=\"legend\">Percentiles are nearest-rank over the trials. Latency: "
        "first injection to first detection. Decision: first local detection to every rank "

@@ -167,6 +167,10 @@ TEST_F(Html, WithoutGnuplotThePageKeepsItsTablesAndSaysWhy) {
   EXPECT_NE(h.find("<table id=\"summary\">"), std::string::npos);
   EXPECT_NE(h.find("id=\"s-gpu-only\""), std::string::npos);
   EXPECT_EQ(h.find("<svg"), std::string::npos);
+  // The summary row: pass rate over the trials, latency p50 in ms; the chart falls back to a table.
+  EXPECT_NE(h.find("<td class=\"n\">2/2</td>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td class=\"n\">2000.00</td>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td>hang-&lt;b&gt;</td><td class=\"n\">2000.00</td>"), std::string::npos);
 }
 
 TEST(HtmlEscape, EscapesMarkupCharacters) {
