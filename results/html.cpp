@@ -21,6 +21,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -228,6 +229,11 @@ Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int6
     for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
     t.end_ms = std::max(t.end_ms, last);
   }
+  // A rank whose last sign of life IS entering the collective (killed while waiting) waited at
+  // least until the job's last event: a zero-length bar would hide the very thing to see.
+  for (auto& b : t.bars) {
+    if (b.open && b.t1_ms <= b.t0_ms) b.t1_ms = t.end_ms;
+  }
   return t;
 }
 
@@ -278,21 +284,41 @@ std::string timeline_script(const Timeline& t, const std::string& title,
     double dy;          // label offset in lane units (negative: above the lane)
     const char* align;  // left: label starts at the mark; right: it ends there
   };
-  const Kind kinds[] = {{"inject", "pt 9 ps 1.6 lc rgb '#c92a2a'", -0.36, "left"},
+  const Kind kinds[] = {{"inject", "pt 9 ps 1.6 lc rgb '#c92a2a'", -0.36, "right"},
                         {"detect", "pt 7 ps 1.3 lc rgb '#1971c2'", 0.42, "left"},
-                        {"decision", "pt 13 ps 1.3 lc rgb '#2b8a3e'", -0.36, "right"},
-                        {"abort", "pt 2 ps 2 lw 2 lc rgb '#000000'", -0.36, "left"},
+                        {"decision", "pt 13 ps 1.3 lc rgb '#2b8a3e'", -0.36, "left"},
+                        {"abort", "pt 2 ps 2 lw 2 lc rgb '#000000'", -0.36, "right"},
                         {"exit", "pt 5 ps 1 lc rgb '#868e96'", 0.42, "right"}};
   for (const auto& k : kinds) {
-    std::string rows;
-    // Label each (kind, rank, label) once: a detector firing every step would bury the lane.
-    std::map<std::pair<int, std::string>, bool> labelled;
+    // Label each (rank, label) once: a detector firing every step would bury the lane. Marks of
+    // one kind and rank within 3% of the time axis share one label ("detect loss, grad").
+    struct Row {
+      double t;
+      int rank;
+      std::string label;
+    };
+    std::vector<Row> kept;
+    std::map<int, size_t> last_labelled;  // rank -> index in kept
+    std::set<std::pair<int, std::string>> labelled;
     for (const auto& m : t.marks) {
       if (m.kind != k.kind) continue;
-      const bool first = labelled.emplace(std::make_pair(m.rank, m.label), true).second;
-      rows += fmt::format("{} {} \"{}\"\n", m.t_ms, m.rank, first ? gp_str(m.label) : "");
+      kept.push_back({m.t_ms, m.rank, ""});
+      if (!labelled.insert({m.rank, m.label}).second) continue;
+      auto it = last_labelled.find(m.rank);
+      if (it != last_labelled.end() && m.t_ms - kept[it->second].t <= 0.03 * span) {
+        std::string& l = kept[it->second].label;
+        const std::string prefix = std::string(k.kind) + " ";
+        l += ", " + (m.label.rfind(prefix, 0) == 0 ? m.label.substr(prefix.size()) : m.label);
+        continue;
+      }
+      kept.back().label = m.label;
+      last_labelled[m.rank] = kept.size() - 1;
     }
-    if (rows.empty()) continue;
+    if (kept.empty()) continue;
+    std::string rows;
+    for (const auto& row : kept) {
+      rows += fmt::format("{} {} \"{}\"\n", row.t, row.rank, gp_str(row.label));
+    }
     block(k.kind, rows);
     plots.push_back(
         fmt::format("${} using 1:2 with points {} title '{}'", k.kind, k.style, k.kind));
@@ -349,7 +375,7 @@ std::string latency_script(const std::string& detector, const std::vector<Latenc
   s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
   s += fmt::format("set title \"detector {}: latency injection -> first detection\"\n",
                    gp_str(detector));
-  s += "set ylabel \"ms\"\nset grid ytics\nset key top left\n";
+  s += "set ylabel \"ms\"\nset grid ytics\nset key outside top center horizontal\n";
   s += "set xtics rotate by -25\nset bmargin 7\n";
   s += fmt::format("set xrange [-0.6:{}]\n", double(points.size()) - 0.4);
   if (log_y) {

@@ -114,6 +114,35 @@ TEST_F(Html, TimelineHasBarsOpenCollectivesAndMarksInMsSinceJobStart) {
   EXPECT_EQ(load_timeline((dir_ / "run").string(), 3, 1000).ranks, 3);
 }
 
+TEST_F(Html, ARankKilledWhileWaitingGetsABarToTheJobsLastEvent) {
+  std::ofstream(dir_ / "run" / "events" / "rank-2.jsonl")
+      << R"({"ev":"start","t_us":2000,"rank":2})"
+         "\n"
+      << R"({"ev":"coll_enter","t_us":4000,"seq":0,"name":"grad_allreduce"})"
+         "\n";
+  const Timeline t = load_timeline((dir_ / "run").string(), 3, 1000);
+  ASSERT_EQ(t.bars.size(), 3u);
+  const auto& b = t.bars[2];
+  EXPECT_EQ(b.rank, 2);
+  EXPECT_TRUE(b.open);
+  EXPECT_DOUBLE_EQ(b.t0_ms, 3.0);
+  EXPECT_DOUBLE_EQ(b.t1_ms, 8.5);  // the latest event of any rank, not its own enter
+}
+
+TEST_F(Html, MarksCloseInTimeShareOneLabel) {
+  Timeline t;
+  t.ranks = 1;
+  t.end_ms = 1000;
+  t.marks = {{0, 500, "detect", "detect loss"},
+             {0, 510, "detect", "detect grad"},
+             {0, 900, "detect", "detect param"},
+             {0, 950, "detect", "detect loss"}};
+  const std::string s = timeline_script(t, "x", "/tmp/x.svg");
+  EXPECT_NE(s.find("500 0 \"detect loss, grad\"\n510 0 \"\"\n900 0 \"detect param\"\n950 0 \"\"\n"),
+            std::string::npos)
+      << s;
+}
+
 TEST_F(Html, TimelineScriptDrawsEveryKindItHas) {
   const Timeline t = load_timeline((dir_ / "run").string(), 2, 1000);
   const std::string s = timeline_script(t, "x \"quoted\"", "/tmp/out.svg");
