@@ -180,7 +180,8 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
-Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us) {
+Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
+                       std::optional<double> job_end_ms) {
   Timeline t;
   t.ranks = std::max(ranks, 0);
   std::vector<std::vector<json>> logs;
@@ -229,10 +230,14 @@ Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int6
     for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
     t.end_ms = std::max(t.end_ms, last);
   }
-  // A rank whose last sign of life IS entering the collective (killed while waiting) waited at
-  // least until the job's last event: a zero-length bar would hide the very thing to see.
+  // A rank whose last sign of life IS entering the collective (killed while waiting) waited
+  // until the job ended: a zero-length bar would hide the very thing to see.
+  const double waited_until = job_end_ms ? std::max(*job_end_ms, t.end_ms) : t.end_ms;
   for (auto& b : t.bars) {
-    if (b.open && b.t1_ms <= b.t0_ms) b.t1_ms = t.end_ms;
+    if (b.open && b.t1_ms <= b.t0_ms) {
+      b.t1_ms = waited_until;
+      t.end_ms = waited_until;
+    }
   }
   return t;
 }
@@ -525,7 +530,9 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
     std::optional<int64_t> start;
     auto it = s.extra.find("job_start_us");
     if (it != s.extra.end() && it->is_number_integer()) start = it->get<int64_t>();
-    const Timeline t = load_timeline(s.run_dir, int(s.ranks), start);
+    // wall_ms is launch -> launcher reaped, i.e. the job's end on the timeline's clock.
+    const Timeline t = load_timeline(s.run_dir, int(s.ranks), start,
+                                     start ? std::optional<double>(s.wall_ms) : std::nullopt);
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(
         stem,

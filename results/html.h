@@ -45,8 +45,11 @@ struct Timeline {
 
 /// Reads `run_dir/events/rank-{0..ranks-1}.jsonl`. Missing files give empty lanes; a truncated
 /// last line is skipped (events.h). `job_start_us` is CLOCK_MONOTONIC us (nullopt: the earliest
-/// event is time 0). Throws nothing.
-Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us);
+/// event is time 0). A collective never left ends at the rank's last event; when that event is
+/// the enter itself (the rank was killed while waiting) it ends at `job_end_ms` (ms since the
+/// start; nullopt: the latest event of any rank). Throws nothing.
+Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
+                       std::optional<double> job_end_ms = std::nullopt);
 
 /// Gnuplot script (data inline as datablocks) drawing `t` into the SVG `svg_path`.
 std::string timeline_script(const Timeline& t, const std::string& title,

@@ -127,6 +127,11 @@ TEST_F(Html, ARankKilledWhileWaitingGetsABarToTheJobsLastEvent) {
   EXPECT_TRUE(b.open);
   EXPECT_DOUBLE_EQ(b.t0_ms, 3.0);
   EXPECT_DOUBLE_EQ(b.t1_ms, 8.5);  // the latest event of any rank, not its own enter
+  // With the job's end known (the controller killed it at 15 ms), the wait lasts until then.
+  const Timeline k = load_timeline((dir_ / "run").string(), 3, 1000, 15.0);
+  EXPECT_DOUBLE_EQ(k.bars[2].t1_ms, 15.0);
+  EXPECT_DOUBLE_EQ(k.end_ms, 15.0);
+  EXPECT_DOUBLE_EQ(k.bars[1].t1_ms, 8.5);  // rank 0 left evidence after its enter: unchanged
 }
 
 TEST_F(Html, MarksCloseInTimeShareOneLabel) {
