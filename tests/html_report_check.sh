@@ -8,8 +8,14 @@ bin=$1 src=$2 out=$3
 rm -rf "$out"
 mkdir -p "$out"
 scenarios=(nan-activation-rank1 hang-forever-rank2 crash-rank1)
+# Copies: other tests (tests/harness/controller_test.cpp) look for leftover ranks by the shipped
+# file's path, and CTest may run them at the same time as this one.
+mkdir -p "$out/scenarios"
 files=()
-for s in "${scenarios[@]}"; do files+=("$src/scenarios/$s.toml"); done
+for s in "${scenarios[@]}"; do
+  cp "$src/scenarios/$s.toml" "$out/scenarios/"
+  files+=("$out/scenarios/$s.toml")
+done
 "$bin" run "${files[@]}" --trials 2 --quiet --out "$out/run"
 page="$out/run/report.html"
 test -s "$page" || { echo "FAIL: $page missing or empty"; exit 1; }
