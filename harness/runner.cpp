@@ -17,6 +17,7 @@
 #include "harness/fused_scan.h"
 #include "harness/half_round.h"
 #include "harness/loss_scaler.h"
+#include "harness/proc_status.h"
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
@@ -182,7 +183,7 @@ class RankRunner {
     }
     broadcast_buffers(s_.job.steps);  // as the next forward would: replicas end identical
     write_final(s_.job.steps);
-    log_->write("exit", {{"code", 0}});
+    write_exit(0);
     return 0;
   }
 
@@ -282,7 +283,7 @@ class RankRunner {
                 {{"step", step},
                  {"reason", fmt::format("watchdog: collective #{} {} {}", seq, name, what)},
                  {"cause", "hang"}});
-    log_->write("exit", {{"code", kRankExitWatchdog}});
+    write_exit(kRankExitWatchdog);
     comm_->abort_job(kRankExitWatchdog);
   }
 
@@ -807,10 +808,18 @@ class RankRunner {
                  {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
   }
 
+  // The last event of a rank, with its peak memory (the controller samples ranks that never
+  // get here, e.g. a hung one killed at the deadline).
+  void write_exit(int code) {
+    nlohmann::json fields = {{"code", code}};
+    if (auto kib = vm_hwm_kib()) fields["vm_hwm_kib"] = *kib;
+    log_->write("exit", std::move(fields));
+  }
+
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
     log_->write("abort", {{"step", step}, {"reason", reason}, {"cause", cause}});
     write_final(step + 1);
-    log_->write("exit", {{"code", kRankExitAborted}});
+    write_exit(kRankExitAborted);
     return kRankExitAborted;
   }
 
