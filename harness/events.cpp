@@ -34,6 +34,13 @@ void EventLog::write(const std::string& ev, nlohmann::json fields) {
   std::fflush(f_);
 }
 
+void EventLog::write_line(std::string_view line) {
+  if (!f_) return;
+  std::fwrite(line.data(), 1, line.size(), f_);
+  std::fputc('\n', f_);
+  std::fflush(f_);
+}
+
 std::vector<nlohmann::json> read_events(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);

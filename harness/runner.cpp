@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "detectors/detector.h"
+#include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
 #include "harness/events.h"
@@ -258,19 +259,9 @@ class RankRunner {
   /// Collective with enter/leave events, polled against the watchdog deadline.
   void collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
     const int64_t seq = coll_seq_++;
-    log_->write("coll_enter", {{"seq", seq},
-                               {"name", name},
-                               {"count", count},
-                               {"dtype", elem_name(type)},
-                               {"step", step}});
-    auto work = comm_->iallreduce_sum(buf, count, type);
-    const int64_t deadline = has_watchdog_ ? now_us() + s_.detectors.collective_timeout_ms * 1000
-                                           : std::numeric_limits<int64_t>::max();
-    const CollStatus st = work->wait(deadline);
-    if (st == CollStatus::kOk) {
-      log_->write("coll_leave", {{"seq", seq}, {"name", name}, {"step", step}});
-      return;
-    }
+    const CollStatus st = logged_allreduce(*comm_, *log_, seq, name, buf, count, type, step,
+                                           has_watchdog_ ? s_.detectors.collective_timeout_ms : 0);
+    if (st == CollStatus::kOk) return;
     // Watchdog: name the collective, then take the whole job down (never hang).
     const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
     log_->write("detect", {{"detector", "watchdog"},
