@@ -14,6 +14,12 @@ int64_t now_us() {
   return int64_t(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t process_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
 EventLog::EventLog(const std::string& path) {
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw std::runtime_error("cannot open event log " + path + ": " + std::strerror(errno));

@@ -3,7 +3,9 @@
 //
 // Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
 // ranks of one host and the controller share. Event types written by the rank runner:
-//   start {rank, world, pid, host}        step_begin {step}     step_end {step, loss, action, lr}
+//   start {rank, world, pid, host}
+//   step_begin {step, cpu_us}             step_end {step, loss, action, lr, cpu_us}
+//   (cpu_us: process_cpu_us() at that moment)
 //   inject {fault, kind, step, target, detail, replay}
 //   detect {detector, step, layer, cause}   (local, before consensus)
 //   decision {step, detector, ranks, layer, cause, action, flagged}
@@ -24,6 +26,10 @@ namespace nanchaos::harness {
 
 /// CLOCK_MONOTONIC in microseconds.
 int64_t now_us();
+/// CPU time of this whole process (all threads, CLOCK_PROCESS_CPUTIME_ID) in microseconds. The
+/// step events carry it so that a step's cost can be told from time spent descheduled on a
+/// shared host (bench/step_bench.cpp).
+int64_t process_cpu_us();
 
 class EventLog {
  public:

@@ -315,7 +315,7 @@ class RankRunner {
 
   /// One training step. Returns true when the stack detected something this step.
   bool run_step(int64_t step) {
-    log_->write("step_begin", {{"step", step}});
+    log_->write("step_begin", {{"step", step}, {"cpu_us", process_cpu_us()}});
     local_findings_.clear();
     first_local_us_.reset();
     for (auto& d : detectors_) d->reset();
@@ -386,7 +386,9 @@ class RankRunner {
     ScanStats pre;
     const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
     if (in_place_) {
-      scan(spans, &pre);  // the bucket is the send buffer
+      // The bucket is the send buffer. With no detector (preset `none`) nothing reads the
+      // statistics: the step is plain training, the baseline of bench/step_bench.cpp.
+      if (!detectors_.empty()) scan(spans, &pre);
     } else {
       pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);  // cast / pre-divide
     }
@@ -467,7 +469,8 @@ class RankRunner {
                  {"loss", loss_value},
                  {"lr", lr},
                  {"action", skip ? "skip" : "update"},
-                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
+                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()},
+                 {"cpu_us", process_cpu_us()}});
     return detected;
   }
 
@@ -751,7 +754,9 @@ class RankRunner {
                              {"action", "early_return"},
                              {"local", true},
                              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
-    log_->write("step_end", {{"step", step}, {"lr", lr}, {"action", "early_return"}});
+    log_->write(
+        "step_end",
+        {{"step", step}, {"lr", lr}, {"action", "early_return"}, {"cpu_us", process_cpu_us()}});
     return false;
   }
 
