@@ -17,7 +17,7 @@
 // Reported per rank count: manual time = mean consensus round; counters consensus_p50_us,
 // consensus_mean_us, bare_p50_us, bare_mean_us, ratio_vs_bare (= consensus p50 / bare p50) and
 // ratio_mean_vs_bare (= consensus mean / bare mean), ranks, rounds.
-// NANCHAOS_BENCH_QUICK=1: 200 rounds instead of 3000 (a smoke run).
+// NANCHAOS_BENCH_QUICK=1: 500 rounds instead of 20000 (a smoke run).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
@@ -116,7 +116,7 @@ int worker(int rounds, const std::string& prefix) {
 
 void BM_ConsensusRound(benchmark::State& state) {
   const int ranks = int(state.range(0));
-  const int rounds = nb::quick_mode() ? 200 : 3000;
+  const int rounds = nb::quick_mode() ? 500 : 20000;
   const fs::path dir =
       fs::temp_directory_path() / ("nanchaos-consensus-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
