@@ -340,6 +340,11 @@ int run_suite(const RunOptions& opts) {
                                 fs::absolute(run_dir).string());
       JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
                                  run_dir + "/events", int(s.job.ranks));
+      // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
+      // the logs are plain JSON lines for every reader, not only read_events().
+      for (int64_t r = 0; r < s.job.ranks; ++r) {
+        trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+      }
       res = judge(s, run_dir, job);
       if (!job.launch_error.empty()) {
         res.verdict = "error";

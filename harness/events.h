@@ -16,7 +16,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -31,6 +30,14 @@ int64_t now_us();
 /// shared host (bench/step_bench.cpp).
 int64_t process_cpu_us();
 
+/// One rank's event log. Lines go into a shared memory mapping of the file (MAP_SHARED): a copy
+/// into the page cache, with no system call per event, that outlives the process however it
+/// ends (SIGKILL, MPI_Abort) and that other processes read at once, as a flushed write() would
+/// be. The file is grown in 256 KiB blocks allocated up front (posix_fallocate, so a full disk
+/// fails here and never as SIGBUS later) and cut to its written length by the destructor. A
+/// process that dies without it leaves NUL bytes after its last line: read_events() skips
+/// them and trim_event_log() (the controller, after each job) removes them. Where the file
+/// cannot be mapped or grown, the log falls back to one write(2) per event.
 class EventLog {
  public:
   EventLog() = default;
@@ -40,18 +47,27 @@ class EventLog {
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
 
-  /// Adds "ev" and "t_us" (unless present), writes one line and flushes it to the kernel.
+  /// Adds "ev" and "t_us" (unless present) and writes one line, visible to readers and kept
+  /// if the process dies right after (see above).
   void write(const std::string& ev, nlohmann::json fields = nlohmann::json::object());
   /// Hot-path variant for fixed-schema events (the collectives' enter/leave, written twice per
   /// collective): `line` is one complete JSON object, already formatted, carrying "ev" and
-  /// "t_us"; a newline is added and the line is flushed to the kernel like write()'s. Building
-  /// an nlohmann::json object costs ~10x the formatting (measured in bench/README.md).
+  /// "t_us"; a newline is added. Building an nlohmann::json object costs ~10x the formatting
+  /// (bench/README.md).
   void write_line(std::string_view line);
-  bool is_open() const { return f_ != nullptr; }
+  bool is_open() const { return fd_ >= 0; }
 
  private:
-  std::FILE* f_ = nullptr;
+  void append(std::string_view line);  // line + '\n'
+  bool grow(size_t need);              // false: mapping given up, write(2) from now on
+  int fd_ = -1;
+  char* map_ = nullptr;  // nullptr: write(2) mode
+  size_t cap_ = 0, len_ = 0;
 };
+
+/// Cuts the NUL bytes a killed writer left after the last complete line of an event log (see
+/// EventLog). No-op for a clean or missing file. Never throws.
+void trim_event_log(const std::string& path);
 
 /// Reads a JSON-lines file; a truncated or garbled last line (a rank killed mid-write) is skipped.
 /// A missing file gives an empty vector.
