@@ -1,5 +1,6 @@
 // Per-rank structured event log: JSON lines in <run>/events/rank-N.jsonl, one fact per line,
-// written and flushed as it happens, so a rank that dies mid-step still leaves its evidence.
+// handed to the kernel as it happens (a shared file mapping, see EventLog), so a rank that dies
+// mid-step still leaves its evidence.
 //
 // Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
 // ranks of one host and the controller share. Event types written by the rank runner:
