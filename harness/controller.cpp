@@ -24,6 +24,7 @@
 
 #include "harness/events.h"
 #include "harness/judge.h"
+#include "harness/proc_status.h"
 #include "harness/progress.h"
 #include "nanchaos/config.h"
 #include "results/html.h"
@@ -167,6 +168,10 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   const int64_t deadline = r.t0_us + timeout_ms * 1000;
   int status = 0;
   std::map<int, int> rank_pid;  // rank -> pid, once its start event is there
+  // Memory is sampled every 25th poll (~250 ms): 64 ranks' status files every 10 ms would cost
+  // a 2-core host more than the check is worth; VmHWM is a peak, so a late sample loses nothing.
+  int64_t polls = 0;
+  bool sample_memory = false;
   auto watch_ranks = [&] {
     if (events_dir.empty()) return;
     for (int rank = 0; rank < world; ++rank) {
@@ -179,10 +184,15 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
       }
       if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
         r.rank_gone_us[rank] = now_us();
+      } else if (sample_memory && !r.rank_gone_us.count(rank)) {
+        if (auto kib = vm_hwm_kib(rank_pid[rank])) {
+          r.rank_vm_hwm_kib[rank] = std::max(r.rank_vm_hwm_kib[rank], *kib);
+        }
       }
     }
   };
   for (;;) {
+    sample_memory = polls++ % 25 == 0;
     watch_ranks();
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
@@ -330,6 +340,11 @@ int run_suite(const RunOptions& opts) {
                               trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed));
     JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
                                run_dir + "/events", int(s.job.ranks));
+    // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
+    // the logs are plain JSON lines for every reader, not only read_events().
+    for (int64_t r = 0; r < s.job.ranks; ++r) {
+      trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+    }
     results::ScenarioResult res = judge(s, run_dir, job);
     if (!job.launch_error.empty()) {
       res.verdict = "error";

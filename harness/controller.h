@@ -42,6 +42,10 @@ struct JobResult {
   /// (from its `start` event), when the controller first saw that process gone (CLOCK_MONOTONIC
   /// us). Polled every 10 ms while the job runs. Ranks on other hosts are absent here.
   std::map<int, int64_t> rank_gone_us;
+  /// Peak resident set size (VmHWM, KiB; proc_status.h) of each watched rank, as last sampled
+  /// from /proc while it was alive (every ~250 ms). A rank's own `exit` event, when it writes
+  /// one, carries the exact figure; this covers ranks that never write it (hung, killed).
+  std::map<int, int64_t> rank_vm_hwm_kib;
 };
 
 /// Builds the launcher command for `s` (argv), e.g.

@@ -1,29 +1,44 @@
 // Per-rank structured event log: JSON lines in <run>/events/rank-N.jsonl, one fact per line,
-// written and flushed as it happens, so a rank that dies mid-step still leaves its evidence.
+// handed to the kernel as it happens (a shared file mapping, see EventLog), so a rank that dies
+// mid-step still leaves its evidence.
 //
 // Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
 // ranks of one host and the controller share. Event types written by the rank runner:
-//   start {rank, world, pid, host}        step_begin {step}     step_end {step, loss, action, lr}
+//   start {rank, world, pid, host}
+//   step_begin {step, cpu_us}             step_end {step, loss, action, lr, cpu_us}
+//   (cpu_us: process_cpu_us() at that moment)
 //   inject {fault, kind, step, target, detail, replay}
 //   detect {detector, step, layer, cause}   (local, before consensus)
 //   decision {step, detector, ranks, layer, cause, action, flagged}
 //   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
-//   abort {step, reason, cause}           exit {code}
+//   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
 // Thread-safety: one writer per file (the rank's thread).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nanchaos::harness {
 
 /// CLOCK_MONOTONIC in microseconds.
 int64_t now_us();
+/// CPU time of this whole process (all threads, CLOCK_PROCESS_CPUTIME_ID) in microseconds. The
+/// step events carry it so that a step's cost can be told from time spent descheduled on a
+/// shared host (bench/step_bench.cpp).
+int64_t process_cpu_us();
 
+/// One rank's event log. Lines go into a shared memory mapping of the file (MAP_SHARED): a copy
+/// into the page cache, with no system call per event, that outlives the process however it
+/// ends (SIGKILL, MPI_Abort) and that other processes read at once, as a flushed write() would
+/// be. The file is grown in 256 KiB blocks allocated up front (posix_fallocate, so a full disk
+/// fails here and never as SIGBUS later) and cut to its written length by the destructor. A
+/// process that dies without it leaves NUL bytes after its last line: read_events() skips
+/// them and trim_event_log() (the controller, after each job) removes them. Where the file
+/// cannot be mapped or grown, the log falls back to one write(2) per event.
 class EventLog {
  public:
   EventLog() = default;
@@ -33,13 +48,27 @@ class EventLog {
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
 
-  /// Adds "ev" and "t_us" (unless present), writes one line and flushes it to the kernel.
+  /// Adds "ev" and "t_us" (unless present) and writes one line, visible to readers and kept
+  /// if the process dies right after (see above).
   void write(const std::string& ev, nlohmann::json fields = nlohmann::json::object());
-  bool is_open() const { return f_ != nullptr; }
+  /// Hot-path variant for fixed-schema events (the collectives' enter/leave, written twice per
+  /// collective): `line` is one complete JSON object, already formatted, carrying "ev" and
+  /// "t_us"; a newline is added. Building an nlohmann::json object costs ~10x the formatting
+  /// (bench/README.md).
+  void write_line(std::string_view line);
+  bool is_open() const { return fd_ >= 0; }
 
  private:
-  std::FILE* f_ = nullptr;
+  void append(std::string_view line);  // line + '\n'
+  bool grow(size_t need);              // false: mapping given up, write(2) from now on
+  int fd_ = -1;
+  char* map_ = nullptr;  // nullptr: write(2) mode
+  size_t cap_ = 0, len_ = 0;
 };
+
+/// Cuts the NUL bytes a killed writer left after the last complete line of an event log (see
+/// EventLog). No-op for a clean or missing file. Never throws.
+void trim_event_log(const std::string& path);
 
 /// Reads a JSON-lines file; a truncated or garbled last line (a rank killed mid-write) is skipped.
 /// A missing file gives an empty vector.

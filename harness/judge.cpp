@@ -26,6 +26,7 @@ struct RankLog {
   json final_ev;
   std::optional<json> abort_ev;
   std::optional<int> exit_code;
+  std::optional<int64_t> vm_hwm_kib;  // peak RSS the rank logged in its exit event
   int64_t last_t = 0;
   int64_t steps_done = 0;                  // highest step_end step + 1
   std::map<int64_t, std::string> actions;  // step -> update/skip/early_return
@@ -46,9 +47,10 @@ RankLog read_rank(const std::string& run_dir, int rank) {
       r.final_ev = e;
     } else if (ev == "abort")
       r.abort_ev = e;
-    else if (ev == "exit")
+    else if (ev == "exit") {
       r.exit_code = e.value("code", -1);
-    else if (ev == "step_end") {
+      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = e.value("vm_hwm_kib", int64_t(0));
+    } else if (ev == "step_end") {
       const int64_t st = e.value("step", int64_t(0));
       r.steps_done = std::max(r.steps_done, st + 1);
       r.actions[st] = e.value("action", "");
@@ -75,6 +77,33 @@ json ranks_json(const std::vector<int64_t>& r) {
 }
 
 bool finite_json(const json& j) { return j.is_number() && std::isfinite(j.get<double>()); }
+
+// Per-rank peak memory (VmHWM, proc_status.h): the rank's own exit-event figure, else the
+// controller's last sample of its /proc status. Null when no rank could be measured.
+json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
+  json per_rank = json::object();
+  double max_mib = 0, total_mib = 0;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    int64_t kib = logs[r].vm_hwm_kib.value_or(0);
+    if (auto it = job.rank_vm_hwm_kib.find(int(r)); it != job.rank_vm_hwm_kib.end()) {
+      kib = std::max(kib, it->second);
+    }
+    if (kib <= 0) continue;
+    const double mib = double(kib) / 1024.0;
+    per_rank[std::to_string(r)] = std::round(mib * 10) / 10;
+    max_mib = std::max(max_mib, mib);
+    total_mib += mib;
+  }
+  if (per_rank.empty()) return nullptr;
+  const auto n = per_rank.size();
+  auto round1 = [](double v) { return std::round(v * 10) / 10; };
+  return {{"source", "VmHWM"},
+          {"ranks_measured", n},
+          {"per_rank_max_mib", round1(max_mib)},
+          {"per_rank_mean_mib", round1(total_mib / double(n))},
+          {"total_mib", round1(total_mib)},
+          {"per_rank_mib", per_rank}};
+}
 
 }  // namespace
 
@@ -383,6 +412,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   res.extra["recovered"] = recovered;
   res.extra["launcher_exit_code"] = job.exit_code;
   res.extra["orphans_killed"] = job.orphans_killed;
+  res.extra["memory"] = memory_json(logs, job);
 
   // --- [expect] ------------------------------------------------------------------------------
   const auto& ex = s.expect;

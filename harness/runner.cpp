@@ -11,12 +11,14 @@
 #include <string_view>
 
 #include "detectors/detector.h"
+#include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 #include "harness/half_round.h"
 #include "harness/loss_scaler.h"
+#include "harness/proc_status.h"
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
@@ -182,7 +184,7 @@ class RankRunner {
     }
     broadcast_buffers(s_.job.steps);  // as the next forward would: replicas end identical
     write_final(s_.job.steps);
-    log_->write("exit", {{"code", 0}});
+    write_exit(0);
     return 0;
   }
 
@@ -257,19 +259,9 @@ class RankRunner {
   /// Collective with enter/leave events, polled against the watchdog deadline.
   void collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
     const int64_t seq = coll_seq_++;
-    log_->write("coll_enter", {{"seq", seq},
-                               {"name", name},
-                               {"count", count},
-                               {"dtype", elem_name(type)},
-                               {"step", step}});
-    auto work = comm_->iallreduce_sum(buf, count, type);
-    const int64_t deadline = has_watchdog_ ? now_us() + s_.detectors.collective_timeout_ms * 1000
-                                           : std::numeric_limits<int64_t>::max();
-    const CollStatus st = work->wait(deadline);
-    if (st == CollStatus::kOk) {
-      log_->write("coll_leave", {{"seq", seq}, {"name", name}, {"step", step}});
-      return;
-    }
+    const CollStatus st = logged_allreduce(*comm_, *log_, seq, name, buf, count, type, step,
+                                           has_watchdog_ ? s_.detectors.collective_timeout_ms : 0);
+    if (st == CollStatus::kOk) return;
     // Watchdog: name the collective, then take the whole job down (never hang).
     const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
     log_->write("detect", {{"detector", "watchdog"},
@@ -282,7 +274,7 @@ class RankRunner {
                 {{"step", step},
                  {"reason", fmt::format("watchdog: collective #{} {} {}", seq, name, what)},
                  {"cause", "hang"}});
-    log_->write("exit", {{"code", kRankExitWatchdog}});
+    write_exit(kRankExitWatchdog);
     comm_->abort_job(kRankExitWatchdog);
   }
 
@@ -323,7 +315,7 @@ class RankRunner {
 
   /// One training step. Returns true when the stack detected something this step.
   bool run_step(int64_t step) {
-    log_->write("step_begin", {{"step", step}});
+    log_->write("step_begin", {{"step", step}, {"cpu_us", process_cpu_us()}});
     local_findings_.clear();
     first_local_us_.reset();
     for (auto& d : detectors_) d->reset();
@@ -394,7 +386,9 @@ class RankRunner {
     ScanStats pre;
     const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
     if (in_place_) {
-      scan(spans, &pre);  // the bucket is the send buffer
+      // The bucket is the send buffer. With no detector (preset `none`) nothing reads the
+      // statistics: the step is plain training, the baseline of bench/step_bench.cpp.
+      if (!detectors_.empty()) scan(spans, &pre);
     } else {
       pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale, &pre);  // cast / pre-divide
     }
@@ -475,7 +469,8 @@ class RankRunner {
                  {"loss", loss_value},
                  {"lr", lr},
                  {"action", skip ? "skip" : "update"},
-                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
+                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()},
+                 {"cpu_us", process_cpu_us()}});
     return detected;
   }
 
@@ -759,7 +754,9 @@ class RankRunner {
                              {"action", "early_return"},
                              {"local", true},
                              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
-    log_->write("step_end", {{"step", step}, {"lr", lr}, {"action", "early_return"}});
+    log_->write(
+        "step_end",
+        {{"step", step}, {"lr", lr}, {"action", "early_return"}, {"cpu_us", process_cpu_us()}});
     return false;
   }
 
@@ -807,10 +804,18 @@ class RankRunner {
                  {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
   }
 
+  // The last event of a rank, with its peak memory (the controller samples ranks that never
+  // get here, e.g. a hung one killed at the deadline).
+  void write_exit(int code) {
+    nlohmann::json fields = {{"code", code}};
+    if (auto kib = vm_hwm_kib()) fields["vm_hwm_kib"] = *kib;
+    log_->write("exit", std::move(fields));
+  }
+
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
     log_->write("abort", {{"step", step}, {"reason", reason}, {"cause", cause}});
     write_final(step + 1);
-    log_->write("exit", {{"code", kRankExitAborted}});
+    write_exit(kRankExitAborted);
     return kRankExitAborted;
   }
 

@@ -704,5 +704,41 @@ TEST(JudgeFaultOutcome, UndetectedHarmlessFaultIsMasked) {
   EXPECT_EQ(r.verdict, "pass") << r.reason;
 }
 
+// Memory: a rank's own exit-event VmHWM, else the controller's /proc sample (a hung rank killed
+// before it could write one); the larger of the two when both exist; sum, mean and max in MiB.
+TEST(JudgeMemory, PerRankPeakFromExitEventsAndControllerSamples) {
+  RunDir d("memory");
+  for (int r = 0; r < 3; ++r) {
+    d.start(r, 3);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    if (r == 2) continue;  // never writes final/exit
+    d.ev(r, "final", 3000, {{"steps_completed", 1}, {"params_hash", "a"}, {"optim_hash", "b"}});
+    d.ev(r, "exit", 3001, {{"code", 0}, {"vm_hwm_kib", (r + 1) * 102400}});  // 100, 200 MiB
+  }
+  d.flush();
+  JobResult job = Job(137);
+  job.rank_vm_hwm_kib = {{1, 1024}, {2, 307200}};  // rank 1's sample is older (lower)
+  const auto r = judge(Load("", 1, 3), d.path(), job);
+  const json& m = r.extra["memory"];
+  ASSERT_TRUE(m.is_object()) << r.extra.dump();
+  EXPECT_EQ(m["source"], "VmHWM");
+  EXPECT_EQ(m["ranks_measured"], 3);
+  EXPECT_DOUBLE_EQ(m["per_rank_mib"]["0"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(m["per_rank_mib"]["1"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(m["per_rank_mib"]["2"].get<double>(), 300.0);
+  EXPECT_DOUBLE_EQ(m["per_rank_max_mib"].get<double>(), 300.0);
+  EXPECT_DOUBLE_EQ(m["per_rank_mean_mib"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(m["total_mib"].get<double>(), 600.0);
+}
+
+TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
+  RunDir d("memory_none");
+  CleanRun(d, 2, 2);
+  d.flush();
+  const auto r = judge(Load("", 2), d.path(), Job());
+  EXPECT_TRUE(r.extra["memory"].is_null()) << r.extra["memory"].dump();
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

@@ -1,0 +1,65 @@
+// Small helpers shared by the benchmarks that launch real jobs (consensus_bench.cpp,
+// step_bench.cpp): the path of this binary, running a shell command with a time limit, the
+// mpirun prefix the controller uses, and summary statistics. Header-only, torch-free.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nanchaos::bench {
+
+/// This executable's absolute path (/proc/self/exe). Throws std::runtime_error when unreadable.
+inline std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
+
+/// Runs `cmd` through /bin/sh under coreutils' `timeout` (seconds), output appended to `log`.
+/// Throws std::runtime_error naming the command and the log when it fails or times out.
+inline void run_or_throw(const std::string& cmd, int timeout_s, const std::string& log) {
+  const std::string full =
+      "timeout -s KILL " + std::to_string(timeout_s) + " " + cmd + " >>" + log + " 2>&1";
+  const int rc = std::system(full.c_str());
+  if (rc != 0) {
+    throw std::runtime_error("command failed (status " + std::to_string(rc) + "; see " + log +
+                             "): " + cmd);
+  }
+}
+
+/// Open MPI's mpirun for `ranks` ranks on one small host, as `nanchaos run` launches jobs
+/// (harness/controller.cpp): oversubscribed, unbound, yielding when idle, root-safe.
+inline std::string mpirun_prefix(int ranks) {
+  std::string p = "mpirun -np " + std::to_string(ranks) +
+                  " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1";
+  if (geteuid() == 0) p += " --allow-run-as-root";
+  return p;
+}
+
+/// The q-quantile (0..1, nearest rank) of `v`; 0 for an empty vector.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, size_t(q * double(v.size())));
+  return v[i];
+}
+
+inline double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+/// True when NANCHAOS_BENCH_QUICK is set to anything but "" or "0": a short run for a smoke
+/// check (a few seconds per benchmark), not for figures.
+inline bool quick_mode() {
+  const char* q = std::getenv("NANCHAOS_BENCH_QUICK");
+  return q && *q && std::string(q) != "0";
+}
+
+}  // namespace nanchaos::bench

@@ -1,0 +1,196 @@
+// What the detection stack costs per training step, on a compute-bound transformer.
+//
+// Each benchmark row is one stack at one rank count: BM_StepOverhead/ranks:R/stack:S. The jobs
+// are real: this binary writes a scenario TOML per stack, runs `nanchaos run` on it (the path of
+// the `nanchaos` binary is compiled in), and reads the per-step times from the ranks' event logs
+// (step_end.t_us - step_begin.t_us of the same step; warm-up steps dropped; pooled over ranks).
+// The stacks, measured interleaved in rounds (none, default, full, anomaly, none, ...) so that a
+// neighbour's burst on a shared host hits all of them alike:
+//   none     [detectors] preset "none": training and the gradient all-reduce (SUM, divide by the
+//            world size), no detector, no consensus, no watchdog;
+//   default  preset "default" (batch, loss, grad, post_reduce, watchdog + the consensus round);
+//   full     preset "full": every detector, which includes always-on anomaly mode;
+//   anomaly  the default detectors plus `anomaly` (LibTorch's autograd anomaly mode, always on):
+//            the usual debugging baseline.
+// All measurements of one rank count run when its first row runs; every row then reports
+// manual time = its stack's mean step time, and counters step_ms (the same, in ms), step_p50_ms,
+// ratio_vs_none (= mean step time / none's mean step time, same run), ranks, steps (measured
+// steps pooled over ranks and rounds), detections (must be 0: a clean run), cpu_ms and
+// ratio_cpu_vs_none (the same from the ranks' process CPU time per step, which a shared host's
+// other tenants disturb far less than wall time).
+//
+// Workload (state it with the figures): transformer, hidden 128, heads 4, layers 2, seq_len 32,
+// batch_size 8 per rank, vocab 512, Adam, fp32, one torch thread per rank.
+// Defaults: 3 rounds; 10 steps per job with 2 warm-up steps (5 and 1 for full/anomaly, which
+// are ~5x slower per step). NANCHAOS_BENCH_QUICK=1: 1 round of 4 steps (3 for the slow stacks),
+// 1 warm-up: a smoke run, not figures.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+
+namespace fs = std::filesystem;
+namespace nb = nanchaos::bench;
+using nlohmann::json;
+
+namespace {
+
+const char* const kStacks[] = {"none", "default", "full", "anomaly"};
+
+struct StackTimes {
+  std::vector<double> step_ms, cpu_ms;  // wall and process CPU time per step
+  int detections = 0;
+};
+
+// Jobs per stack and rank count (rounds), steps per job (slow_steps for full/anomaly, whose
+// steps take ~5x longer) and the warm-up steps dropped from each job.
+struct Plan {
+  int rounds = 3, steps = 10, slow_steps = 5, warmup = 2, slow_warmup = 1;
+};
+
+Plan plan() {
+  Plan p;
+  if (nb::quick_mode()) p = Plan{1, 4, 3, 1, 1};
+  return p;
+}
+
+std::string scenario_toml(const std::string& stack, int ranks, int steps) {
+  std::string detectors;
+  if (stack == "anomaly") {
+    detectors =
+        "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
+        "\"anomaly\"]\n";
+  } else {
+    detectors = "preset = \"" + stack + "\"\n";
+  }
+  return "[scenario]\nname = \"bench-step-" + stack +
+         "\"\nseed = 7\n"
+         "[job]\nworkload = \"transformer\"\nranks = " +
+         std::to_string(ranks) + "\nsteps = " + std::to_string(steps) +
+         "\ntimeout_ms = 600000\n"
+         "[workload]\nhidden = 128\nheads = 4\nlayers = 2\nseq_len = 32\nbatch_size = 8\n"
+         "vocab = 512\n"
+         "[detectors]\n" +
+         detectors + "[expect]\ndetected = false\n";
+}
+
+// One job: returns its step times (warm-up dropped) and how many detections its ranks logged.
+StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int steps,
+                   int warmup) {
+  const fs::path toml = dir / (stack + ".toml");
+  std::ofstream(toml) << scenario_toml(stack, ranks, steps);
+  const fs::path out = dir / "out";
+  fs::remove_all(out);
+  // `nanchaos run` exits 1 when an [expect] check fails; the outcome is checked below instead.
+  const std::string cmd = std::string(NANCHAOS_BINARY) + " run " + toml.string() +
+                          " --quiet --out " + out.string() + " || true";
+  nb::run_or_throw(cmd, 900, (dir / "run.log").string());
+  std::ifstream rep(out / "report.json");
+  const json report = json::parse(rep);
+  const json& s = report.at("scenarios").at(0);
+  if (s.value("outcome", "") != "completed") {
+    throw std::runtime_error("bench job " + stack + " did not complete: " + s.dump());
+  }
+  StackTimes t;
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(out / ("bench-step-" + stack) / "events" /
+                     ("rank-" + std::to_string(r) + ".jsonl"));
+    std::map<int64_t, int64_t> begin, begin_cpu;
+    for (std::string line; std::getline(in, line);) {
+      const json e = json::parse(line, nullptr, false);
+      if (e.is_discarded()) continue;
+      const std::string ev = e.value("ev", "");
+      const int64_t step = e.value("step", int64_t(-1));
+      if (ev == "step_begin") {
+        begin[step] = e.value("t_us", int64_t(0));
+        begin_cpu[step] = e.value("cpu_us", int64_t(0));
+      }
+      if (ev == "decision") ++t.detections;
+      if (ev == "step_end" && step >= warmup && begin.count(step)) {
+        t.step_ms.push_back(double(e.value("t_us", int64_t(0)) - begin[step]) / 1000.0);
+        t.cpu_ms.push_back(double(e.value("cpu_us", int64_t(0)) - begin_cpu[step]) / 1000.0);
+      }
+    }
+  }
+  return t;
+}
+
+// Every stack at `ranks`, interleaved; measured once per rank count and cached.
+const std::map<std::string, StackTimes>& measure(int ranks) {
+  static std::map<int, std::map<std::string, StackTimes>> cache;
+  auto it = cache.find(ranks);
+  if (it != cache.end()) return it->second;
+  const Plan p = plan();
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("nanchaos-step-bench-" + std::to_string(getpid()) + "-" + std::to_string(ranks));
+  fs::create_directories(dir);
+  std::map<std::string, StackTimes> all;
+  for (int round = 0; round < p.rounds; ++round) {
+    for (const char* stack : kStacks) {
+      const bool slow = std::string(stack) == "full" || std::string(stack) == "anomaly";
+      StackTimes t = run_job(dir, stack, ranks, slow ? p.slow_steps : p.steps,
+                             slow ? p.slow_warmup : p.warmup);
+      auto& acc = all[stack];
+      acc.step_ms.insert(acc.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
+      acc.cpu_ms.insert(acc.cpu_ms.end(), t.cpu_ms.begin(), t.cpu_ms.end());
+      acc.detections += t.detections;
+    }
+  }
+  fs::remove_all(dir);
+  return cache[ranks] = std::move(all);
+}
+
+void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
+  const std::map<std::string, StackTimes>* times = nullptr;
+  for (auto _ : state) {
+    try {
+      times = &measure(ranks);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+    state.SetIterationTime(nb::mean(times->at(stack).step_ms) * 1e-3);
+  }
+  const StackTimes& t = times->at(stack);
+  const double none_ms = nb::mean(times->at("none").step_ms);
+  state.counters["ranks"] = ranks;
+  state.counters["steps"] = double(t.step_ms.size());
+  state.counters["step_ms"] = nb::mean(t.step_ms);
+  state.counters["step_p50_ms"] = nb::quantile(t.step_ms, 0.5);
+  state.counters["ratio_vs_none"] = none_ms > 0 ? nb::mean(t.step_ms) / none_ms : 0;
+  state.counters["detections"] = t.detections;
+  // CPU time per step (the rank process's, all threads): what the step itself consumed, without
+  // the time a busy host kept it descheduled. Waiting in a collective with the engine's sleeps
+  // costs little CPU, so this ratio is the stack's work, not its waits.
+  const double none_cpu = nb::mean(times->at("none").cpu_ms);
+  state.counters["cpu_ms"] = nb::mean(t.cpu_ms);
+  state.counters["ratio_cpu_vs_none"] = none_cpu > 0 ? nb::mean(t.cpu_ms) / none_cpu : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int ranks : {1, 4}) {
+    for (const char* stack : kStacks) {
+      benchmark::RegisterBenchmark(
+          ("BM_StepOverhead/ranks:" + std::to_string(ranks) + "/stack:" + stack).c_str(),
+          BM_StepOverhead, ranks, std::string(stack))
+          ->Iterations(1)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

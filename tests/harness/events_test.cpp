@@ -1,0 +1,98 @@
+// The event log: lines readable while the writer runs, kept when it is killed, NUL tail trimmed,
+// growth past the first mapped block.
+#include "harness/events.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace nanchaos::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) {
+  return (fs::path(::testing::TempDir()) /
+          ("nanchaos_events_" + name + "_" + std::to_string(getpid()) + ".jsonl"))
+      .string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(EventLog, LinesAreReadableWhileOpenAndTheFileIsExactAfterClose) {
+  const std::string path = temp_path("open");
+  {
+    EventLog log(path);
+    log.write("start", {{"rank", 3}});
+    log.write_line(R"({"ev":"coll_enter","seq":0,"t_us":5})");
+    const auto seen = read_events(path);  // another reader, before the writer closes
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0]["ev"], "start");
+    EXPECT_EQ(seen[0]["rank"], 3);
+    EXPECT_TRUE(seen[0].contains("t_us"));
+    EXPECT_EQ(seen[1]["seq"], 0);
+  }
+  const std::string text = slurp(path);
+  EXPECT_EQ(text.find('\0'), std::string::npos);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  fs::remove(path);
+}
+
+TEST(EventLog, EventsOfAKilledWriterSurviveAndTheNulTailIsTrimmed) {
+  const std::string path = temp_path("killed");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    EventLog log(path);
+    log.write("start", {{"rank", 1}});
+    log.write("step_begin", {{"step", 0}});
+    ::raise(SIGKILL);  // no destructor, no flush: only what the kernel already has survives
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  auto events = read_events(path);  // skips the NUL tail
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1]["ev"], "step_begin");
+  EXPECT_NE(slurp(path).find('\0'), std::string::npos) << "the killed writer left its block";
+  trim_event_log(path);
+  const std::string text = slurp(path);
+  EXPECT_EQ(text.find('\0'), std::string::npos);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+  EXPECT_EQ(read_events(path).size(), 2u);
+  trim_event_log(path);  // a clean file stays as it is
+  EXPECT_EQ(slurp(path), text);
+  fs::remove(path);
+}
+
+TEST(EventLog, GrowsPastItsFirstBlock) {
+  const std::string path = temp_path("grow");
+  const std::string pad(200, 'x');
+  constexpr int kLines = 4000;  // ~0.9 MB: several 256 KiB blocks
+  {
+    EventLog log(path);
+    for (int i = 0; i < kLines; ++i) log.write("pad", {{"i", i}, {"pad", pad}});
+    EXPECT_EQ(read_events(path).size(), size_t(kLines));
+  }
+  const auto events = read_events(path);
+  ASSERT_EQ(events.size(), size_t(kLines));
+  EXPECT_EQ(events.back()["i"], kLines - 1);
+  EXPECT_EQ(slurp(path).find('\0'), std::string::npos);
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
