@@ -135,7 +135,19 @@ class NcclCommunicator final : public Communicator {
     // Normal end of a rank: every collective finished (the runner waited on each).
     for (auto e : events_) cudaEventDestroy(e);
     if (ready_) cudaEventDestroy(ready_);
-    if (comm_) ncclCommDestroy(comm_);
+    if (comm_) {
+      // Non-blocking communicator: finalize, poll it out (bounded), then destroy.
+      ncclCommFinalize(comm_);
+      {
+        const int64_t deadline = now_us() + 10'000'000;
+        ncclResult_t state = ncclInProgress;
+        for (int spins = 0; state == ncclInProgress && now_us() < deadline; ++spins) {
+          if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+          pause_briefly(spins);
+        }
+      }
+      ncclCommDestroy(comm_);
+    }
     if (stream_) cudaStreamDestroy(stream_);
   }
 
