@@ -16,6 +16,12 @@ class ParamDetector final : public Detector {
   std::optional<Finding> check(const StepView& v) override {
     const auto& params = *v.params;
     for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].is_cuda()) {  // full preset only: one reduction + sync per tensor is fine
+        if (!torch::isfinite(params[i]).all().item<bool>()) {
+          return Finding{v.grad_names->at(i), "parameter", int(i)};
+        }
+        continue;
+      }
       const float* d = params[i].data_ptr<float>();
       const int64_t n = params[i].numel();
       bool bad = false;

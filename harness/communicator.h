@@ -6,7 +6,8 @@
 // std::runtime_error with the MPI error string and [host pid rank].
 // Thread-safety: one thread per rank calls everything; collectives are issued in the same order
 // on every rank (the runner guarantees it; the controller checks it from the event logs).
-// Engines: Open MPI (CPU tensors, MPI_Iallreduce + MPI_Test). NCCL is the GPU issue's.
+// Engines: Open MPI (CPU tensors, MPI_Iallreduce + MPI_Test, mpi_communicator.cpp) and NCCL (CUDA
+// device buffers, nccl_communicator.h).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,10 @@
 
 namespace nanchaos::harness {
 
-enum class ElemType { kFloat64, kFloat32, kFloat16, kBFloat16 };
+/// kInt64 carries the consensus rows on NCCL: a SUM where one rank contributes each slot is an
+/// exact all-gather of the bit patterns (a floating-point reduction could turn a NaN into
+/// another value or drop it, as a float max does).
+enum class ElemType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64 };
 const char* elem_name(ElemType t);
 
 enum class CollStatus { kOk, kTimeout, kError };
@@ -39,6 +43,10 @@ class Communicator {
   /// In-place SUM all-reduce of `count` elements. fp16/bf16 sums round at every add, like a
   /// half-precision NCCL all-reduce, so a sum can overflow to inf although every input is finite.
   virtual std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) = 0;
+  /// Enqueues a device-side stall of `duration_ms` (< 0: forever) ahead of the next collective on
+  /// the engine's stream (the `hang` fault's device stall). Returns false when the engine has no
+  /// device stream (MPI). Throws std::runtime_error on a CUDA error.
+  virtual bool enqueue_stall(int64_t /*duration_ms*/) { return false; }
   /// Takes every rank of the job down (MPI_Abort). Does not return.
   [[noreturn]] virtual void abort_job(int exit_code) = 0;
 };
@@ -49,5 +57,10 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 [[noreturn]] void abort_world(int exit_code);
 /// MPI_Finalize when MPI was initialized; safe to call twice.
 void finalize_mpi();
+/// Initializes MPI if needed and broadcasts `bytes` bytes at `data` from `root` (MPI_Bcast on the
+/// world communicator): how the NCCL unique id reaches the other ranks. Throws on failure.
+void mpi_broadcast_bytes(void* data, size_t bytes, int root);
+/// Rank and size of the MPI world (initializing MPI if needed). Throws on failure.
+void mpi_world(int* rank, int* world);
 
 }  // namespace nanchaos::harness

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/cuda_scan.h"
 #include "harness/events.h"
 #include "harness/judge.h"
 #include "harness/proc_status.h"
@@ -73,14 +74,6 @@ bool process_alive(int pid) {
   return rp == std::string::npos || rp + 2 >= line.size() || line[rp + 2] != 'Z';
 }
 
-bool gpu_present() {
-#if NANCHAOS_WITH_CUDA
-  return fs::exists("/dev/nvidia0");
-#else
-  return false;
-#endif
-}
-
 std::string suite_name(const std::vector<std::string>& paths) {
   if (paths.size() != 1) return "suite";
   fs::path p = fs::path(paths[0]).lexically_normal();
@@ -90,9 +83,43 @@ std::string suite_name(const std::vector<std::string>& paths) {
 
 }  // namespace
 
+std::string gpu_skip_reason(const Scenario& s, const GpuHost& host) {
+  if (s.job.device != Device::kCuda) return "";
+  if (!host.built_with_cuda) {
+    return "device cuda needs a GPU build: nanchaos was built without CUDA/NCCL (nvcc or nccl.h "
+           "not found)";
+  }
+  if (host.devices < s.job.ranks) {
+    return fmt::format("device cuda needs a GPU per rank: {} ranks, this host has {}{}",
+                       s.job.ranks, host.devices, host.why.empty() ? "" : " (" + host.why + ")");
+  }
+  if (!host.torch_cuda)
+    return "device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build)";
+  return "";
+}
+
+GpuHost probe_gpu_host() {
+  static const GpuHost cached = [] {
+    GpuHost h;
+    h.built_with_cuda = NANCHAOS_WITH_CUDA && NANCHAOS_WITH_NCCL;
+    h.torch_cuda = NANCHAOS_TORCH_CUDA;
+    if (h.built_with_cuda) h.devices = cuda_device_count(&h.why);
+    return h;
+  }();
+  return cached;
+}
+
+std::string gpu_skip_reason(const Scenario& s) { return gpu_skip_reason(s, probe_gpu_host()); }
+
 std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
                                        const std::string& self_exe, const std::string& scenario,
                                        const std::string& run_dir, std::optional<uint64_t> seed) {
+  if (s.job.backend == Backend::kNccl && s.job.ranks == 1) {
+    // One rank over NCCL needs no launcher: the unique id is generated locally, MPI is not used.
+    std::vector<std::string> argv = {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir};
+    if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
+    return argv;
+  }
   std::vector<std::string> argv = split_words(launcher.empty() ? "mpirun" : launcher);
   const std::string tool = fs::path(argv.at(0)).filename().string();
   const std::string np = std::to_string(s.job.ranks);
@@ -366,9 +393,10 @@ int run_suite(const RunOptions& opts) {
     res.run_dir = out + "/" + s.name;
     res.trial_count = opts.trials;
     auto missing = unimplemented_features(s);
-    if (s.job.device == Device::kCuda && !gpu_present()) {
+    const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";
+    if (!no_gpu.empty()) {
       res.verdict = "skipped";
-      res.reason = "device cuda needs a GPU; this host has none";
+      res.reason = no_gpu;
       res.stats = results::scenario_stats({res});
     } else if (!missing.empty()) {
       res.verdict = "error";

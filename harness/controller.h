@@ -48,10 +48,29 @@ struct JobResult {
   std::map<int, int64_t> rank_vm_hwm_kib;
 };
 
+/// What the controller knows about the host's GPUs before launching a device = "cuda" job.
+struct GpuHost {
+  bool built_with_cuda = false;  ///< nanchaos built with the CUDA kernels and the NCCL engine
+  bool torch_cuda = false;       ///< the LibTorch it links was built with CUDA
+  int devices = 0;               ///< cudaGetDeviceCount (0 on error: no GPU)
+  std::string why;               ///< the CUDA runtime's reason when devices == 0
+};
+
+/// The host as this process sees it (CUDA runtime queried once, ~ms; cached). Never throws.
+GpuHost probe_gpu_host();
+
+/// Why a device = "cuda" scenario is `skipped` on `host` ("" when it can run: CUDA and NCCL built,
+/// CUDA LibTorch, at least one GPU per rank). "" for device = "cpu". Pure function.
+std::string gpu_skip_reason(const Scenario& s, const GpuHost& host);
+/// gpu_skip_reason(s, probe_gpu_host()).
+std::string gpu_skip_reason(const Scenario& s);
+
 /// Builds the launcher command for `s` (argv), e.g.
 /// mpirun -np 4 --oversubscribe --bind-to none [--allow-run-as-root] -x NANCHAOS_JOB_ID ...
 /// <self_exe> rank --scenario FILE --run-dir DIR [--seed N]
 /// `seed` overrides the scenario file's seed (a repeated trial); nullopt keeps the file's.
+/// One rank over NCCL runs without a launcher: <self_exe> rank --scenario FILE --run-dir DIR
+/// [--seed N].
 std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
                                        const std::string& self_exe, const std::string& scenario,
                                        const std::string& run_dir,

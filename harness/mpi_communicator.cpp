@@ -37,6 +37,8 @@ const char* elem_name(ElemType t) {
       return "float16";
     case ElemType::kBFloat16:
       return "bfloat16";
+    case ElemType::kInt64:
+      return "int64";
   }
   return "?";
 }
@@ -110,6 +112,9 @@ class MpiCommunicator final : public Communicator {
         dt = MPI_UINT16_T;
         op = bf16_op_;
         break;
+      case ElemType::kInt64:
+        dt = MPI_INT64_T;
+        break;
     }
     MPI_Request req;
     NANCHAOS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), dt, op, MPI_COMM_WORLD, &req));
@@ -137,6 +142,25 @@ void abort_world(int exit_code) {
   MPI_Initialized(&inited);
   if (inited) MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code);
+}
+
+namespace {
+void ensure_mpi() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) NANCHAOS_MPI_CHECK(MPI_Init(nullptr, nullptr));
+}
+}  // namespace
+
+void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
+  ensure_mpi();
+  NANCHAOS_MPI_CHECK(MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+}
+
+void mpi_world(int* rank, int* world) {
+  ensure_mpi();
+  NANCHAOS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+  NANCHAOS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
 }
 
 void finalize_mpi() {

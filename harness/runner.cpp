@@ -7,18 +7,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 
 #include "detectors/detector.h"
 #include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
+#include "harness/cuda_scan.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 #include "harness/half_round.h"
 #include "harness/loss_scaler.h"
 #include "harness/proc_status.h"
+#include "harness/nccl_communicator.h"
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
@@ -79,7 +83,7 @@ void torch_warning(const std::string& msg) {
 }
 
 uint64_t hash_bytes(uint64_t h, const torch::Tensor& t) {
-  auto c = t.contiguous();
+  auto c = t.contiguous().cpu();
   std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
   return h * 1099511628211ull ^ std::hash<std::string_view>{}(bytes);
 }
@@ -105,6 +109,14 @@ class RankRunner {
     static compat::WarningSink quiet(&torch_warning);
     c10::Warning::set_warning_handler(&quiet);
     workload_ = make_workload(s_);
+    if (s_.job.device == Device::kCuda) {
+      // One GPU per rank: the communicator made the rank's device current.
+      cuda_ = true;
+      device_ = torch::Device(torch::kCUDA);
+      workload_->module().to(device_);
+      gpu_scan_ = std::make_unique<CudaScanner>();
+      for (const auto& f : s_.faults) stage_send_ |= f.kind == "comm";
+    }
     for (auto& [name, p] : workload_->parameters()) {
       fwd_names_.push_back(name);
       fwd_params_.push_back(p);
@@ -118,14 +130,21 @@ class RankRunner {
     // Gradients live as views into one flat fp32 bucket, in backward order (DDP's
     // gradient_as_bucket_view). With an fp32 wire and post-division the bucket IS the all-reduce
     // buffer: the always-on check is one read pass, with no pack copy.
-    bucket_ = torch::zeros({int64_t(total)}, torch::kFloat32);
+    bucket_ = torch::zeros({int64_t(total)}, torch::TensorOptions(torch::kFloat32).device(device_));
     int64_t off = 0;
     for (auto& p : bwd_params_) {
       p.mutable_grad() = bucket_.narrow(0, off, p.numel()).view_as(p);
       off += p.numel();
     }
     in_place_ = wire_ == WireType::kFp32 && !s_.job.grad_predivide;
-    if (!in_place_) wire_buf_.resize(total * wire_bytes(wire_));
+    if (!in_place_ && cuda_) {
+      const auto wt = wire_ == WireType::kFp16   ? torch::kHalf
+                      : wire_ == WireType::kBf16 ? torch::kBFloat16
+                                                 : torch::kFloat32;
+      wire_t_ = torch::zeros({int64_t(total)}, torch::TensorOptions(wt).device(device_));
+    } else if (!in_place_) {
+      wire_buf_.resize(total * wire_bytes(wire_));
+    }
     make_optimizer();
     if (s_.job.precision == DType::kFp16) half_ = torch::kHalf;
     if (s_.job.precision == DType::kBf16) half_ = torch::kBFloat16;
@@ -235,6 +254,7 @@ class RankRunner {
                              {"detail", std::move(detail)},
                              {"replay", again}});
     };
+    ctx.stall_device = [this](int64_t ms) { return comm_->enqueue_stall(ms); };
     return ctx;
   }
 
@@ -276,6 +296,38 @@ class RankRunner {
                  {"cause", "hang"}});
     write_exit(kRankExitWatchdog);
     comm_->abort_job(kRankExitWatchdog);
+  }
+
+  /// All-reduce of a [world x width] float64 matrix where each rank filled only its own row. On
+  /// NCCL the doubles travel as their int64 bit patterns: a SUM with zeros everywhere else is then
+  /// an exact all-gather (NaN payloads included), where a floating-point reduction could change
+  /// or drop a NaN (a float max does).
+  void allreduce_rows(std::vector<double>& rows, const std::string& name, int64_t step) {
+    if (!cuda_) {
+      collective(name, rows.data(), rows.size(), ElemType::kFloat64, step);
+      return;
+    }
+    static_assert(sizeof(double) == sizeof(int64_t));
+    auto host = torch::empty({int64_t(rows.size())}, torch::kInt64);
+    std::memcpy(host.data_ptr<int64_t>(), rows.data(), rows.size() * sizeof(double));
+    auto dev = host.to(device_);
+    collective(name, dev.data_ptr(), rows.size(), ElemType::kInt64, step);
+    host = dev.cpu();
+    std::memcpy(rows.data(), host.data_ptr<int64_t>(), rows.size() * sizeof(double));
+  }
+
+  /// Batches are made (and batch faults applied) on the CPU, then moved to the rank's device.
+  void to_device(Batch& b) const {
+    if (!cuda_) return;
+    b.inputs = b.inputs.to(device_);
+    b.labels = b.labels.to(device_);
+    if (b.mask.defined()) b.mask = b.mask.to(device_);
+  }
+
+  /// Real autocast on CUDA for precision fp16/bf16 (the CPU path emulates it by rounding every
+  /// probed module output through the half type instead).
+  void autocast(std::optional<compat::CudaAutocast>& ac) const {
+    if (cuda_ && half_) ac.emplace(*half_);
   }
 
   void apply_policy(const Decision& d, int64_t step, bool* skip) {
@@ -345,6 +397,7 @@ class RankRunner {
     // batch
     Batch batch = workload_->make_batch(step, rank_);
     for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    to_device(batch);
     workload_->prepare(batch);
     view.params = nullptr;
     view.batch = &batch;
@@ -360,12 +413,17 @@ class RankRunner {
     workload_->module().train();
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
-      if (half_) out = round_through_half(out, *half_);
+      if (half_ && !cuda_) out = round_through_half(out, *half_);
       for (auto& d : detectors_) d->on_activation(name, out);
       return out;
     };
-    torch::Tensor logits = workload_->forward(batch, probe);
-    torch::Tensor loss = workload_->loss(logits, batch);
+    torch::Tensor logits, loss;
+    {
+      std::optional<compat::CudaAutocast> ac;
+      autocast(ac);
+      logits = workload_->forward(batch, probe);
+      loss = workload_->loss(logits, batch);
+    }
     for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
     view.loss = &loss;
     view.logits = &logits;
@@ -385,7 +443,13 @@ class RankRunner {
     for (auto& p : bwd_params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
     ScanStats pre;
     const float pre_scale = s_.job.grad_predivide ? 1.0f / float(world_) : 1.0f;
-    if (in_place_) {
+    if (cuda_) {
+      gpu_scan_->scan(spans, nullptr, &pre);  // one launch, one host sync
+      if (!in_place_) {                       // cast / pre-divide on the device
+        torch::NoGradGuard ng;
+        wire_t_.copy_(pre_scale == 1.0f ? bucket_ : bucket_ * pre_scale);
+      }
+    } else if (in_place_) {
       // The bucket is the send buffer. With no detector (preset `none`) nothing reads the
       // statistics: the step is plain training, the baseline of bench/step_bench.cpp.
       if (!detectors_.empty()) scan(spans, &pre);
@@ -405,7 +469,7 @@ class RankRunner {
     double global_max_abs = row[kMaxAbs];
     if (consensus_) {
       std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
-      collective("consensus", rows.data(), rows.size(), ElemType::kFloat64, step);
+      allreduce_rows(rows, "consensus", step);
       decision = decide(rows, world_, bwd_names_, module_names_);
       decided_us_ = now_us();  // every rank agrees here; the replay only refines attribution
       global_max_abs = harness::global_max_abs(rows, world_);
@@ -420,9 +484,20 @@ class RankRunner {
     }
 
     if (!skip) {
-      void* send = in_place_ ? bucket_.data_ptr() : static_cast<void*>(wire_buf_.data());
       const size_t count = size_t(bucket_.numel());
-      for (auto& inj : injectors_) inj->on_send_buffer(ctx, send, count, wire_);
+      void* send = nullptr;
+      if (cuda_) {
+        torch::Tensor send_t = in_place_ ? bucket_ : wire_t_;
+        send = send_t.data_ptr();
+        if (stage_send_) {  // the comm fault edits a host copy of the wire buffer
+          auto host = send_t.cpu();
+          for (auto& inj : injectors_) inj->on_send_buffer(ctx, host.data_ptr(), count, wire_);
+          send_t.copy_(host);
+        }
+      } else {
+        send = in_place_ ? bucket_.data_ptr() : static_cast<void*>(wire_buf_.data());
+        for (auto& inj : injectors_) inj->on_send_buffer(ctx, send, count, wire_);
+      }
       for (auto& inj : injectors_) inj->on_before_collective(ctx, "grad_allreduce");
       collective("grad_allreduce", send, count, elem_of(wire_), step);
       std::vector<MutSpan> outs;
@@ -430,7 +505,10 @@ class RankRunner {
       ScanStats post;
       float post_scale = s_.job.grad_predivide ? 1.0f : 1.0f / float(world_);
       if (scaler_) post_scale = float(double(post_scale) / scaler_->scale());  // unscale, fused
-      if (in_place_) {
+      if (cuda_) {
+        if (!in_place_) bucket_.copy_(wire_t_);  // wire -> fp32, then scaled in the scan
+        gpu_scan_->scale_and_scan(outs, post_scale, nullptr, &post);
+      } else if (in_place_) {
         scale_and_scan(outs, post_scale, &post);
       } else {
         unpack_and_scan(wire_buf_.data(), wire_, post_scale, outs, &post);
@@ -659,6 +737,7 @@ class RankRunner {
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     Batch batch = workload_->make_batch(step, rank_);
     for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    to_device(batch);
     workload_->prepare(batch);
     bool bad_batch =
         batch.inputs.is_floating_point() && !torch::isfinite(batch.inputs).all().item<bool>();
@@ -670,12 +749,15 @@ class RankRunner {
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
       const bool finite_fp32 = first_module >= 0 || torch::isfinite(out).all().item<bool>();
-      if (half_) out = round_through_half(out, *half_);
+      if (half_ && !cuda_) out = round_through_half(out, *half_);
       if (first_module < 0 && !torch::isfinite(out).all().item<bool>()) {
         first_module = index;
         // The module's fp32 output was finite and the half rounding made it +-inf: the value
-        // left the half range here (DESIGN.md fp16_overflow).
-        overflow = finite_fp32 && half_.has_value();
+        // left the half range here (DESIGN.md fp16_overflow). Under CUDA autocast the module
+        // computed in the half type itself: an overflow shows as +-inf without NaN in the first
+        // non-finite output of a half-typed module (its input, the previous output, was finite).
+        overflow = cuda_ ? out.scalar_type() == *half_ && !torch::isnan(out).any().item<bool>()
+                         : finite_fp32 && half_.has_value();
       }
       ++index;
       return out;
@@ -685,8 +767,13 @@ class RankRunner {
     bool bad_loss = false;
     {
       torch::autograd::DetectAnomalyGuard anomaly_guard;
-      auto logits = workload_->forward(batch, probe);
-      auto loss = workload_->loss(logits, batch);
+      torch::Tensor logits, loss;
+      {
+        std::optional<compat::CudaAutocast> ac;
+        autocast(ac);
+        logits = workload_->forward(batch, probe);
+        loss = workload_->loss(logits, batch);
+      }
       for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
       bad_loss = !std::isfinite(loss.item<double>());
       zero_grads();
@@ -717,7 +804,7 @@ class RankRunner {
     rows[size_t(rank_) * kW + 1] = first_module;
     rows[size_t(rank_) * kW + 2] = first_grad;
     rows[size_t(rank_) * kW + 3] = overflow ? 1 : 0;
-    collective("replay", rows.data(), rows.size(), ElemType::kFloat64, step);
+    allreduce_rows(rows, "replay", step);
     const size_t r0 = size_t(d->ranks.front());
     d->transient = rows[r0 * kW + 0] < 0.5;
     const int module = int(rows[r0 * kW + 1]);
@@ -764,6 +851,7 @@ class RankRunner {
     torch::NoGradGuard ng;
     workload_->module().eval();
     Batch b = workload_->make_batch(0, -1);
+    to_device(b);
     workload_->prepare(b);
     ProbeFn identity = [](const std::string&, torch::Tensor t) { return t; };
     auto l = workload_->loss(workload_->forward(b, identity), b).item<double>();
@@ -832,7 +920,12 @@ class RankRunner {
   std::map<std::string, Finding> local_findings_;
   std::optional<int64_t> first_local_us_;
   std::vector<uint8_t> wire_buf_;  // cast / pre-divided send buffer (not used in place)
-  torch::Tensor bucket_;           // every gradient, flat, backward order
+  torch::Tensor wire_t_;           // the same on the device (device = cuda)
+  bool cuda_ = false;              // device = cuda: tensors on the rank's GPU, NCCL, autocast
+  torch::Device device_{torch::kCPU};
+  std::unique_ptr<CudaScanner> gpu_scan_;
+  bool stage_send_ = false;  // a comm fault edits the device send buffer through a host copy
+  torch::Tensor bucket_;     // every gradient, flat, backward order
   bool in_place_ = true;
   WireType wire_ = WireType::kFp32;
   bool consensus_ = true;
@@ -855,13 +948,47 @@ class RankRunner {
 
 }  // namespace
 
+namespace {
+
+// The rank's engine. NCCL: world size 1 needs no MPI at all (no launcher, no MPI_Init); otherwise
+// MPI gives rank and size and carries the unique id. Local rank -> device.
+std::unique_ptr<Communicator> make_communicator(const Scenario& s) {
+  if (s.job.backend != Backend::kNccl) return make_mpi_communicator();
+  if (!compat::cuda_available()) {
+    throw std::runtime_error("device cuda: this LibTorch has no CUDA or sees no GPU");
+  }
+  NcclOptions o;
+  o.world = int(s.job.ranks);
+  if (o.world > 1) {
+    mpi_world(&o.rank, &o.world);
+    o.broadcast_id = [](void* data, size_t bytes) { mpi_broadcast_bytes(data, bytes, 0); };
+    o.take_down = [](int code) { abort_world(code); };
+  }
+  int local = o.rank;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    if (const char* v = std::getenv(var)) {
+      local = std::atoi(v);
+      break;
+    }
+  }
+  const int devices = cuda_device_count();
+  if (devices <= 0) throw std::runtime_error("device cuda: no CUDA device visible to this rank");
+  o.device = local % devices;
+  o.init_timeout_ms = std::max<int64_t>(60000, s.detectors.collective_timeout_ms);
+  return make_nccl_communicator(o);
+}
+
+}  // namespace
+
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
              std::optional<uint64_t> seed) {
   std::unique_ptr<Communicator> comm;
   try {
-    comm = make_mpi_communicator();
+    // The scenario picks the engine, so it loads first (every rank reads the same file, so a bad
+    // file fails every rank alike).
     Scenario s = load_scenario(scenario_path);
     if (seed) s.seed = *seed;
+    comm = make_communicator(s);
     RankRunner runner(std::move(s), std::move(comm), run_dir);
     const int code = runner.run();
     finalize_mpi();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -60,5 +61,47 @@ class WarningSink : public c10::WarningHandler {
  private:
   void (*sink_)(const std::string&);
 };
+
+/// CUDA autocast (mixed precision) for the lifetime of the guard, like Python's
+/// `torch.autocast("cuda", dtype)`: matmuls and linears run in `dtype` (kHalf or kBFloat16),
+/// reductions such as log_softmax in fp32. On exit the cast cache is cleared (the fp16 copies of
+/// the weights would otherwise outlive the optimizer step). 1.13 has set_enabled /
+/// set_autocast_gpu_dtype; 2.4+ takes the device type. Not thread-safe (thread-local state).
+class CudaAutocast {
+ public:
+  explicit CudaAutocast(at::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+#else
+    prev_enabled_ = at::autocast::is_enabled();
+    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(true);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~CudaAutocast() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, prev_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, prev_dtype_);
+#else
+    at::autocast::set_enabled(prev_enabled_);
+    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
+#endif
+  }
+  CudaAutocast(const CudaAutocast&) = delete;
+  CudaAutocast& operator=(const CudaAutocast&) = delete;
+
+ private:
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kHalf;
+};
+
+/// Whether this LibTorch was built with CUDA and sees a device.
+inline bool cuda_available() { return torch::cuda::is_available(); }
 
 }  // namespace nanchaos::compat

@@ -98,9 +98,10 @@ class Transformer final : public Workload {
   torch::Tensor forward(const Batch& b, const ProbeFn& probe) override {
     const int64_t B = b.inputs.size(0), T = b.inputs.size(1), D = cfg_.hidden, H = cfg_.heads;
     auto tok = probe("embed", net_->embed->forward(b.inputs));
-    auto pos = probe("pos", net_->pos->forward(torch::arange(T, torch::kLong)));
+    auto pos =
+        probe("pos", net_->pos->forward(torch::arange(T, b.inputs.options().dtype(torch::kLong))));
     auto x = tok + pos;
-    auto causal = torch::ones({T, T}, torch::kBool).triu(1);
+    auto causal = torch::ones({T, T}, b.inputs.options().dtype(torch::kBool)).triu(1);
     for (size_t i = 0; i < net_->blocks->size(); ++i) {
       auto blk = net_->blocks[i]->as<BlockImpl>();
       const std::string p = "blocks." + std::to_string(i);

@@ -1,6 +1,7 @@
 // Fault kind `hang`: the rank stops making progress, as a stuck GPU or a rank waiting on the
 // wrong collective.
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "harness/registry.h"
@@ -11,35 +12,50 @@
 namespace nanchaos::inject {
 namespace {
 
-// Stalls the rank's thread. "forever" stalls until the job is torn down (by a peer's watchdog,
-// the launcher or the controller's timeout).
+// Stalls the rank's thread (stall = "host"). "forever" stalls until the job is torn down (by a
+// peer's watchdog, the launcher or the controller's timeout). stall = "device" (device = "cuda")
+// instead enqueues a spinning kernel on the collective stream before the gradient all-reduce:
+// the host goes on, the all-reduce never completes, and the rank's own watchdog must end it
+// with ncclCommAbort (the one-rank NCCL hang: a single-rank all-reduce waits for no peer).
 class HangInjector final : public Injector {
  public:
   explicit HangInjector(const harness::FaultSpec& f)
       : Injector(f),
         duration_ms_(f.params.get_int("duration_ms")),
-        at_step_start_(f.params.get_string("where") == "step_start") {}
+        at_step_start_(f.params.get_string("where") == "step_start"),
+        on_device_(f.params.get_string("stall") == "device") {}
 
   void on_step_start(FaultContext& ctx) override {
     if (at_step_start_) stall(ctx, "step_start");
   }
   void on_before_collective(FaultContext& ctx, const std::string& name) override {
-    if (!at_step_start_ && name == "grad_allreduce") stall(ctx, "before_grad_allreduce");
+    if (at_step_start_ || name != "grad_allreduce") return;
+    if (on_device_) {
+      if (!armed(ctx)) return;
+      if (!ctx.stall_device || !ctx.stall_device(duration_ms_)) {
+        throw std::runtime_error("fault hang: stall = \"device\" needs the NCCL engine");
+      }
+      ctx.fired(spec_.index, "device:before_grad_allreduce", {{"duration_ms", json_duration()}});
+      return;
+    }
+    stall(ctx, "before_grad_allreduce");
   }
 
  private:
   void stall(FaultContext& ctx, const char* where) {
     if (!armed(ctx)) return;
-    ctx.fired(spec_.index, where,
-              {{"duration_ms",
-                duration_ms_ < 0 ? nlohmann::json("forever") : nlohmann::json(duration_ms_)}});
+    ctx.fired(spec_.index, where, {{"duration_ms", json_duration()}});
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(duration_ms_);
     while (duration_ms_ < 0 || std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  nlohmann::json json_duration() const {
+    return duration_ms_ < 0 ? nlohmann::json("forever") : nlohmann::json(duration_ms_);
+  }
   int64_t duration_ms_;  // -1 = forever
   bool at_step_start_;
+  bool on_device_;
 };
 
 using harness::FaultKindInfo;
@@ -55,6 +71,26 @@ FaultKindInfo hang_kind() {
       Key("where", KeyType::kString, "where in the step the rank stalls")
           .def("before_grad_allreduce")
           .choices({"step_start", "before_grad_allreduce"}),
+      Key("stall", KeyType::kString,
+          "host: the rank's thread sleeps; device: a kernel spins on the collective stream "
+          "before the gradient all-reduce (device = \"cuda\", where = \"before_grad_allreduce\")")
+          .def("host")
+          .choices({"host", "device"}),
+  };
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    if (!f.params.given("stall") || f.params.get_string("stall") != "device") return;
+    if (s.job.backend != harness::Backend::kNccl) {
+      harness::scenario_error(
+          f.params.pos("stall"),
+          harness::fault_label(f) +
+              ".stall: \"device\" needs device = \"cuda\" with the nccl backend");
+    }
+    if (f.params.get_string("where") != "before_grad_allreduce") {
+      harness::scenario_error(f.params.pos("stall"),
+                              harness::fault_label(f) +
+                                  ".stall: \"device\" stalls the gradient all-reduce; it needs "
+                                  "where = \"before_grad_allreduce\"");
+    }
   };
   info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,

@@ -88,12 +88,25 @@ TargetedInjector::TargetedInjector(const harness::FaultSpec& spec) : Injector(sp
     where_ = Where::kLoss;
 }
 
+nlohmann::json TargetedInjector::corrupt_anywhere(torch::Tensor t,
+                                                  const std::vector<int64_t>& idx) {
+  if (!t.is_cuda() && t.scalar_type() == torch::kFloat32 && t.is_contiguous())
+    return corrupt(t, idx);
+  // CUDA tensors and autocast's half outputs: corrupt an fp32 host copy, then write it back (a
+  // fault is rare; its cost does not matter). A bit flip then flips the fp32 word's bit.
+  torch::NoGradGuard no_grad;
+  auto host = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  auto detail = corrupt(host, idx);
+  t.detach().copy_(host.view(t.sizes()));
+  return detail;
+}
+
 void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix) {
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : tensors) {
     if (!match_target(pattern_, name)) continue;
     auto idx = pick_elements(t.numel(), ctx);
-    auto detail = corrupt(t, idx);
+    auto detail = corrupt_anywhere(t, idx);
     detail["elements"] = idx.size();
     ctx.fired(spec_.index, std::string(prefix) + name, std::move(detail));
   }
@@ -113,9 +126,10 @@ torch::Tensor TargetedInjector::on_activation(FaultContext& ctx, const std::stri
   // Out of place, so autograd still sees the module's own output for the untouched elements.
   auto values = out.detach().clone().contiguous();
   auto idx = pick_elements(values.numel(), ctx);
-  auto detail = corrupt(values, idx);
+  auto detail = corrupt_anywhere(values, idx);
   auto mask = torch::zeros({values.numel()}, torch::kBool);
   for (int64_t i : idx) mask[i] = true;
+  mask = mask.to(values.device());
   detail["elements"] = idx.size();
   ctx.fired(spec_.index, "activation:" + module, std::move(detail));
   return torch::where(mask.view(values.sizes()), values, out);
@@ -124,7 +138,7 @@ torch::Tensor TargetedInjector::on_activation(FaultContext& ctx, const std::stri
 torch::Tensor TargetedInjector::on_loss(FaultContext& ctx, torch::Tensor loss) {
   if (where_ != Where::kLoss || !armed(ctx)) return loss;
   auto value = loss.detach().clone().reshape({1});
-  auto detail = corrupt(value, {0});
+  auto detail = corrupt_anywhere(value, {0});
   ctx.fired(spec_.index, "loss", std::move(detail));
   const double before = loss.item<double>();
   const double after = value.item<double>();

@@ -33,6 +33,10 @@ struct FaultContext {
   uint64_t seed = 0;
   /// Logs the firing: target ("" when none) and free-form detail.
   std::function<void(int fault, const std::string& target, nlohmann::json detail)> fired;
+  /// Enqueues a device-side stall of `duration_ms` (< 0: forever) ahead of the next collective
+  /// (Communicator::enqueue_stall); returns false on an engine without a device stream. Set by
+  /// the runner; empty in unit tests.
+  std::function<bool(int64_t duration_ms)> stall_device;
 };
 
 class Injector {
@@ -97,6 +101,9 @@ class TargetedInjector : public Injector {
   /// Changes elements `idx` of `t` (float32, contiguous, outside autograd) in place; returns a
   /// short description for the injection event (old and new value of the first element).
   virtual nlohmann::json corrupt(torch::Tensor t, const std::vector<int64_t>& idx) = 0;
+  /// corrupt() on any tensor: contiguous fp32 CPU tensors directly, others (CUDA, fp16/bf16
+  /// under autocast) through an fp32 host copy written back in place.
+  nlohmann::json corrupt_anywhere(torch::Tensor t, const std::vector<int64_t>& idx);
 
  private:
   enum class Where { kActivation, kParameter, kGradient, kLoss };

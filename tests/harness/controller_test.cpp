@@ -182,7 +182,10 @@ TEST(Controller, MalformedScenarioNeverStartsAJob) {
 }
 
 TEST(Controller, CudaScenarioIsSkippedOnAHostWithoutAGpu) {
-  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "this host has a GPU";
+  nanchaos::harness::Scenario one;
+  one.job.device = nanchaos::harness::Device::kCuda;
+  if (nanchaos::harness::gpu_skip_reason(one).empty())
+    GTEST_SKIP() << "this host can run CUDA jobs";
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
   std::string text = kActivation2;
@@ -249,6 +252,57 @@ TEST(Controller, LauncherArgvIsOversubscribedAndRootSafe) {
   EXPECT_EQ(srun[0], "srun");
   EXPECT_EQ(srun[2], "-n");
   EXPECT_EQ(srun[3], "4");
+}
+
+TEST(Controller, OneNcclRankRunsWithoutALauncher) {
+  nanchaos::harness::Scenario s;
+  s.job.ranks = 1;
+  s.job.device = nanchaos::harness::Device::kCuda;
+  s.job.backend = nanchaos::harness::Backend::kNccl;
+  auto argv = nanchaos::harness::launcher_argv("mpirun", s, "/bin/nanchaos", "/x.toml", "/run");
+  EXPECT_EQ(argv, (std::vector<std::string>{"/bin/nanchaos", "rank", "--scenario", "/x.toml",
+                                            "--run-dir", "/run"}));
+  s.job.ranks = 2;  // several NCCL ranks still need MPI for the unique id
+  EXPECT_EQ(nanchaos::harness::launcher_argv("mpirun", s, "/b", "/x", "/r")[0], "mpirun");
+}
+
+TEST(Controller, GpuSkipReasonNamesWhatIsMissing) {
+  using nanchaos::harness::gpu_skip_reason;
+  using nanchaos::harness::GpuHost;
+  nanchaos::harness::Scenario s;
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{}), "");  // device cpu never skips
+  s.job.device = nanchaos::harness::Device::kCuda;
+  s.job.ranks = 2;
+  EXPECT_NE(gpu_skip_reason(s, GpuHost{false, true, 8, ""}).find("built without CUDA"),
+            std::string::npos);
+  EXPECT_EQ(
+      gpu_skip_reason(s, GpuHost{true, false, 0, "cudaGetDeviceCount: no CUDA-capable device"}),
+      "device cuda needs a GPU per rank: 2 ranks, this host has 0 (cudaGetDeviceCount: no "
+      "CUDA-capable device)");
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, true, 1, ""}),
+            "device cuda needs a GPU per rank: 2 ranks, this host has 1");
+  EXPECT_NE(gpu_skip_reason(s, GpuHost{true, false, 2, ""}).find("LibTorch has no CUDA"),
+            std::string::npos);
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, true, 2, ""}), "");
+}
+
+// `nanchaos run scenarios/gpu/` on a host that cannot run them: every scenario `skipped` with a
+// reason, exit status 0.
+TEST(Controller, GpuSuiteIsSkippedWithAReasonWithoutAGpu) {
+  nanchaos::harness::Scenario one;
+  one.job.device = nanchaos::harness::Device::kCuda;
+  if (nanchaos::harness::gpu_skip_reason(one).empty())
+    GTEST_SKIP() << "this host can run CUDA jobs";
+  const auto out = tmpdir("out");
+  auto r = run_cmd(kBin + " run " + kSrc + "/scenarios/gpu --quiet --out " + out + " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const json rep = read_report(out);
+  ASSERT_GE(rep["scenarios"].size(), 3u);
+  for (const auto& s : rep["scenarios"]) {
+    EXPECT_EQ(s["verdict"], "skipped") << s["name"];
+    EXPECT_NE(s["reason"].get<std::string>().find("device cuda needs a GPU"), std::string::npos)
+        << s["reason"];
+  }
 }
 
 namespace {

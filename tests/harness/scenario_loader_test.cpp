@@ -235,6 +235,27 @@ TEST(ScenarioLoaderErrors, NcclNeedsCuda) {
             "x.toml:6:11: error: [job].backend: \"nccl\" needs device = \"cuda\"");
 }
 
+TEST(ScenarioLoaderErrors, CudaOverMpiIsNotImplemented) {
+  EXPECT_EQ(ErrorOf(WithHead("device = \"cuda\"\nbackend = \"mpi\"\n")),
+            "x.toml:7:11: error: [job].backend: \"mpi\" with device = \"cuda\" is not implemented "
+            "(it would need a CUDA-aware MPI); use \"nccl\"");
+}
+
+TEST(ScenarioLoaderErrors, DeviceStallNeedsNcclAndTheAllReduce) {
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = 10\n"
+                             "stall = \"device\"\n")),
+            "x.toml:10:9: error: [[fault]] #1.stall: \"device\" needs device = \"cuda\" with the "
+            "nccl backend");
+  EXPECT_EQ(ErrorOf(WithHead("device = \"cuda\"\n[[fault]]\nkind = \"hang\"\nstep = 1\n"
+                             "duration_ms = 10\nwhere = \"step_start\"\nstall = \"device\"\n")),
+            "x.toml:12:9: error: [[fault]] #1.stall: \"device\" stalls the gradient all-reduce; it "
+            "needs where = \"before_grad_allreduce\"");
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = 10\n"
+                             "stall = \"gpu\"\n"))
+                .rfind("x.toml:10:9: error: [[fault]] #1.stall: \"gpu\"", 0),
+            0u);
+}
+
 // --- defaults and resolution ------------------------------------------------------------------
 
 TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
@@ -320,7 +341,10 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
 TEST(ScenarioLoader, CudaDefaultsToNccl) {
   Scenario s = load_scenario_string(WithHead("device = \"cuda\"\n"), "x.toml");
   EXPECT_EQ(s.job.backend, Backend::kNccl);
-  EXPECT_EQ(unimplemented_features(s), std::vector<std::string>{"device cuda (GPU issue)"});
+  EXPECT_TRUE(unimplemented_features(s).empty());
+  Scenario n = load_scenario_string(WithHead("device = \"cuda\"\nbackend = \"nccl\"\n"), "x.toml");
+  EXPECT_EQ(n.job.backend, Backend::kNccl);
+  EXPECT_EQ(n.job.device, Device::kCuda);
 }
 
 TEST(ScenarioLoader, NaivePresetTurnsConsensusAndReplayOff) {
@@ -415,9 +439,13 @@ TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
   EXPECT_TRUE(r24.recovery.has(Policy::kRollback));
 }
 
-TEST(ScenarioLoader, CudaIsTheFeatureNotBuiltYet) {
-  Scenario s = load_scenario_string(WithHead("device = \"cuda\"\n"), "x.toml");
-  EXPECT_EQ(unimplemented_features(s), std::vector<std::string>{"device cuda (GPU issue)"});
+TEST(ScenarioLoader, CudaWithDeviceStallHangIsBuilt) {
+  Scenario s = load_scenario_string(
+      WithHead("device = \"cuda\"\n[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = "
+               "\"forever\"\nstall = \"device\"\n"),
+      "x.toml");
+  EXPECT_EQ(s.faults[0].params.get_string("stall"), "device");
+  EXPECT_TRUE(unimplemented_features(s).empty());
 }
 
 TEST(ScenarioLoader, ExpandPaths) {

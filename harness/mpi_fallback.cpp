@@ -1,0 +1,40 @@
+// Build without MPI (a GPU host with no Open MPI): one-rank NCCL jobs need none of this; every
+// entry point that would need MPI says so.
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "harness/communicator.h"
+
+namespace nanchaos::harness {
+namespace {
+[[noreturn]] void not_built(const char* what) {
+  throw std::runtime_error(std::string(what) +
+                           ": not implemented in this build (nanchaos was built without MPI; "
+                           "only one-rank NCCL jobs run)");
+}
+}  // namespace
+
+const char* elem_name(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat64:
+      return "float64";
+    case ElemType::kFloat32:
+      return "float32";
+    case ElemType::kFloat16:
+      return "float16";
+    case ElemType::kBFloat16:
+      return "bfloat16";
+    case ElemType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator() { not_built("the MPI communicator"); }
+void abort_world(int exit_code) { _exit(exit_code); }
+void finalize_mpi() {}
+void mpi_broadcast_bytes(void*, size_t, int) { not_built("MPI_Bcast"); }
+void mpi_world(int*, int*) { not_built("MPI_Comm_size"); }
+
+}  // namespace nanchaos::harness
