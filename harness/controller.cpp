@@ -116,7 +116,8 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
                                        const std::string& run_dir, std::optional<uint64_t> seed) {
   if (s.job.backend == Backend::kNccl && s.job.ranks == 1) {
     // One rank over NCCL needs no launcher: the unique id is generated locally, MPI is not used.
-    std::vector<std::string> argv = {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir};
+    std::vector<std::string> argv = {self_exe, "rank",      "--scenario",
+                                     scenario, "--run-dir", run_dir};
     if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
     return argv;
   }
