@@ -19,6 +19,8 @@
 // ratio_cpu_vs_none (the same from the ranks' process CPU time per step, which a shared host's
 // other tenants disturb far less than wall time).
 //
+// NANCHAOS_BENCH_DEVICE=cuda: the GPU variant (one rank over NCCL, a larger transformer; see
+// workload_toml), run by .ci/gpu-check on a GPU host.
 // Workload (state it with the figures): transformer, hidden 128, heads 4, layers 2, seq_len 32,
 // batch_size 8 per rank, vocab 512, Adam, fp32, one torch thread per rank.
 // Defaults: 4 rounds, each starting one stack later; 16 steps per job with 3 warm-up steps (5 and 1
@@ -27,6 +29,7 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -56,10 +59,30 @@ struct Plan {
   int rounds = 4, steps = 16, slow_steps = 5, warmup = 3, slow_warmup = 1;
 };
 
+// NANCHAOS_BENCH_DEVICE=cuda: the GPU variant (one rank over NCCL, a transformer sized to keep
+// one GPU busy; see gpu_workload). Anything else, or unset: the CPU benchmark above.
+bool cuda_mode() {
+  const char* d = std::getenv("NANCHAOS_BENCH_DEVICE");
+  return d != nullptr && std::string(d) == "cuda";
+}
+
 Plan plan() {
   Plan p;
+  if (cuda_mode()) p = Plan{3, 24, 8, 4, 2};  // GPU steps are ms, job start-up (CUDA, NCCL) is s
   if (nb::quick_mode()) p = Plan{1, 4, 3, 1, 1};
   return p;
+}
+
+// CPU: ~200 ms of compute per step on one thread. GPU: hidden 1024, 16 heads, 4 blocks, seq 256,
+// batch 16 (~60 M parameters, ~4 k tokens, ~1.5 TFLOP per step): long enough kernels that the
+// step is GPU-bound rather than launch-bound.
+std::string workload_toml() {
+  if (cuda_mode()) {
+    return "[workload]\nhidden = 1024\nheads = 16\nlayers = 4\nseq_len = 256\n"
+           "batch_size = 16\nvocab = 8192\n";
+  }
+  return "[workload]\nhidden = 128\nheads = 4\nlayers = 2\nseq_len = 32\nbatch_size = 8\n"
+         "vocab = 512\n";
 }
 
 std::string scenario_toml(const std::string& stack, int ranks, int steps) {
@@ -74,12 +97,9 @@ std::string scenario_toml(const std::string& stack, int ranks, int steps) {
   return "[scenario]\nname = \"bench-step-" + stack +
          "\"\nseed = 7\n"
          "[job]\nworkload = \"transformer\"\nranks = " +
-         std::to_string(ranks) + "\nsteps = " + std::to_string(steps) +
-         "\ntimeout_ms = 600000\n"
-         "[workload]\nhidden = 128\nheads = 4\nlayers = 2\nseq_len = 32\nbatch_size = 8\n"
-         "vocab = 512\n"
-         "[detectors]\n" +
-         detectors + "[expect]\ndetected = false\n";
+         std::to_string(ranks) + "\nsteps = " + std::to_string(steps) + "\ntimeout_ms = 600000\n" +
+         std::string(cuda_mode() ? "device = \"cuda\"\nbackend = \"nccl\"\n" : "") +
+         workload_toml() + "[detectors]\n" + detectors + "[expect]\ndetected = false\n";
 }
 
 // One job: returns its step times (warm-up dropped) and how many detections its ranks logged.
@@ -96,7 +116,11 @@ StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int
   std::ifstream rep(out / "report.json");
   const json report = json::parse(rep);
   const json& s = report.at("scenarios").at(0);
-  if (s.value("outcome", "") != "completed") {
+  if (s.value("verdict", json()) == "skipped") {
+    throw std::runtime_error("bench job " + stack +
+                             " skipped: " + s.value("reason", std::string()));
+  }
+  if (s.value("outcome", json()) != "completed") {
     throw std::runtime_error("bench job " + stack + " did not complete: " + s.dump());
   }
   StackTimes t;
@@ -185,7 +209,9 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int ranks : {1, 4}) {
+  // On the GPU one rank (one H200 per host here; several ranks would need several GPUs).
+  const std::vector<int> rank_counts = cuda_mode() ? std::vector<int>{1} : std::vector<int>{1, 4};
+  for (int ranks : rank_counts) {
     for (const char* stack : kStacks) {
       benchmark::RegisterBenchmark(
           ("BM_StepOverhead/ranks:" + std::to_string(ranks) + "/stack:" + stack).c_str(),
