@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,20 @@ inline double mean(const std::vector<double>& v) {
 inline bool quick_mode() {
   const char* q = std::getenv("NANCHAOS_BENCH_QUICK");
   return q && *q && std::string(q) != "0";
+}
+
+/// Element counts of a GPT-2-style model's gradients in parameter order (token and position
+/// embeddings; per block: ln_1 weight/bias, qkv weight/bias, proj weight/bias, ln_2 weight/bias,
+/// fc weight/bias, fc_proj weight/bias; final norm; untied head): the tensor mix the scan
+/// benchmarks walk. `d` model width, `ctx` positions. E.g. (1024, 24, 50304, 1024): GPT-2 medium.
+inline std::vector<size_t> gpt_gradient_sizes(size_t d, size_t layers, size_t vocab, size_t ctx) {
+  std::vector<size_t> sizes = {vocab * d, ctx * d};
+  for (size_t l = 0; l < layers; ++l) {
+    const size_t block[] = {d, d, 3 * d * d, 3 * d, d * d, d, d, d, 4 * d * d, 4 * d, d * 4 * d, d};
+    sizes.insert(sizes.end(), std::begin(block), std::end(block));
+  }
+  sizes.insert(sizes.end(), {d, d, vocab * d});
+  return sizes;
 }
 
 }  // namespace nanchaos::bench

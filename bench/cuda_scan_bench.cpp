@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "harness/cuda_scan.h"
 
 namespace {
@@ -60,14 +61,7 @@ struct DeviceGrads {
 
 DeviceGrads& grads() {
   static DeviceGrads g = [] {
-    constexpr size_t kD = 1024, kLayers = 24, kVocab = 50304, kCtx = 1024;
-    std::vector<size_t> sizes = {kVocab * kD, kCtx * kD};
-    for (size_t l = 0; l < kLayers; ++l) {
-      const size_t block[] = {kD, kD, 3 * kD * kD, 3 * kD, kD * kD,     kD,
-                              kD, kD, 4 * kD * kD, 4 * kD, kD * 4 * kD, kD};
-      sizes.insert(sizes.end(), std::begin(block), std::end(block));
-    }
-    sizes.insert(sizes.end(), {kD, kD, kVocab * kD});
+    const std::vector<size_t> sizes = nanchaos::bench::gpt_gradient_sizes(1024, 24, 50304, 1024);
     DeviceGrads d;
     for (size_t n : sizes) d.floats += n;
     check(cudaMalloc(&d.flat, d.floats * sizeof(float)), "cudaMalloc");

@@ -43,6 +43,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "harness/fused_scan.h"
 
 namespace {
@@ -66,14 +67,7 @@ struct GradSet {
 
 const GradSet& grads() {
   static const GradSet set = [] {
-    constexpr size_t kD = 256, kLayers = 6, kVocab = 8192, kCtx = 512;
-    std::vector<size_t> sizes = {kVocab * kD, kCtx * kD};
-    for (size_t l = 0; l < kLayers; ++l) {
-      const size_t block[] = {kD, kD, 3 * kD * kD, 3 * kD, kD * kD,     kD,
-                              kD, kD, 4 * kD * kD, 4 * kD, kD * 4 * kD, kD};
-      sizes.insert(sizes.end(), std::begin(block), std::end(block));
-    }
-    sizes.insert(sizes.end(), {kD, kD, kVocab * kD});
+    const std::vector<size_t> sizes = nanchaos::bench::gpt_gradient_sizes(256, 6, 8192, 512);
     GradSet s;
     std::mt19937 rng(42);
     std::normal_distribution<float> dist(0.0f, 1e-3f);

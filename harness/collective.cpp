@@ -10,6 +10,23 @@
 #include <string_view>
 
 namespace nanchaos::harness {
+
+const char* elem_name(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat64:
+      return "float64";
+    case ElemType::kFloat32:
+      return "float32";
+    case ElemType::kFloat16:
+      return "float16";
+    case ElemType::kBFloat16:
+      return "bfloat16";
+    case ElemType::kInt64:
+      return "int64";
+  }
+  return "?";
+}
+
 namespace {
 
 // True when `s` needs no JSON escaping (collective names are plain identifiers).

@@ -21,6 +21,7 @@ namespace nanchaos::harness {
 /// exact all-gather of the bit patterns (a floating-point reduction could turn a NaN into
 /// another value or drop it, as a float max does).
 enum class ElemType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64 };
+/// "float64", "float32", ... (the event logs' dtype field); defined in collective.cpp.
 const char* elem_name(ElemType t);
 
 enum class CollStatus { kOk, kTimeout, kError };

@@ -27,22 +27,6 @@
 
 namespace nanchaos::harness {
 
-const char* elem_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat64:
-      return "float64";
-    case ElemType::kFloat32:
-      return "float32";
-    case ElemType::kFloat16:
-      return "float16";
-    case ElemType::kBFloat16:
-      return "bfloat16";
-    case ElemType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
 namespace {
 
 void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {

@@ -15,22 +15,6 @@ namespace {
 }
 }  // namespace
 
-const char* elem_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat64:
-      return "float64";
-    case ElemType::kFloat32:
-      return "float32";
-    case ElemType::kFloat16:
-      return "float16";
-    case ElemType::kBFloat16:
-      return "bfloat16";
-    case ElemType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
 std::unique_ptr<Communicator> make_mpi_communicator() { not_built("the MPI communicator"); }
 void abort_world(int exit_code) { _exit(exit_code); }
 void finalize_mpi() {}

@@ -153,32 +153,7 @@ section.scenario{border-top:1px solid #bbb;margin-top:1.5em;padding-top:.5em}
 
 }  // namespace
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+std::string html_escape(const std::string& s) { return xml_escape(s); }
 
 Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
                        std::optional<double> job_end_ms) {

@@ -69,7 +69,7 @@ std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(co
 std::string latency_script(const std::string& detector, const std::vector<LatencyPoint>& points,
                            const std::string& svg_path);
 
-/// HTML text escaping (& < > " ').
+/// HTML text escaping: xml_escape (report.h), so the page and junit.xml escape alike.
 std::string html_escape(const std::string& s);
 
 struct HtmlOptions {

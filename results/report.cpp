@@ -284,7 +284,8 @@ std::vector<const Check*> failed_checks(const ScenarioResult& r) {
   return out;
 }
 
-// XML 1.0 text/attribute escaping; control characters XML cannot carry become U+FFFD.
+}  // namespace
+
 std::string xml_escape(const std::string& s) {
   std::string out;
   out.reserve(s.size());
@@ -325,6 +326,8 @@ std::string xml_escape(const std::string& s) {
   }
   return out;
 }
+
+namespace {
 
 // Element text: keeps newlines readable (only attributes need them as character references).
 std::string xml_text(const std::string& s) {

@@ -101,4 +101,8 @@ std::string console_header();
 std::string console_row(const ScenarioResult& r);
 std::string console_footer(const SuiteReport& r);
 
+/// Escapes text for XML and HTML content and attributes: & < > " ' as entities, tab/newline/CR
+/// as numeric references, other control characters as U+FFFD (XML 1.0 cannot carry them).
+std::string xml_escape(const std::string& s);
+
 }  // namespace nanchaos::results

@@ -11,35 +11,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/test_util.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct CmdResult {
-  int code = -1;
-  std::string output;
-};
-
-CmdResult run_cmd(const std::string& cmd) {
-  CmdResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using nanchaos::test_util::CmdResult;
+using nanchaos::test_util::run_cmd;
 
 std::string tmpdir(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path d = fs::temp_directory_path() / ("nanchaos-trials-" + std::string(info->name()) + "-" +
-                                            name + "-" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return nanchaos::test_util::scratch_dir("nanchaos-trials", name);
 }
 
 const std::string kBin = NANCHAOS_BINARY;

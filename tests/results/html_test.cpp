@@ -208,7 +208,7 @@ TEST_F(Html, WithoutGnuplotThePageKeepsItsTablesAndSaysWhy) {
 }
 
 TEST(HtmlEscape, EscapesMarkupCharacters) {
-  EXPECT_EQ(html_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+  EXPECT_EQ(html_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
 }
 
 }  // namespace
