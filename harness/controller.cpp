@@ -322,6 +322,12 @@ int run_suite(const RunOptions& opts) {
                              out, ec ? ec.message() : "not a directory");
     return 2;
   }
+  if (fs::exists(fs::path(out) / "report.json", ec)) {
+    std::cerr << fmt::format(
+        "nanchaos run: warning: --out {}: replacing the report of an earlier run there (its run "
+        "folders are overwritten scenario by scenario, others stay)\n",
+        out);
+  }
   if (!opts.junit.empty()) {
     std::ofstream probe(opts.junit, std::ios::app);
     if (!probe) {
@@ -391,20 +397,27 @@ int run_suite(const RunOptions& opts) {
     res.file = s.file;
     res.seed = s.seed;
     res.ranks = s.job.ranks;
-    res.run_dir = out + "/" + s.name;
-    res.trial_count = opts.trials;
+    res.trial_count = 0;  // until a trial runs: a skipped or refused scenario has no trials
     auto missing = unimplemented_features(s);
     const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";
+    // A scenario that never runs has no trials: its stats say so (trials 0, no pass rate).
+    auto not_run_stats = [](const results::ScenarioResult& r) {
+      nlohmann::json st = results::scenario_stats({r});
+      st["trials"] = 0;
+      st["passed"] = 0;
+      st["pass_rate"] = nullptr;
+      return st;
+    };
     if (!no_gpu.empty()) {
       res.verdict = "skipped";
       res.reason = no_gpu;
-      res.stats = results::scenario_stats({res});
+      res.stats = not_run_stats(res);
     } else if (!missing.empty()) {
       res.verdict = "error";
       res.reason = "not implemented yet: " + missing.front();
       for (size_t i = 1; i < missing.size(); ++i) res.reason += "; " + missing[i];
       usage_error = true;
-      res.stats = results::scenario_stats({res});
+      res.stats = not_run_stats(res);
     } else {
       std::vector<results::ScenarioResult> trials;
       for (int t = 0; t < opts.trials; ++t) trials.push_back(run_trial(s, index, t));

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -117,12 +118,21 @@ int main(int argc, char** argv) {
       ->add_option("--max-slowdown", cmp_opts.max_slowdown,
                    "latency_ms p50 ratio new/base that counts as a regression")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0' || !std::isfinite(x) || x <= 0) {
+              return "must be a finite number > 0 (a ratio, e.g. 1.5), got '" + v + "'";
+            }
+            return "";
+          },
+          "RATIO > 0"));
   compare
       ->add_option("--min-trials", cmp_opts.min_trials,
                    "both sides need this many trials before milliseconds are gated")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1000000));
   compare
       ->add_option("--min-delta-ms", cmp_opts.min_delta_ms,
                    "and the p50 must have grown by more than this many ms")

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -100,6 +101,13 @@ std::string regression_line(const Regression& r) {
 }  // namespace
 
 json load_report(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw CompareInputError(fmt::format("{}: is a directory, not a report.json", path));
+  }
+  if (std::filesystem::exists(path, ec) && std::filesystem::is_empty(path, ec)) {
+    throw CompareInputError(fmt::format("{}: empty file, not a report.json", path));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw CompareInputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -186,8 +194,13 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     d.fresh = scenario_side(*it->second);
     const ScenarioSide& b = *d.base;
     const ScenarioSide& n = *d.fresh;
-    if (n.verdict == "skipped" && b.verdict != "skipped") d.notes.push_back("skipped in NEW");
-    if (b.verdict == "pass" && n.verdict != "pass" && n.verdict != "skipped") {
+    // A scenario that passed and is now skipped stopped passing: a suite whose GPU runs quietly
+    // turn into skips must not pass the gate. Skipped on both sides, or newly skipped after a
+    // failure, is only a note.
+    if (n.verdict == "skipped" && b.verdict != "skipped" && b.verdict != "pass") {
+      d.notes.push_back("skipped in NEW");
+    }
+    if (b.verdict == "pass" && n.verdict != "pass") {
       flag(d, "verdict",
            fmt::format("pass → {}{}", n.verdict, n.reason.empty() ? "" : " (" + n.reason + ")"));
     }

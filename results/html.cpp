@@ -493,9 +493,10 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
         "<section class=\"scenario\" id=\"s-{}\"><h3>{} <span class=\"{}\">{}</span>"
         "</h3>\n",
         html_escape(s.name), html_escape(s.name), verdict_class(s.verdict), html_escape(s.verdict));
-    h += fmt::format("<p>File <code>{}</code>, seed {}, trial {} of {}, outcome {}",
-                     html_escape(s.file), s.seed, s.trial, s.trial_count,
-                     html_escape(s.outcome.empty() ? "-" : s.outcome));
+    const std::string trial_text =
+        s.trial_count > 0 ? fmt::format("trial {} of {}", s.trial, s.trial_count) : "not run";
+    h += fmt::format("<p>File <code>{}</code>, seed {}, {}, outcome {}", html_escape(s.file),
+                     s.seed, trial_text, html_escape(s.outcome.empty() ? "-" : s.outcome));
     if (!s.reason.empty()) h += fmt::format(". Reason: {}", html_escape(s.reason));
     h += ".</p>\n";
     if (s.run_dir.empty() || s.outcome.empty()) {

@@ -100,12 +100,21 @@ TEST(Compare, AScenarioMissingFromNewIsARegression) {
   EXPECT_EQ(kinds(compare_reports(base, fresh)), std::vector<std::string>{"b:missing"});
 }
 
-TEST(Compare, SkippedInNewIsANoteNotARegression) {
+TEST(Compare, PassThenSkippedIsAVerdictRegression) {
   const json base = report({scenario("gpu", "pass", "grad", 0, "gradient", 0, 1, 3)});
   const json fresh = report({scenario("gpu", "skipped", "", nullptr, "", 0, 0, 1)});
   const auto c = compare_reports(base, fresh);
+  EXPECT_EQ(kinds(c), std::vector<std::string>{"gpu:verdict"}) << format_text(c);
+}
+
+TEST(Compare, SkippedOnBothSidesOrAfterAFailureIsANote) {
+  const json base = report({scenario("gpu", "skipped", "", nullptr, "", 0, 0, 1),
+                            scenario("flaky", "fail", "", nullptr, "", 0, 0, 1)});
+  const json fresh = report({scenario("gpu", "skipped", "", nullptr, "", 0, 0, 1),
+                             scenario("flaky", "skipped", "", nullptr, "", 0, 0, 1)});
+  const auto c = compare_reports(base, fresh);
   EXPECT_TRUE(c.regressions.empty()) << format_text(c);
-  EXPECT_EQ(c.scenarios[0].notes.front(), "skipped in NEW");
+  EXPECT_EQ(c.scenarios[1].notes.front(), "skipped in NEW");
 }
 
 TEST(Compare, LatencyIsGatedOnlyWithEnoughTrialsPastRatioAndDelta) {
@@ -192,6 +201,15 @@ TEST_F(CompareFiles, ExitCodesZeroOneAndTwoWithTheFileNamed) {
   const auto garbled = write("garbled.json", "{\"scenarios\": [");
   EXPECT_EQ(run(garbled, ok), 2);
   EXPECT_NE(err_.str().find(garbled + ": not valid JSON"), std::string::npos) << err_.str();
+
+  const auto folder = (dir_ / "a-folder").string();
+  fs::create_directories(folder);
+  EXPECT_EQ(run(folder, ok), 2);
+  EXPECT_NE(err_.str().find(folder + ": is a directory"), std::string::npos) << err_.str();
+
+  const auto empty = write("empty.json", "");
+  EXPECT_EQ(run(ok, empty), 2);
+  EXPECT_NE(err_.str().find(empty + ": empty file"), std::string::npos) << err_.str();
 
   const auto shape = write("shape.json", "{\"suite\": \"x\"}");
   EXPECT_EQ(run(ok, shape), 2);

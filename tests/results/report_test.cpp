@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "results/stats.h"
+
 namespace nanchaos::results {
 namespace {
 
@@ -363,6 +365,26 @@ TEST(ReportWritersErrors, UnwritablePathThrowsWithPath) {
       EXPECT_NE(what.find("cannot write /proc/nonexistent/x.json: "), std::string::npos) << what;
     }
   }
+}
+
+TEST_F(ReportWriters, MarkdownListsTrialPercentilesWhenTrialsRepeat) {
+  SuiteReport r = make_suite();
+  const auto path = dir_ / "report.md";
+  write_markdown(r, path.string());
+  EXPECT_EQ(slurp(path).find("## Trials"), std::string::npos);  // one trial: no section
+
+  r.trials = 3;
+  ScenarioResult& s = r.scenarios.at(0);
+  ScenarioResult slower = s;
+  slower.first_detection->latency_ms = 9.25;
+  s.stats = scenario_stats({s, s, slower});
+  write_markdown(r, path.string());
+  const std::string m = slurp(path);
+  EXPECT_NE(m.find("## Trials (3 per scenario"), std::string::npos) << m;
+  // nearest rank over {3.5, 3.5, 9.25}: p50 3.5, p95 and max 9.25
+  EXPECT_NE(m.find("| nan-input-one-rank | 3/3 | 0 / 0 / 0 | 3.50 / 9.25 / 9.25 |"),
+            std::string::npos)
+      << m;
 }
 
 }  // namespace
