@@ -19,11 +19,13 @@ namespace nanchaos::harness {
 
 class LossScaler {
  public:
+  /// The scenario's [recovery] scaler keys; defaults are GradScaler's (init 2^16, x2 growth every
+  /// 2000 clean steps, x0.5 backoff) plus the contract's max 2^24 and min 1.
   struct Config {
     double init_scale = 65536.0;
     double growth_factor = 2.0;
     double backoff_factor = 0.5;
-    int64_t growth_interval = 2000;
+    int64_t growth_interval = 2000;  ///< clean steps
     double max_scale = 16777216.0;
     double min_scale = 1.0;
   };

@@ -150,9 +150,7 @@ class RankRunner {
     if (s_.job.precision == DType::kBf16) half_ = torch::kBFloat16;
     // Only fp16 needs a dynamic loss scaler (bf16 has fp32's exponent range), as with GradScaler.
     if (s_.job.precision == DType::kFp16) {
-      const auto& r = s_.recovery;
-      scaler_.emplace(LossScaler::Config{r.init_scale, r.growth_factor, r.backoff_factor,
-                                         r.growth_interval, r.max_scale, r.min_scale});
+      scaler_.emplace(s_.recovery.scaler);
     }
     for (const auto& f : s_.faults) {
       const auto& info = fault_kinds().at(f.kind);

@@ -681,21 +681,21 @@ void Loader::load_recovery(const toml::table& root, Scenario& s) const {
   r.snapshot_every = p.get_int("snapshot_every");
   r.lr_backoff_factor = p.get_float("lr_backoff_factor");
   r.max_consecutive = p.get_int("max_consecutive");
-  r.init_scale = p.get_float("init_scale");
-  r.growth_factor = p.get_float("growth_factor");
-  r.backoff_factor = p.get_float("backoff_factor");
-  r.growth_interval = p.get_int("growth_interval");
-  r.max_scale = p.get_float("max_scale");
-  r.min_scale = p.get_float("min_scale");
-  if (!(r.min_scale <= r.init_scale && r.init_scale <= r.max_scale)) {
+  r.scaler.init_scale = p.get_float("init_scale");
+  r.scaler.growth_factor = p.get_float("growth_factor");
+  r.scaler.backoff_factor = p.get_float("backoff_factor");
+  r.scaler.growth_interval = p.get_int("growth_interval");
+  r.scaler.max_scale = p.get_float("max_scale");
+  r.scaler.min_scale = p.get_float("min_scale");
+  if (!(r.scaler.min_scale <= r.scaler.init_scale && r.scaler.init_scale <= r.scaler.max_scale)) {
     std::string key = p.given("init_scale")  ? "init_scale"
                       : p.given("max_scale") ? "max_scale"
                                              : "min_scale";
-    scenario_error(p.pos(key),
-                   fmt::format("[recovery].{}: need min_scale <= init_scale <= "
-                               "max_scale, got {} <= {} <= {}",
-                               key, format_number(r.min_scale), format_number(r.init_scale),
-                               format_number(r.max_scale)));
+    scenario_error(p.pos(key), fmt::format("[recovery].{}: need min_scale <= init_scale <= "
+                                           "max_scale, got {} <= {} <= {}",
+                                           key, format_number(r.scaler.min_scale),
+                                           format_number(r.scaler.init_scale),
+                                           format_number(r.scaler.max_scale)));
   }
 }
 

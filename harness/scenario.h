@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness/keys.h"
+#include "harness/loss_scaler.h"
 
 namespace nanchaos::harness {
 
@@ -109,12 +110,7 @@ struct RecoveryConfig {
   int64_t snapshot_every = 10;
   double lr_backoff_factor = 0.5;
   int64_t max_consecutive = 5;
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-  double max_scale = 16777216.0;
-  double min_scale = 1.0;
+  LossScaler::Config scaler;  ///< [recovery] init_scale ... min_scale (harness/loss_scaler.h)
   bool has(Policy p) const;
 };
 

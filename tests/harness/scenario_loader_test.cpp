@@ -322,7 +322,7 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_TRUE(s.recovery.has(Policy::kSkipStep));
   EXPECT_FALSE(s.recovery.has(Policy::kRollback));
   EXPECT_EQ(s.recovery.snapshot_every, 10);
-  EXPECT_DOUBLE_EQ(s.recovery.max_scale, 16777216.0);
+  EXPECT_DOUBLE_EQ(s.recovery.scaler.max_scale, 16777216.0);
 
   EXPECT_EQ(s.expect.detected, true);
   EXPECT_EQ(s.expect.rank, std::vector<int64_t>{1});
