@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,18 @@ namespace fs = std::filesystem;
 
 namespace nanchaos::harness {
 namespace {
+
+// True when `name` is an executable file: as a path when it has a '/', else searched in PATH.
+bool find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string full = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(full.c_str(), X_OK) == 0 && !fs::is_directory(full)) return true;
+  }
+  return false;
+}
 
 std::vector<std::string> split_words(const std::string& s) {
   std::istringstream in(s);
@@ -204,9 +217,12 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     if (events_dir.empty()) return;
     for (int rank = 0; rank < world; ++rank) {
       if (!rank_pid.count(rank)) {
-        for (const auto& e : read_events(fmt::format("{}/rank-{}.jsonl", events_dir, rank))) {
-          if (e.value("ev", "") == "start") rank_pid[rank] = e.value("pid", 0);
-          break;
+        // `start` is a rank's first event: read one line, not the whole (pre-grown) log.
+        std::ifstream in(fmt::format("{}/rank-{}.jsonl", events_dir, rank));
+        std::string line;
+        if (std::getline(in, line)) {
+          const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+          if (e.is_object() && e.value("ev", "") == "start") rank_pid[rank] = e.value("pid", 0);
         }
         continue;
       }
@@ -340,6 +356,22 @@ int run_suite(const RunOptions& opts) {
       !opts.launcher.empty()
           ? opts.launcher
           : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER") : "mpirun");
+  // A missing launcher is a missing dependency, said once up front (not a "crashed" job per
+  // scenario). Only CPU jobs need it: a CUDA job is one NCCL rank or skipped.
+  const bool needs_launcher = std::any_of(
+      scenarios.begin(), scenarios.end(),
+      [](const Scenario& s) { return !(s.job.backend == Backend::kNccl && s.job.ranks == 1); });
+  const std::vector<std::string> launcher_words = split_words(launcher);
+  if (needs_launcher && (launcher_words.empty() || !find_program(launcher_words.front()))) {
+    std::cerr << fmt::format(
+        "nanchaos run: error: launcher '{}' not found{} (Open MPI's mpirun: Debian package "
+        "openmpi-bin, installed by .ci/install-deps; or set --launcher / NANCHAOS_LAUNCHER)\n",
+        launcher_words.empty() ? launcher : launcher_words.front(),
+        launcher_words.empty() || launcher_words.front().find('/') != std::string::npos
+            ? ""
+            : " in PATH");
+    return 2;
+  }
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
   bool write_failed = false;

@@ -162,6 +162,22 @@ TEST(Controller, MalformedScenarioNeverStartsAJob) {
   EXPECT_NE(missing.output.find("nope.toml"), std::string::npos) << missing.output;
 }
 
+TEST(Controller, MissingLauncherIsOneUpFrontError) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file = write_file(dir, "ok.toml",
+                               "[scenario]\nname = \"x\"\n[job]\nworkload = \"mlp\"\nsteps = 3\n");
+  auto r = run_cmd(kBin + " run " + file + " --launcher /nonexistent/mpirun --out " + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("launcher '/nonexistent/mpirun' not found"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out + "/x"));  // no job was started
+  auto path = run_cmd("env PATH=" + dir + " " + kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(path.code, 2);
+  EXPECT_NE(path.output.find("launcher 'mpirun' not found in PATH"), std::string::npos)
+      << path.output;
+}
+
 TEST(Controller, CudaScenarioIsSkippedOnAHostWithoutAGpu) {
   nanchaos::harness::Scenario one;
   one.job.device = nanchaos::harness::Device::kCuda;
