@@ -219,9 +219,10 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       mismatch = {{"seq", k}, {"ranks", ranks}};
     }
   }
-  // Dead ranks: the ones that left no exit or abort record and whose process the controller saw
-  // disappear first. When every process vanished within one poll (the launcher tore the job down
-  // at once), the flight-recorder evidence decides: the dead are those absent from collective #k.
+  // Dead ranks (crashed jobs): the ones that left no exit or abort record and whose process the
+  // controller saw disappear first. When every process vanished within one poll (the launcher tore
+  // the job down at once), the flight-recorder evidence decides: the dead are those absent from
+  // collective #k.
   std::vector<int64_t> dead;
   if (res.outcome == "crashed") {
     std::vector<int64_t> silent;
@@ -244,6 +245,21 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
         if (std::find(absent.begin(), absent.end(), r) != absent.end()) both.push_back(r);
       }
       if (!both.empty()) dead = both;
+    }
+  } else if (res.outcome == "aborted") {
+    // The watchdog can beat the launcher's teardown of a dead rank (a short
+    // collective_timeout_ms): the survivors abort, and the dead are the silent ranks (no exit or
+    // abort record) whose process was gone before the first rank logged its abort.
+    int64_t first_abort = std::numeric_limits<int64_t>::max();
+    for (int r = 0; r < world; ++r) {
+      if (logs[r].abort_ev)
+        first_abort = std::min(first_abort, logs[r].abort_ev->value("t_us", first_abort));
+    }
+    constexpr int64_t kPollUs = 10000;  // the controller's pid watch polls every 10 ms
+    for (int r = 0; r < world; ++r) {
+      if (!logs[r].started || logs[r].exit_code || logs[r].abort_ev) continue;
+      auto it = job.rank_gone_us.find(r);
+      if (it != job.rank_gone_us.end() && it->second + kPollUs < first_abort) dead.push_back(r);
     }
   }
   // Deadlock: some rank waited in a collective past collective_timeout_ms + 1 s.

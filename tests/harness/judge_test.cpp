@@ -189,6 +189,43 @@ TEST(JudgeOutcome, NonZeroLauncherExitIsCrashed) {
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1}));
 }
 
+// A rank killed (crash fault) while the others' watchdog fires before the launcher's teardown:
+// the job is `aborted`, and the rank whose process was gone before the first abort record is
+// dead. A rank that merely hangs is gone only when the abort takes the job down: not dead.
+TEST(JudgeOutcome, AbortedJobNamesTheRankThatDiedBeforeTheAbort) {
+  for (const bool died_first : {true, false}) {
+    RunDir d(died_first ? "abort_dead" : "abort_hang");
+    for (int r = 0; r < 2; ++r) {
+      d.start(r, 2);
+      int64_t seq = 0;
+      d.step(r, 0, 1000, &seq);
+      if (r == 1) {
+        d.ev(r, "inject", 2050,
+             {{"fault", 0},
+              {"kind", "crash"},
+              {"step", 1},
+              {"target", ""},
+              {"detail", json::object()},
+              {"replay", false}});
+        continue;
+      }
+      d.coll(r, seq, "consensus", 1, 2100, false);
+      d.ev(r, "detect", 1'002'100,
+           {{"detector", "watchdog"}, {"step", 1}, {"layer", "consensus"}, {"cause", "hang"}});
+      d.ev(r, "abort", 1'002'200, {{"step", 1}, {"reason", "watchdog"}, {"cause", "hang"}});
+    }
+    d.flush();
+    const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n");
+    JobResult job = Job(4, 1'500'000);
+    job.rank_gone_us[0] = kT0 + 1'002'300;
+    job.rank_gone_us[1] = kT0 + (died_first ? 2'100 : 1'002'300);
+    const auto r = judge(s, d.path(), job);
+    EXPECT_EQ(r.outcome, "aborted");
+    EXPECT_EQ(r.extra["dead_ranks"], died_first ? json::array({1}) : json::array())
+        << r.extra.dump();
+  }
+}
+
 // (b)
 std::string DetectScenario(const std::string& expect) {
   return "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:head.weight\"\nranks = [1]\nstep = 2\n"
