@@ -1,0 +1,502 @@
+"""Plain DDP training of a small MLP on synthetic data, with a choice of hand-written stacks.
+
+This is the kind of script people write before they have thought about faults, plus the four
+detection/recovery stacks they typically add afterwards. It is a nanchaos example job: nanchaos
+runs it unchanged, once per rank, injects faults and judges what the chosen ``--stack`` did.
+
+Launch (one process per rank, torchrun's environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT)::
+
+    python3 -m torch.distributed.run --nproc_per_node 2 train_ddp.py --stack synced
+
+``--stack``:
+  none    no check at all.
+  raise   a non-finite loss raises before backward (the job dies; its peers time out).
+  skip    a non-finite loss skips the iteration on that rank only. The other ranks enter DDP's
+          gradient all-reduce without it: the classic desync this harness exists to show.
+  synced  every rank agrees (all-reduce MAX of a flag) to skip the step; see ``SyncedSkipStack``.
+  amp     bf16 autocast with a GradScaler (``torch.amp``/``torch.cuda.amp``, or a hand-written
+          equivalent on CPU before torch 2.3); the scaler's own found_inf skip is the stack.
+
+Model module names (``named_modules()`` of the unwrapped model, the names fault targets use)::
+
+    layers, layers.0, layers.0.linear, layers.0.act, layers.1, layers.1.linear, layers.1.act,
+    layers.2, layers.2.linear, layers.2.act, head
+
+Checked on torch 1.13 (gloo, CPU); written against APIs that torch 2.x keeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import os
+import sys
+import time
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+try:  # the harness puts the agent on PYTHONPATH; without it every call is a no-op
+    import nanchaos
+except ImportError:
+    nanchaos = None
+
+
+class _NoAgent:
+    """Stands in for ``nanchaos`` when the job runs without the harness."""
+
+    @staticmethod
+    def attach(model, optimizer=None, scaler=None) -> None:
+        pass
+
+    @staticmethod
+    def report_detection(detector, *, layer=None, cause=None, step=None) -> None:
+        pass
+
+    @staticmethod
+    def report_decision(action, *, step=None) -> None:
+        pass
+
+    @staticmethod
+    def probe(name, tensor):
+        return tensor
+
+
+if nanchaos is None:
+    nanchaos = _NoAgent()
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+class Block(nn.Module):
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.linear(x))
+
+
+class MLP(nn.Module):
+    """``[batch, features]`` -> ``[batch, classes]`` logits: three GELU blocks and a linear head."""
+
+    def __init__(self, features: int, hidden: int, classes: int, depth: int = 3) -> None:
+        super().__init__()
+        widths = [features] + [hidden] * depth
+        self.layers = nn.ModuleList(Block(i, o) for i, o in zip(widths[:-1], widths[1:]))
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+# ---------------------------------------------------------------------------------------- data
+
+
+class SyntheticClassification:
+    """Labels from a fixed random teacher: ``y = argmax(x @ W)``, ``x ~ N(0, 1)``.
+
+    The teacher is the same on every rank (seeded by ``seed``); each rank draws its own input
+    stream (seeded by ``seed`` and ``rank``), the per-rank shard a DistributedSampler would give.
+    The held-out batch is the same on every rank. Everything is generated on the CPU with
+    ``torch.Generator`` and moved to ``device``, so a run is reproducible on any device.
+    """
+
+    def __init__(self, features: int, classes: int, seed: int, rank: int,
+                 device: torch.device) -> None:
+        teacher = torch.Generator().manual_seed(seed)
+        self.weight = torch.randn(features, classes, generator=teacher)
+        self.features = features
+        self.device = device
+        self.train_gen = torch.Generator().manual_seed(seed * 1_000_003 + 1 + rank)
+        self.heldout_gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+
+    def _draw(self, n: int, gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(n, self.features, generator=gen)
+        y = (x @ self.weight).argmax(dim=1)
+        return x.to(self.device), y.to(self.device)
+
+    def batches(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            yield self._draw(batch_size, self.train_gen)
+
+    def heldout(self, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self._draw(n, self.heldout_gen)
+
+
+# -------------------------------------------------------------------------------------- stacks
+# A stack owns one iteration after the forward: ``step(loss) -> True`` when it updated the
+# parameters, ``False`` when it skipped the update. ``forward_context()`` wraps the forward.
+
+
+class NoCheckStack:
+    """``none``: backward, step. A non-finite value goes straight into the parameters."""
+
+    def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
+                 device: torch.device) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.device = device
+
+    def forward_context(self):
+        return contextlib.nullcontext()
+
+    def step(self, loss: torch.Tensor, step: int) -> bool:
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
+
+
+class RaiseStack(NoCheckStack):
+    """``raise``: a local check of the loss before backward; a non-finite loss raises.
+
+    The rank that raises dies; its peers wait in DDP's all-reduce until ``--pg-timeout-s``.
+    """
+
+    def step(self, loss: torch.Tensor, step: int) -> bool:
+        if not torch.isfinite(loss):
+            raise RuntimeError(
+                f"non-finite loss {loss.item()} at step {step} on rank {dist.get_rank()}")
+        return super().step(loss, step)
+
+
+class LocalSkipStack(NoCheckStack):
+    """``skip``: a local check that skips the iteration on this rank only.
+
+    Caveat (the point of this stack): the skipping rank does not enter DDP's gradient all-reduce
+    while its peers do, so from here on the ranks' collectives are paired one iteration apart
+    and their parameters differ; the last all-reduce has no partner and times out.
+    """
+
+    def step(self, loss: torch.Tensor, step: int) -> bool:
+        if not torch.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        return super().step(loss, step)
+
+
+class SyncedSkipStack(NoCheckStack):
+    """``synced``: every rank skips the step together when any rank sees a non-finite value.
+
+    Two checks, each followed by one all-reduce (MAX) of a small flag tensor, so every rank
+    takes the same branch (cost: two tiny all-reduces and a few host syncs per step):
+
+    1. Before backward: this rank's loss. If any rank's loss is non-finite, no rank runs
+       backward (so no rank is left alone in DDP's gradient all-reduce) and every rank skips.
+       The rank whose loss was non-finite reports ``cause="loss_math"`` -- a fault upstream of
+       the loss (an activation, the inputs) that makes the loss non-finite is named
+       ``loss_math`` too, because the loss is all this check looks at.
+    2. After backward: the gradients. A non-finite gradient on one rank reaches every rank
+       through DDP's all-reduce, so the reduced gradients cannot tell which rank it came from.
+       A gradient hook (``Tensor.register_hook`` on each parameter, which runs on the incoming
+       local gradient before it is accumulated into ``.grad`` and before DDP's reducer reads it)
+       records whether this rank's *local* gradient was finite. The rank(s) whose local gradient
+       was non-finite report ``cause="gradient"`` with ``layer`` = the first such parameter in
+       backward order (``named_parameters()`` reversed). If no rank's local gradient was
+       non-finite but the reduced ones are (the value went bad after the hooks ran, e.g. in the
+       communication), every rank reports, naming the first non-finite reduced gradient: each
+       rank's check fired, and none can know more.
+
+    Every rank then reports ``skip_step``, zeroes the gradients and skips ``optimizer.step()``.
+    Caveat: the hook order relies on the agent (or any other code) that changes a gradient doing
+    so in a hook registered before this stack's, or in the communication.
+    """
+
+    detector = "nan_check"
+
+    def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
+                 device: torch.device) -> None:
+        super().__init__(model, optimizer, device)
+        self.params: List[Tuple[str, nn.Parameter]] = [
+            (name, p) for name, p in model.module.named_parameters() if p.requires_grad]
+        self.backward_order = list(reversed(self.params))
+        self.local_finite = {}  # name -> 0-dim bool tensor, written by the hooks during backward
+        for name, p in self.params:
+            p.register_hook(self._hook(name))
+
+    def _hook(self, name: str):
+        def record(grad: torch.Tensor) -> None:
+            self.local_finite[name] = torch.isfinite(grad).all()
+        return record
+
+    def _first_bad(self, finite: List[Tuple[str, torch.Tensor]]) -> Optional[str]:
+        if not finite:
+            return None
+        bad = (~torch.stack([f for _, f in finite])).nonzero()
+        return finite[int(bad[0])][0] if bad.numel() else None
+
+    def _any_rank(self, *flags: bool) -> List[bool]:
+        t = torch.tensor([float(f) for f in flags], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [v > 0 for v in t.tolist()]
+
+    def _skip(self) -> bool:
+        nanchaos.report_decision("skip_step")
+        self.optimizer.zero_grad(set_to_none=True)
+        return False
+
+    def step(self, loss: torch.Tensor, step: int) -> bool:
+        loss_bad = not bool(torch.isfinite(loss.detach()))
+        (any_loss_bad,) = self._any_rank(loss_bad)
+        if any_loss_bad:
+            if loss_bad:
+                nanchaos.report_detection(self.detector, cause="loss_math")
+            return self._skip()
+
+        self.local_finite.clear()
+        loss.backward()
+        local_layer = self._first_bad(
+            [(n, self.local_finite[n]) for n, _ in self.backward_order if n in self.local_finite])
+        reduced_layer = self._first_bad(
+            [(n, torch.isfinite(p.grad).all()) for n, p in self.backward_order
+             if p.grad is not None])
+        any_local, any_reduced = self._any_rank(local_layer is not None,
+                                                reduced_layer is not None)
+        if any_local or any_reduced:
+            if local_layer is not None:
+                nanchaos.report_detection(self.detector, cause="gradient", layer=local_layer)
+            elif not any_local and reduced_layer is not None:
+                nanchaos.report_detection(self.detector, cause="gradient", layer=reduced_layer)
+            return self._skip()
+
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return True
+
+
+class DistributedLossScaler:
+    """A hand-written GradScaler for CPU where ``torch.amp.GradScaler("cpu")`` is missing (< 2.3).
+
+    Same semantics as ``torch.cuda.amp.GradScaler``: ``scale(loss)`` multiplies by the scale;
+    ``unscale_(optimizer)`` divides the gradients by it and sets found_inf when any gradient is
+    non-finite; ``step(optimizer)`` skips ``optimizer.step()`` on found_inf; ``update()`` backs the
+    scale off by ``backoff_factor`` on found_inf and grows it by ``growth_factor`` after
+    ``growth_interval`` clean steps. One difference: found_inf is all-reduced (MAX) across ranks,
+    so the ranks agree even when a value goes bad after DDP's all-reduce on one rank only.
+    """
+
+    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000) -> None:
+        self._scale = float(init_scale)
+        self._growth_factor = growth_factor
+        self._backoff_factor = backoff_factor
+        self._growth_interval = growth_interval
+        self._growth_tracker = 0
+        self._found_inf: Optional[bool] = None  # None: not unscaled this iteration
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self._scale
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if self._found_inf is not None:
+            raise RuntimeError("unscale_() has already been called since the last update()")
+        inv_scale = 1.0 / self._scale
+        found_inf = torch.zeros(1)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                found_inf = found_inf.to(p.grad.device)
+                p.grad.mul_(inv_scale)
+                found_inf = torch.maximum(found_inf, (~torch.isfinite(p.grad).all()).float())
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
+        self._found_inf = bool(found_inf.item() > 0)
+
+    def step(self, optimizer: torch.optim.Optimizer):
+        if self._found_inf is None:
+            self.unscale_(optimizer)
+        return None if self._found_inf else optimizer.step()
+
+    def update(self) -> None:
+        if self._found_inf:
+            self._scale *= self._backoff_factor
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self._growth_interval:
+                self._scale *= self._growth_factor
+                self._growth_tracker = 0
+        self._found_inf = None
+
+    def get_scale(self) -> float:
+        return self._scale
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def state_dict(self) -> dict:
+        return {"scale": self._scale, "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": self._growth_tracker}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._scale = float(state["scale"])
+        self._growth_factor = state["growth_factor"]
+        self._backoff_factor = state["backoff_factor"]
+        self._growth_interval = state["growth_interval"]
+        self._growth_tracker = state["_growth_tracker"]
+
+
+def make_grad_scaler(device_type: str):
+    """torch's GradScaler for ``device_type`` where it has one, else ``DistributedLossScaler``."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3, cpu and cuda
+        return torch.amp.GradScaler(device_type)
+    if device_type == "cuda":
+        return torch.cuda.amp.GradScaler()
+    return DistributedLossScaler()
+
+
+class AmpStack(NoCheckStack):
+    """``amp``: bf16 autocast and a GradScaler; the scaler's found_inf skip is the only check.
+
+    Reports nothing (a GradScaler does not): the harness observes the skipped update and the
+    scale back-off itself. Caveat: bf16 has fp32's range, so the scaler is not needed against
+    overflow; it is here because people keep it when they switch from fp16.
+    """
+
+    def __init__(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer,
+                 device: torch.device) -> None:
+        super().__init__(model, optimizer, device)
+        self.scaler = make_grad_scaler(device.type)
+
+    def forward_context(self):
+        if hasattr(torch, "autocast"):
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def step(self, loss: torch.Tensor, step: int) -> bool:
+        scale_before = self.scaler.get_scale()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return self.scaler.get_scale() >= scale_before
+
+
+STACKS = {"none": NoCheckStack, "raise": RaiseStack, "skip": LocalSkipStack,
+          "synced": SyncedSkipStack, "amp": AmpStack}
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def parameter_digest(model: nn.Module) -> str:
+    """blake2b over every parameter's bytes in ``named_parameters()`` order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, float]:
+    """Held-out ``(loss, accuracy)`` on the unwrapped model in eval mode (not a training step)."""
+    was_training = model.training
+    model.eval()
+    logits = model(x).float()
+    loss = F.cross_entropy(logits, y).item()
+    accuracy = (logits.argmax(dim=1) == y).float().mean().item()
+    model.train(was_training)
+    return loss, accuracy
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--stack", choices=sorted(STACKS), default="none",
+                   help="hand-written detection/recovery stack (default: none)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--backend", default=None, help="process group backend (default: gloo on cpu, "
+                   "nccl on cuda)")
+    p.add_argument("--pg-timeout-s", type=float, default=10.0,
+                   help="process group timeout: a collective whose peer stopped raises after this")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--features", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--classes", type=int, default=4)
+    p.add_argument("--log-every", type=int, default=5, help="loss line on rank 0 every N steps")
+    p.add_argument("--eval-every", type=int, default=0, help="held-out eval every N steps "
+                   "(0: only at the end)")
+    p.add_argument("--print-digest", action="store_true",
+                   help="print each rank's parameter digest at the end")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        # NCCL only honours the timeout with async error handling (on by default in torch 2.x).
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
+        os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
+    else:
+        device = torch.device("cpu")
+    backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.pg_timeout_s))
+    world_size = dist.get_world_size()
+
+    torch.manual_seed(args.seed)  # same initial parameters on every rank (DDP also broadcasts)
+    model = MLP(args.features, args.hidden, args.classes).to(device)
+    ddp_model = DistributedDataParallel(
+        model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
+    stack = STACKS[args.stack](ddp_model, optimizer, device)
+
+    data = SyntheticClassification(args.features, args.classes, args.seed, rank, device)
+    heldout_x, heldout_y = data.heldout(256)
+    batches = data.batches(args.batch_size)
+    if rank == 0:
+        print(f"train_ddp: stack={args.stack} backend={backend} world_size={world_size} "
+              f"steps={args.steps} torch={torch.__version__}", flush=True)
+
+    skipped = 0
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        x, y = next(batches)
+        with stack.forward_context():
+            logits = ddp_model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        loss_value = loss.item()
+        if not stack.step(loss, step):
+            skipped += 1
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"step {step:4d} | loss {loss_value:.4f} | skipped {skipped}", flush=True)
+        if args.eval_every and step % args.eval_every == args.eval_every - 1 and rank == 0:
+            print(f"step {step:4d} | heldout loss {evaluate(model, heldout_x, heldout_y)[0]:.4f}",
+                  flush=True)
+    elapsed = time.perf_counter() - t0
+
+    heldout_loss, accuracy = evaluate(model, heldout_x, heldout_y)
+    if rank == 0:
+        print(f"done: {args.steps} steps ({skipped} skipped on rank 0) in {elapsed:.2f} s | "
+              f"heldout loss {heldout_loss:.4f} accuracy {accuracy:.3f}", flush=True)
+    if args.print_digest:
+        print(f"digest rank {rank} {parameter_digest(model)}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
