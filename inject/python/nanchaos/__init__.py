@@ -1,0 +1,65 @@
+"""nanchaos: the Python agent that puts a PyTorch training job under the nanchaos harness.
+
+Run under ``nanchaos run`` (a scenario with ``[job] workload = "external"``), the agent attaches
+by itself through the ``sitecustomize`` bootstrap on PYTHONPATH (docs/external-jobs.md): nothing
+in the job has to change. The four calls below let a job say more; each is a cheap no-op outside
+the harness (one global lookup), so they can stay in production code.
+
+Checked on torch 1.13 (Debian's python3-torch, gloo on CPU); written for torch 2.x as well.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import _bootstrap
+
+__all__ = ["attach", "report_detection", "report_decision", "probe", "active"]
+__version__ = "0.1.0"
+
+
+def active() -> bool:
+    """True when this process runs under the nanchaos harness with the agent attached."""
+    return _bootstrap.agent() is not None
+
+
+def attach(model, optimizer=None, scaler=None) -> None:
+    """Says which model (``torch.nn.Module``, DDP-wrapped or not), optimizer and GradScaler to
+    observe, where finding them alone is ambiguous (several models, an EMA copy, a GAN). Call it
+    before the first training forward. Raises ``AttachError`` when the agent already attached to
+    a different model."""
+    a = _bootstrap.agent()
+    if a is not None:
+        a.explicit_attach(model, optimizer, scaler)
+
+
+def report_detection(detector: str, *, layer: Optional[str] = None, cause: Optional[str] = None,
+                     step: Optional[int] = None) -> None:
+    """The job's stack caught something on this rank. ``detector`` is the stack's own name for the
+    check (it becomes ``first_detector``); ``layer`` a module or parameter name (as in
+    ``nanchaos targets``), ``cause`` one of SCENARIO_FORMAT.md's causes (``data``, ``loss_math``,
+    ``activation``, ``gradient``, ``parameter``, ``fp16_overflow``, ...); ``step`` defaults to the
+    current iteration (0-based, the agent's step clock). Call it on the rank whose check fired."""
+    a = _bootstrap.agent()
+    if a is not None:
+        a.report_detection(detector, layer=layer, cause=cause, step=step)
+
+
+def report_decision(action: str, *, step: Optional[int] = None) -> None:
+    """What the stack did about a detection: ``skip_step``, ``rollback``, ``lr_backoff``,
+    ``abort`` (also logged as the rank's abort, so the outcome is ``aborted``) or the job's own
+    word. Call it on every rank that takes the decision."""
+    a = _bootstrap.agent()
+    if a is not None:
+        a.report_decision(action, step=step)
+
+
+def probe(name: str, tensor):
+    """An extra named injection and probe point, ``activation:NAME``, where no module boundary
+    exists (a functional block inside a forward). Returns ``tensor`` (or, when a planned fault
+    hits it this iteration, a corrupted copy that autograd still connects): use the return
+    value. Any shape and floating dtype."""
+    a = _bootstrap.agent()
+    if a is None:
+        return tensor
+    return a.probe(name, tensor)

@@ -1,0 +1,211 @@
+"""Zero-change attach: run by ``sitecustomize`` at interpreter start when the harness launched
+this process (``$NANCHAOS_EVENTS`` is set).
+
+Order matters: the ``agent`` event is written first (it proves the bootstrap ran in this
+interpreter), then torch is imported (an interpreter without torch is an ``attach_error`` naming
+the interpreter, and the job is stopped at once: it must never run unobserved), the plan is loaded
+and checked (a fault the agent cannot apply faithfully is refused the same way), and the patches
+are installed before the job's own code imports anything. Child interpreters of the job (spawned
+DataLoader workers, a subprocess) inherit the environment but not the agent: the first process
+claims ``NANCHAOS_AGENT_PID`` and the others stay silent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import sys
+
+_agent = None
+
+
+def agent():
+    """The process's Agent, or None when not run under nanchaos."""
+    return _agent
+
+
+def _refuse(log, rank: int, reason: str) -> None:
+    log.write("attach_error", rank=rank, reason=reason)
+    log.close()
+    sys.stderr.write(f"nanchaos: error: {reason}\n")
+    sys.stderr.flush()
+    os._exit(2)
+
+
+def install() -> None:
+    global _agent
+    events = os.environ.get("NANCHAOS_EVENTS")
+    if not events or _agent is not None:
+        return
+    owner = os.environ.get("NANCHAOS_AGENT_PID")
+    if owner and owner != str(os.getpid()):
+        return  # a child process of the job: the parent's agent speaks for the rank
+    os.environ["NANCHAOS_AGENT_PID"] = str(os.getpid())
+    from .events import EventLog
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        log = EventLog(events, os.getpid())
+    except OSError as e:
+        sys.stderr.write(f"nanchaos: error: cannot open the event log {events}: {e.strerror}\n")
+        os._exit(2)
+    log.write("agent", rank=rank, pid=os.getpid(), python=sys.executable,
+              python_version=sys.version.split()[0])
+    try:
+        _start(log, rank, world)
+    except SystemExit:
+        raise
+    except BaseException as e:  # a bug of the agent must not leave the job running unobserved
+        import traceback
+
+        _refuse(log, rank, "the agent failed to start: " + "".join(
+            traceback.format_exception_only(type(e), e)).strip())
+
+
+def _start(log, rank: int, world: int) -> None:
+    global _agent
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install raising something else
+        _refuse(log, rank,
+                f"this interpreter ({sys.executable}, Python {sys.version.split()[0]}) cannot "
+                f"import torch ({type(e).__name__}: {e}); Debian's torch is under /usr/bin/python3 "
+                "(package python3-torch): name that interpreter in [job].command, or use bare "
+                "\"python3\" and let nanchaos pick one that has torch (or set NANCHAOS_PYTHON)")
+    from .agent import Agent
+    from .faults import FaultRefused
+    from .plan import Plan, PlanError
+
+    try:
+        plan = Plan.load()
+        _agent = Agent(plan, log, rank, world)
+    except (PlanError, FaultRefused) as e:
+        _refuse(log, rank, str(e))
+    _patch(_agent)
+
+
+def _patch(a) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    # The model: DDP's constructor, or the module owning the first optimizer's parameters.
+    orig_opt_init = torch.optim.Optimizer.__init__
+
+    @functools.wraps(orig_opt_init)
+    def opt_init(self, *args, **kwargs):
+        orig_opt_init(self, *args, **kwargs)
+        if getattr(self, "_nanchaos_seen", False):
+            return
+        self._nanchaos_seen = True
+        _wrap_step(a, self)
+        a.on_optimizer(self)
+
+    torch.optim.Optimizer.__init__ = opt_init
+
+    for path in ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler"):
+        cls = _resolve(path)
+        if cls is None or getattr(cls.__init__, "_nanchaos_wrapped", False):
+            continue
+        _wrap_init(cls, a.on_scaler)
+
+    # Losses: the functional losses (nn.*Loss modules call them) and backward() as a fallback.
+    for name in _loss_names():
+        orig = getattr(F, name, None)
+        if orig is not None:
+            setattr(F, name, _wrap_loss(a, orig))
+    orig_backward = torch.autograd.backward
+
+    @functools.wraps(orig_backward)
+    def backward(tensors, *args, **kwargs):
+        t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
+        if isinstance(t, torch.Tensor) and t.dim() == 0:
+            a.on_backward(t)
+        return orig_backward(tensors, *args, **kwargs)
+
+    torch.autograd.backward = backward
+
+    if torch.distributed.is_available():
+        from . import collectives
+
+        collectives.patch_ddp(a)
+        collectives.patch_distributed(a)
+
+    # The end: an uncaught exception, then the digests at exit.
+    orig_hook = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        try:
+            a.on_exception(exc_type, exc, tb)
+        finally:
+            orig_hook(exc_type, exc, tb)
+
+    sys.excepthook = excepthook
+    orig_exit = sys.exit
+
+    @functools.wraps(orig_exit)
+    def exit_(code=0):
+        a.exit_code = 0 if code is None else (code if isinstance(code, int) else 1)
+        orig_exit(code)
+
+    sys.exit = exit_
+    atexit.register(a.finish)
+
+
+def _resolve(path: str):
+    mod_path, _, attr = path.rpartition(".")
+    try:
+        import importlib
+
+        return getattr(importlib.import_module(mod_path), attr, None)
+    except Exception:
+        return None
+
+
+def _wrap_init(cls, callback) -> None:
+    orig = cls.__init__
+
+    @functools.wraps(orig)
+    def init(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        callback(self)
+
+    init._nanchaos_wrapped = True
+    cls.__init__ = init
+
+
+def _loss_names():
+    from .agent import LOSS_FUNCTIONS
+
+    return LOSS_FUNCTIONS
+
+
+def _wrap_loss(a, orig):
+    import torch
+
+    @functools.wraps(orig)
+    def loss_fn(*args, **kwargs):
+        out = orig(*args, **kwargs)
+        if (a._awaiting_loss and isinstance(out, torch.Tensor) and out.dim() == 0
+                and torch.is_grad_enabled()):
+            out = a.on_loss_value(out)
+        return out
+
+    return loss_fn
+
+
+def _wrap_step(a, opt) -> None:
+    """Wraps this optimizer's ``step`` (an instance attribute, so LR schedulers created later wrap
+    it in turn): lr faults around the job's own step, and the lr it used."""
+    orig = opt.step
+
+    @functools.wraps(orig)
+    def step(*args, **kwargs):
+        restore = a.before_optimizer_step(opt)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            a.after_optimizer_step(opt, restore)
+
+    opt.step = step

@@ -1,0 +1,594 @@
+"""The agent inside an external PyTorch job: plan -> faults at their points -> evidence.
+
+One ``Agent`` per rank process, created by the bootstrap (``nanchaos._bootstrap``) when the
+harness launched the process. It never adds a check of its own: it applies the planned faults and
+records what the job's stack did (steps, losses, updates or skips, the job's detections and
+decisions, collectives, exceptions, digests at exit) in the event schema of ``harness/events.h``.
+
+Attach (SCENARIO_FORMAT.md "The Python agent"): the model is the module a
+``DistributedDataParallel`` wraps or else the module that owns every parameter of the first
+optimizer; it is decided at the first training-mode forward of a candidate, so a job that builds
+several models and then calls ``nanchaos.attach(model)`` is fine. Several candidates and no
+``attach`` call, or a ``torch.compile``d root, fail the job at that forward with a message.
+
+Step clock: every ``micro_batches`` training-mode forwards of the model with autograd enabled
+make one iteration; eval-mode and ``no_grad`` forwards never count. Iteration i's ``step_end``
+is written when iteration i+1 starts (or at exit): ``action`` is ``update`` when some parameter's
+version counter moved since the iteration began (an optimizer really wrote it; PyTorch bumps
+``Tensor._version`` on every in-place write), else ``skip`` (GradScaler's found_inf, an early
+``continue``, a hand-written check: ``observed:skip``).
+
+Cost on the clean path (checked on torch 1.13 and written for 2.x): a forward pre-hook on the
+model, a wrapper around ``torch.nn.functional`` losses, ``torch.autograd.backward`` and the
+optimizer's ``step``, DDP's comm hook (one Python call per bucket), the job's own
+``torch.distributed`` calls wrapped, two passes over the parameters' version counters and one
+host read of the loss per iteration. Module hooks only on targeted modules; no global module hook.
+
+Threads: everything runs on the training thread except the comm-hook completion callbacks
+(a process-group thread) and gradient hooks (the autograd thread); the event log is locked.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import socket
+import sys
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import faults as faults_mod
+from .events import EventLog
+from .plan import Plan
+
+LOSS_FUNCTIONS = (
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "margin_ranking_loss",
+    "hinge_embedding_loss", "cosine_embedding_loss", "multi_margin_loss", "triplet_margin_loss",
+    "ctc_loss",
+)
+COMPILED_TYPES = ("OptimizedModule",)
+
+
+class AttachError(RuntimeError):
+    """The agent cannot observe this job faithfully (ambiguous model, compiled model, a fault
+    that needs what the job lacks). Raised into the job so that it fails at start, never runs
+    unobserved; the reason is also in the rank's ``attach_error`` event."""
+
+
+def _strip(name: str) -> str:
+    for prefix in ("_orig_mod.",):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name
+
+
+def _digest(tensors) -> str:
+    """blake2b-128 of the tensors' raw bytes, in order (bit-exact: equal iff every bit is)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            t = t.detach().to("cpu").contiguous().reshape(-1)
+            h.update(str(t.dtype).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(t).encode())
+    return h.hexdigest()
+
+
+def _vm_hwm_kib() -> Optional[int]:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class Agent:
+    """The rank's agent. Created once per process by the bootstrap; see the module docstring."""
+
+    def __init__(self, plan: Plan, log: EventLog, rank: int, world: int) -> None:
+        self.plan = plan
+        self.log = log
+        self.rank = rank
+        self.world = world
+        self.seed = plan.seed
+        self.micro_batches = plan.micro_batches
+        self.faults = faults_mod.make_faults(plan)  # FaultRefused for an unfaithful fault
+        self.needs = set()
+        for f in self.faults:
+            self.needs |= set(f.needs)
+        # What the job built (weak: the agent must not keep a model alive).
+        self._ddps: List[weakref.ref] = []
+        self._optimizers: List[weakref.ref] = []
+        self._scalers: List[weakref.ref] = []
+        self._candidate_hooks: Dict[int, Any] = {}
+        self._explicit: Optional[torch.nn.Module] = None
+        self.model: Optional[torch.nn.Module] = None
+        self.ddp = None
+        self.optimizers: List[Any] = []
+        self.scaler = None
+        self.attached = False
+        # Step clock and per-iteration state.
+        self.step = -1
+        self.micro = 0
+        self._forwards = 0
+        self._open = False
+        self._params: List[torch.Tensor] = []
+        self._named_params: List = []
+        self._version0 = 0
+        self._loss_sum: Optional[torch.Tensor] = None
+        self._loss_n = 0
+        self._awaiting_loss = False
+        self._loss_seen_micro = False
+        self._last_scale: Optional[float] = None
+        self._lr_used: Optional[float] = None
+        self.first_loss: Optional[float] = None
+        self.last_loss: Optional[float] = None
+        self.steps_done = 0
+        self._bucket_in_iter = 0
+        # Collectives (a flight recorder): one sequence number per collective, in call order.
+        self._coll_lock = threading.Lock()
+        self._coll_seq = 0
+        self._coll_depth = threading.local()
+        self._probes: set = set()
+        self.exit_code = 0
+        self._finished = False
+        self._stack_detections: Dict[int, int] = {}
+
+    # ------------------------------------------------------------------------------------------
+    # evidence
+    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+        kind = next((f.kind for f in self.faults if f.index == fault), "")
+        self.log.write("inject", fault=fault, kind=kind, step=self.step, target=target,
+                       detail=detail, replay=False)
+
+    def coll_enter(self, name: str, count: int = 0, dtype: str = "", **extra) -> int:
+        with self._coll_lock:
+            seq = self._coll_seq
+            self._coll_seq += 1
+        self.log.write("coll_enter", seq=seq, name=name, count=count, dtype=dtype, step=self.step,
+                       **extra)
+        return seq
+
+    def coll_leave(self, seq: int, name: str, status: str = "ok") -> None:
+        self.log.write("coll_leave", seq=seq, name=name, status=status)
+
+    # ------------------------------------------------------------------------------------------
+    # what the job builds (called from the patched constructors)
+    def on_ddp(self, ddp) -> None:
+        self._ddps.append(weakref.ref(ddp))
+        self._watch_candidate(ddp.module)
+
+    def on_optimizer(self, opt) -> None:
+        self._optimizers.append(weakref.ref(opt))
+        if self.attached:
+            self._maybe_add_optimizer(opt)
+            return
+        if not self._ddps and self._explicit is None:
+            for owner in self._owners_of(opt):
+                self._watch_candidate(owner)
+
+    def on_scaler(self, scaler) -> None:
+        self._scalers.append(weakref.ref(scaler))
+        if self.attached and self.scaler is None:
+            self.scaler = scaler
+
+    def explicit_attach(self, model, optimizer=None, scaler=None) -> None:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        if isinstance(model, DDP):
+            model = model.module
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"nanchaos.attach: model must be a torch.nn.Module, got {type(model)}")
+        if self.attached and model is not self.model:
+            raise AttachError(
+                f"nanchaos.attach({type(model).__name__}) after the agent already attached to "
+                f"{type(self.model).__name__} at its first training forward: call attach before "
+                "training starts")
+        self._explicit = model
+        if optimizer is not None and all(r() is not optimizer for r in self._optimizers):
+            self._optimizers.append(weakref.ref(optimizer))
+        if scaler is not None:
+            self._scalers.insert(0, weakref.ref(scaler))
+        self._watch_candidate(model)
+
+    def _owners_of(self, opt) -> List[torch.nn.Module]:
+        """The outermost modules whose parameters include every parameter of ``opt`` (one scan of
+        the garbage collector's objects, once per optimizer created before the model is known);
+        several of them make the attach ambiguous."""
+        want = {id(p) for g in opt.param_groups for p in g["params"]}
+        if not want:
+            return []
+        owners = []
+        for obj in gc.get_objects():
+            try:
+                if not isinstance(obj, torch.nn.Module):
+                    continue
+            except ReferenceError:
+                continue
+            have = {id(p) for p in obj.parameters()}
+            if want <= have:
+                owners.append(obj)
+        # Outermost: not a submodule of another owner.
+        inner = set()
+        for o in owners:
+            for m in o.modules():
+                if m is not o:
+                    inner.add(id(m))
+        roots = [o for o in owners if id(o) not in inner]
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        roots = [o.module if isinstance(o, DDP) else o for o in roots]
+        uniq = []
+        for r in roots:
+            if all(r is not u for u in uniq):
+                uniq.append(r)
+        return uniq
+
+    def _watch_candidate(self, module) -> None:
+        if id(module) in self._candidate_hooks or self.attached:
+            return
+        self._candidate_hooks[id(module)] = (weakref.ref(module),
+                                             module.register_forward_pre_hook(self._pre_forward))
+
+    # ------------------------------------------------------------------------------------------
+    # attach: at the first training forward of a candidate
+    def _candidates(self) -> List[torch.nn.Module]:
+        if self._explicit is not None:
+            return [self._explicit]
+        ddps = [r() for r in self._ddps if r() is not None]
+        if ddps:
+            return [d.module for d in ddps]
+        out = []
+        for ref, _ in self._candidate_hooks.values():
+            m = ref()
+            if m is not None and all(m is not o for o in out):
+                out.append(m)
+        return out
+
+    def _resolve(self, module) -> None:
+        cands = self._candidates()
+        if len(cands) > 1:
+            names = ", ".join(type(c).__name__ for c in cands)
+            self._fail(f"cannot tell which model to attach to: {len(cands)} candidates ({names}); "
+                       "call nanchaos.attach(model, optimizer) before training")
+        model = cands[0] if cands else module
+        if type(model).__name__ in COMPILED_TYPES:
+            self._fail("the model was compiled (torch.compile) before the agent could attach; "
+                       "call nanchaos.attach(model) before torch.compile, or compile submodules")
+        # Only when the job imported FSDP itself (importing it here would cost, and fails on
+        # Debian's torch 1.13 under Python 3.11).
+        fsdp_mod = sys.modules.get("torch.distributed.fsdp")
+        fsdp = getattr(fsdp_mod, "FullyShardedDataParallel", None)
+        if fsdp is not None and any(isinstance(m, fsdp) for m in model.modules()):
+            self._fail("FSDP models are not supported by this agent yet (DDP only)")
+        self.model = model
+        self.attached = True
+        for key, (ref, handle) in list(self._candidate_hooks.items()):
+            if ref() is not model:
+                handle.remove()
+                del self._candidate_hooks[key]
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        for r in self._ddps:
+            d = r()
+            if d is not None and d.module is model:
+                self.ddp = d
+        for r in self._optimizers:
+            if r() is not None:
+                self._maybe_add_optimizer(r())
+        self.scaler = next((r() for r in self._scalers if r() is not None), None)
+        self._named_params = [(_strip(n), p) for n, p in model.named_parameters()]
+        self._params = [p for _, p in self._named_params]
+        for f in self.faults:
+            why = f.attach_refusal(self)
+            if why:
+                self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
+        self._install_fault_hooks()
+        if self.ddp is not None:
+            from . import collectives
+
+            collectives.ensure_comm_hook(self, self.ddp)
+        self.log.write(
+            "start", rank=self.rank, world=self.world, pid=os.getpid(), host=socket.gethostname(),
+            external=True, agent="python", torch=torch.__version__, python=sys.executable,
+            modules=[_strip(n) for n, _ in model.named_modules() if n],
+            parameters=[n for n, _ in self._named_params],
+            optimizer=[type(o).__name__ for o in self.optimizers],
+            scaler=type(self.scaler).__name__ if self.scaler is not None else None,
+            ddp=self.ddp is not None, micro_batches=self.micro_batches)
+
+    def _maybe_add_optimizer(self, opt) -> None:
+        if any(o is opt for o in self.optimizers) or self.model is None:
+            return
+        mine = {id(p) for p in self.model.parameters()}
+        if any(id(p) in mine for g in opt.param_groups for p in g["params"]):
+            self.optimizers.append(opt)
+
+    def _fail(self, reason: str) -> None:
+        self.log.write("attach_error", rank=self.rank, reason=reason)
+        raise AttachError("nanchaos: " + reason)
+
+    def _install_fault_hooks(self) -> None:
+        model = self.model
+        act = [f for f in self.faults if "activation" in f.needs]
+        if act:
+            for name, mod in model.named_modules():
+                name = _strip(name)
+                hits = [f for f in act if name and faults_mod.match_target(f.pattern, name)]
+                if hits:
+                    mod.register_forward_hook(self._activation_hook(name, hits))
+        grads = [f for f in self.faults if "gradient" in f.needs]
+        for name, p in self._named_params:
+            hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
+            if hits and p.requires_grad:
+                p.register_hook(self._gradient_hook(name, hits))
+
+    def _activation_hook(self, name, hits):
+        def hook(module, inputs, out):
+            if not self._open or not module.training or not torch.is_grad_enabled():
+                return None
+            new = out
+            for f in hits:
+                new = f.on_activation(self, name, new)
+            return None if new is out else new
+
+        return hook
+
+    def _gradient_hook(self, name, hits):
+        def hook(grad):
+            if not self._open or self.micro != self.micro_batches - 1:
+                return None
+            new = grad
+            for f in hits:
+                new = f.on_gradient(self, name, new)
+            return None if new is grad else new
+
+        return hook
+
+    # ------------------------------------------------------------------------------------------
+    # the step clock
+    def _pre_forward(self, module, args):
+        if not module.training or not torch.is_grad_enabled():
+            return None
+        if not self.attached:
+            self._resolve(module)
+        if module is not self.model:
+            return None
+        self._forwards += 1
+        micro = (self._forwards - 1) % self.micro_batches
+        if micro == 0:
+            self._begin_iteration((self._forwards - 1) // self.micro_batches)
+        self.micro = micro
+        self._awaiting_loss = True
+        self._loss_seen_micro = False
+        if "batch" in self.needs:
+            new_args = args
+            for f in self.faults:
+                r = f.on_batch(self, tuple(new_args), {})
+                if r is not None:
+                    new_args = r
+            if new_args is not args:
+                return tuple(new_args)
+        return None
+
+    def _begin_iteration(self, i: int) -> None:
+        if self._open:
+            self._end_iteration()
+        if self.plan.dry_run and i >= 1:
+            self.log.write("dry_run_done", step=i)
+            self.log.close()
+            os._exit(0)
+        self.step = i
+        self._open = True
+        self._bucket_in_iter = 0
+        self._lr_used = None
+        self.log.write("step_begin", step=i)
+        if "step_start" in self.needs:
+            for f in self.faults:
+                f.on_step_start(self)
+        if "parameters" in self.needs:
+            for f in self.faults:
+                f.on_parameters(self, self._named_params)
+        self._version0 = sum(p._version for p in self._params)
+
+    def _end_iteration(self) -> None:
+        self._open = False
+        updated = sum(p._version for p in self._params) != self._version0
+        loss, scale = self._read_loss_and_scale()
+        if loss is not None:
+            if self.first_loss is None:
+                self.first_loss = loss
+            self.last_loss = loss
+        action = "update" if updated else "skip"
+        lr = self._lr_used
+        if lr is None and self.optimizers:
+            lr = float(self.optimizers[0].param_groups[0].get("lr", 0.0))
+        self.log.write("step_end", step=self.step, loss=loss, action=action, lr=lr)
+        if not updated:
+            self.log.write("detect", detector="observed:skip", step=self.step, layer="", cause="",
+                           source="observed")
+        if scale is not None:
+            if self._last_scale is not None and scale < self._last_scale:
+                self.log.write("detect", detector="observed:scale_backoff", step=self.step,
+                               layer="", cause="", source="observed", scale=scale,
+                               previous_scale=self._last_scale)
+            self._last_scale = scale
+        self.steps_done = self.step + 1
+
+    def _scale_tensor(self) -> Optional[torch.Tensor]:
+        s = self.scaler
+        if s is None or not getattr(s, "_enabled", False):
+            return None
+        t = getattr(s, "_scale", None)
+        return t if isinstance(t, torch.Tensor) else None
+
+    def _read_loss_and_scale(self):
+        """One host read per iteration: the mean loss of its micro-batches, and the loss scale."""
+        loss = scale = None
+        scale_t = self._scale_tensor()
+        if self._loss_sum is not None:
+            mean = self._loss_sum.detach().float().reshape(()) / max(self._loss_n, 1)
+            if scale_t is not None and scale_t.device == mean.device:
+                both = torch.stack([mean, scale_t.detach().float().reshape(())]).tolist()
+                loss, scale = both
+                scale_t = None
+            else:
+                loss = mean.item()
+        if scale_t is not None:
+            scale = float(scale_t)
+        self._loss_sum = None
+        self._loss_n = 0
+        return loss, scale
+
+    # ------------------------------------------------------------------------------------------
+    # loss, backward, optimizer step (called from the patched functions)
+    def on_loss_value(self, loss: torch.Tensor) -> torch.Tensor:
+        """A ``torch.nn.functional`` loss returned ``loss`` (a scalar) after a training forward."""
+        self._awaiting_loss = False
+        if "loss" in self.needs and self._open:
+            for f in self.faults:
+                loss = f.on_loss(self, loss)
+        self._record_loss(loss.detach())
+        self._loss_seen_micro = True
+        return loss
+
+    def on_backward(self, root: torch.Tensor) -> None:
+        """``backward()`` of a scalar: the loss, when no functional loss was seen this micro-batch
+        (divided by an attached GradScaler's scale, which ``scaler.scale(loss)`` multiplied in)."""
+        if not self._open or self._loss_seen_micro:
+            return
+        self._loss_seen_micro = True
+        value = root.detach()
+        scale_t = self._scale_tensor()
+        if scale_t is not None and scale_t.device == value.device:
+            value = value / scale_t
+        self._record_loss(value)
+
+    def _record_loss(self, value: torch.Tensor) -> None:
+        value = value.float().reshape(())
+        self._loss_sum = value.clone() if self._loss_sum is None else self._loss_sum + value
+        self._loss_n += 1
+
+    def before_optimizer_step(self, opt):
+        """Returns the lrs to restore after the step (lr faults), or None."""
+        if not self._open or not any(o is opt for o in self.optimizers):
+            return None
+        restore = None
+        if "lr" in self.needs:
+            factor = 1.0
+            for f in self.faults:
+                factor *= f.lr_factor(self)
+            if factor != 1.0:
+                restore = [g["lr"] for g in opt.param_groups]
+                for g in opt.param_groups:
+                    g["lr"] = g["lr"] * factor
+        self._lr_used = float(opt.param_groups[0].get("lr", 0.0)) if opt.param_groups else None
+        return restore
+
+    @staticmethod
+    def after_optimizer_step(opt, restore) -> None:
+        if restore is not None:
+            for g, lr in zip(opt.param_groups, restore):
+                g["lr"] = lr
+
+    # ------------------------------------------------------------------------------------------
+    # DDP buckets (from collectives.wrap_comm_hook)
+    def on_bucket(self, bucket_index: int, buffer: torch.Tensor) -> None:
+        first = self._bucket_in_iter
+        self._bucket_in_iter += 1
+        if "bucket" in self.needs and self._open:
+            for f in self.faults:
+                f.on_bucket(self, first, buffer)
+
+    # ------------------------------------------------------------------------------------------
+    # the job's own calls
+    def probe(self, name: str, tensor):
+        if name not in self._probes:
+            self._probes.add(name)
+            self.log.write("probe", name=name, step=self.step)
+        if "activation" in self.needs and self._open and torch.is_grad_enabled():
+            for f in self.faults:
+                if "activation" in f.needs:
+                    tensor = f.on_activation(self, name, tensor)
+        return tensor
+
+    def report_detection(self, detector: str, layer=None, cause=None, step=None) -> None:
+        st = self.step if step is None else int(step)
+        self.log.write("detect", detector=str(detector), step=st, layer=layer or "",
+                       cause=cause or "", source="stack")
+
+    def report_decision(self, action: str, step=None) -> None:
+        st = self.step if step is None else int(step)
+        self.log.write("decision", step=st, action=str(action), source="stack")
+        if action == "abort":
+            self.log.write("abort", step=st, reason="the job's stack decided to abort", cause="",
+                           source="stack")
+
+    # ------------------------------------------------------------------------------------------
+    # the end
+    def on_exception(self, exc_type, exc, tb) -> None:
+        self.exit_code = 1
+        msg = f"{exc_type.__name__}: {exc}"[:2000]
+        self.log.write("exception", type=exc_type.__name__, message=msg, step=self.step)
+        self.log.write("detect", detector="observed:exception", step=max(self.step, 0), layer="",
+                       cause="", source="observed", message=msg)
+
+    def finish(self) -> None:
+        """atexit: the last iteration's step_end, and on a clean exit the digests (``final``)."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            if self._open and self.exit_code == 0:
+                self._end_iteration()
+            if self.attached and self.exit_code == 0:
+                self._write_final()
+        finally:
+            self.log.write("exit", code=self.exit_code, vm_hwm_kib=_vm_hwm_kib())
+            self.log.close()
+            self._release_ddp()
+
+    def _release_ddp(self) -> None:
+        """Frees DDP's reducer (and the agent's comm hook in it) while the interpreter is whole.
+        Debian's torch 1.13 aborts ("terminate called without an active exception") in ~1 of 8
+        exits when a DDP model with a Python comm hook is destroyed during interpreter shutdown;
+        the job's atexit handlers have all run by now (the agent's handler is the first
+        registered, so it runs last)."""
+        ddp = self.ddp
+        self.ddp = None
+        if ddp is None:
+            return
+        for attr in ("logger", "reducer"):
+            try:
+                delattr(ddp, attr)
+            except AttributeError:
+                pass
+        gc.collect()
+
+    def _write_final(self) -> None:
+        with torch.no_grad():
+            params_finite = all(bool(torch.isfinite(p).all()) for p in self._params)
+        optim = []
+        for opt in self.optimizers:
+            state = opt.state_dict().get("state", {})
+            for key in sorted(state):
+                for name in sorted(state[key]):
+                    optim.append(name)
+                    optim.append(state[key][name])
+        fields = dict(steps_completed=self.steps_done, eval_loss=self.last_loss,
+                      initial_eval_loss=self.first_loss, params_hash=_digest(self._params),
+                      optim_hash=_digest(optim), params_finite=params_finite)
+        scale_t = self._scale_tensor()
+        if scale_t is not None:
+            fields["loss_scale"] = float(scale_t)
+        self.log.write("final", **fields)

@@ -1,0 +1,162 @@
+"""The flight recorder: collectives the job makes, logged as ``coll_enter``/``coll_leave``.
+
+Two sources, numbered by one per-rank sequence in call order (DESIGN.md "Process model": a hang
+is attributed by comparing which ranks entered collective #k, as PyTorch's flight recorder does):
+
+* DDP's gradient buckets, through a communication hook (``DistributedDataParallel.register_comm_hook``).
+  DDP accepts one hook per model, so the agent wraps whatever the job registers (its own Python
+  hook or a built-in one) and otherwise registers DDP's default all-reduce
+  (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``) wrapped, at the
+  model's first training forward. The wrapper applies ``comm`` and ``hang`` faults to the bucket,
+  then logs enter, and leave when the bucket's future completes. DDP's reducer calls the C++
+  process group directly, so this hook is the only place its collectives can be seen.
+* The job's own ``torch.distributed`` calls (``all_reduce``, ``broadcast``, ``barrier``, ...):
+  the module functions are wrapped at bootstrap, before the job imports them. Calls nested inside
+  another wrapped call are not logged twice. An ``async_op=True`` call leaves when its Work's
+  future completes (or at once, status ``async``, where the backend has no futures).
+
+On NCCL a collective "leaves" when it is enqueued on the stream, not when it completes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+COLLECTIVE_NAMES = (
+    "all_reduce", "broadcast", "barrier", "monitored_barrier", "all_gather", "all_gather_object",
+    "all_gather_into_tensor", "_all_gather_base", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single", "gather",
+    "scatter", "broadcast_object_list", "gather_object", "scatter_object_list",
+)
+
+
+def _bucket_buffer(bucket) -> torch.Tensor:
+    return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+
+
+def _wrap_hook(agent, inner):
+    def nanchaos_comm_hook(state, bucket):
+        buf = _bucket_buffer(bucket)
+        agent.on_bucket(bucket.index(), buf)
+        seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
+                               dtype=str(buf.dtype).replace("torch.", ""), bucket=bucket.index())
+        depth = agent._coll_depth
+        depth.n = getattr(depth, "n", 0) + 1  # the inner hook's own dist calls are this one
+        try:
+            fut = inner(state, bucket)
+        except BaseException:
+            agent.coll_leave(seq, "grad_allreduce", "error")
+            raise
+        finally:
+            depth.n -= 1
+
+        def done(f):
+            try:
+                value = f.value()
+            except BaseException:
+                agent.coll_leave(seq, "grad_allreduce", "error")
+                raise
+            agent.coll_leave(seq, "grad_allreduce")
+            return value
+
+        return fut.then(done)
+
+    return nanchaos_comm_hook
+
+
+def patch_ddp(agent) -> None:
+    """Wraps DDP's constructor (the model) and its comm-hook registration (one hook per model)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    orig_init = DDP.__init__
+    orig_register = DDP.register_comm_hook
+    orig_builtin = getattr(DDP, "_register_builtin_comm_hook", None)
+
+    @functools.wraps(orig_init)
+    def __init__(self, *a, **k):
+        orig_init(self, *a, **k)
+        self._nanchaos_hooked = False
+        agent.on_ddp(self)
+
+    @functools.wraps(orig_register)
+    def register_comm_hook(self, state, hook):
+        self._nanchaos_hooked = True
+        return orig_register(self, state, _wrap_hook(agent, hook))
+
+    DDP.__init__ = __init__
+    DDP.register_comm_hook = register_comm_hook
+    if orig_builtin is not None:
+        @functools.wraps(orig_builtin)
+        def _register_builtin_comm_hook(self, comm_hook_type):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            python_twin = {
+                "ALLREDUCE": default_hooks.allreduce_hook,
+                "FP16_COMPRESS": default_hooks.fp16_compress_hook,
+            }.get(getattr(comm_hook_type, "name", str(comm_hook_type)))
+            if python_twin is None:
+                return orig_builtin(self, comm_hook_type)  # unknown: the agent cannot see inside
+            return register_comm_hook(self, self.process_group, python_twin)
+
+        DDP._register_builtin_comm_hook = _register_builtin_comm_hook
+
+
+def ensure_comm_hook(agent, ddp) -> None:
+    """At attach: the job registered no hook, so register DDP's default all-reduce, wrapped."""
+    if getattr(ddp, "_nanchaos_hooked", False):
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp.register_comm_hook(ddp.process_group, default_hooks.allreduce_hook)
+
+
+def _describe(args, kwargs) -> tuple:
+    t = args[0] if args else kwargs.get("tensor")
+    if isinstance(t, torch.Tensor):
+        return t.numel(), str(t.dtype).replace("torch.", "")
+    if isinstance(t, (list, tuple)) and t and isinstance(t[0], torch.Tensor):
+        return sum(x.numel() for x in t), str(t[0].dtype).replace("torch.", "")
+    return 0, ""
+
+
+def patch_distributed(agent) -> None:
+    """Wraps the job-facing ``torch.distributed`` collectives (see the module docstring)."""
+    depth = agent._coll_depth
+
+    def wrap(name, orig):
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            if getattr(depth, "n", 0) > 0:
+                return orig(*args, **kwargs)
+            count, dtype = _describe(args, kwargs)
+            seq = agent.coll_enter(name, count=count, dtype=dtype)
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                work = orig(*args, **kwargs)
+            except BaseException:
+                agent.coll_leave(seq, name, "error")
+                raise
+            finally:
+                depth.n -= 1
+            if kwargs.get("async_op") and work is not None:
+                try:
+                    work.get_future().then(lambda f: agent.coll_leave(seq, name))
+                except Exception:  # a backend without futures: leave when enqueued
+                    agent.coll_leave(seq, name, "async")
+            else:
+                agent.coll_leave(seq, name)
+            return work
+
+        wrapper._nanchaos_wrapped = True
+        return wrapper
+
+    for name in COLLECTIVE_NAMES:
+        orig = getattr(dist, name, None)
+        if orig is None or getattr(orig, "_nanchaos_wrapped", False):
+            continue
+        setattr(dist, name, wrap(name, orig))
+

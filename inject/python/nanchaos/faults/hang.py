@@ -1,0 +1,53 @@
+"""Fault kind ``hang``: the rank stops making progress (twin of inject/hang.cpp).
+
+``where = "step_start"``: at the iteration's first training forward; ``"before_grad_allreduce"``:
+in DDP's communication hook, before the iteration's first gradient bucket enters its all-reduce
+(the autograd thread stalls, so the job's ``backward()`` stalls with it). ``duration_ms = -1``
+("forever") stalls until the job is torn down: by a peer's process-group timeout, the launcher,
+or the harness at ``[job].timeout_ms``. ``stall = "device"`` needs the built-in NCCL engine and is
+refused.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .base import Fault, register
+
+
+@register("hang")
+class HangFault(Fault):
+    def __init__(self, spec) -> None:
+        super().__init__(spec)
+        self.duration_ms = int(spec.param("duration_ms"))
+        self.at = spec.param("where", "before_grad_allreduce")
+        self.needs = frozenset({"step_start" if self.at == "step_start" else "bucket"})
+
+    def refusal(self, micro_batches):
+        if (self.spec.param("stall") or "host") != "host":
+            return "hang stall = \"device\" needs the built-in NCCL engine (a kernel on its stream)"
+        return None
+
+    def attach_refusal(self, agent):
+        if self.at == "before_grad_allreduce" and agent.ddp is None:
+            return ("hang where = \"before_grad_allreduce\": the agent reaches the gradient "
+                    "all-reduce through DDP's communication hook, and this job has no "
+                    "DistributedDataParallel model (use where = \"step_start\")")
+        return None
+
+    def _stall(self, ctx, where):
+        if not self.armed(ctx):
+            return
+        ctx.fired(self.index, where,
+                  {"duration_ms": "forever" if self.duration_ms < 0 else self.duration_ms})
+        until = time.monotonic() + self.duration_ms / 1000.0
+        while self.duration_ms < 0 or time.monotonic() < until:
+            time.sleep(0.005)
+
+    def on_step_start(self, ctx):
+        if self.at == "step_start":
+            self._stall(ctx, "step_start")
+
+    def on_bucket(self, ctx, bucket_index, buffer):
+        if self.at != "step_start" and bucket_index == 0:
+            self._stall(ctx, "before_grad_allreduce")

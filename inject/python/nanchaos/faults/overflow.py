@@ -1,0 +1,38 @@
+"""Fault kind ``overflow``: an fp16 overflow point. Multiplies a module's output by ``factor``
+(default 1e5) in the output's own dtype, so under fp16/bf16 autocast the values really leave the
+half range (±inf), as in inject/overflow.cpp."""
+
+from __future__ import annotations
+
+from .base import Fault, first_tensor, match_target, parse_target, register, replace_first
+
+
+@register("overflow")
+class OverflowFault(Fault):
+    needs = frozenset({"activation"})
+
+    def __init__(self, spec) -> None:
+        super().__init__(spec)
+        self.where, self.pattern = parse_target(spec)
+        self.factor = float(spec.param("factor", 1e5))
+        self._done = set()
+
+    def refusal(self, micro_batches: int):
+        if self.where != "activation":
+            return "overflow: target must be activation:MODULE"
+        return None
+
+    def on_activation(self, ctx, name, out):
+        if not match_target(self.pattern, name):
+            return out
+        t = first_tensor(out)
+        if t is None or not t.is_floating_point() or not self.armed(ctx):
+            return out
+        if (ctx.step, name) in self._done:
+            return out
+        self._done.add((ctx.step, name))
+        scaled = t * self.factor
+        ctx.fired(self.index, "activation:" + name,
+                  {"factor": self.factor, "max_abs_before": float(t.detach().abs().max()),
+                   "dtype": str(t.dtype).replace("torch.", "")})
+        return replace_first(out, scaled)

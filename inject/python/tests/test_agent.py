@@ -1,0 +1,400 @@
+"""The Python agent on real jobs: each test runs a small training script as real processes (gloo
+process groups on CPU where collectives matter) with the environment ``nanchaos exec-rank`` sets,
+and asserts on the events the agent wrote (the same evidence the judge reads)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ranks import AGENT_DIR, run_ranks
+
+HEADER = textwrap.dedent('''
+    import os, sys, torch, torch.nn as nn, torch.nn.functional as F
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import nanchaos
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 16))
+            self.head = nn.Linear(16, 4)
+        def forward(self, x):
+            return self.head(self.layers(x))
+    STEPS = int(os.environ.get("STEPS", "6"))
+''')
+
+DDP_LOOP = HEADER + textwrap.dedent('''
+    dist.init_process_group("gloo")
+    model = DDP(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(STEPS):
+        x = torch.randn(16, 8, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
+''')
+
+SOLO_LOOP = HEADER + textwrap.dedent('''
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for step in range(STEPS):
+        x = torch.randn(16, 8, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+''')
+
+
+def plan(steps=6, faults=(), micro_batches=1, **kw):
+    p = {"version": 1, "scenario": "t", "seed": 0, "steps": steps, "micro_batches": micro_batches,
+         "faults": [], **kw}
+    for i, f in enumerate(faults):
+        spec = {"index": i, "ranks": [0], "repeat": 1, "probability": 1.0, "persistent": False,
+                "params": {}, "given": []}
+        spec.update(f)
+        spec["given"] = spec["given"] or list(spec["params"])
+        p["faults"].append(spec)
+    return p
+
+
+def steps_of(job, rank):
+    return [(e["step"], e["action"]) for e in job.of(rank, "step_end")]
+
+
+def injections(job, rank):
+    return job.of(rank, "inject")
+
+
+# --- attach and the step clock -------------------------------------------------------------------
+
+def test_clean_ddp_run_attaches_logs_every_step_and_ends_with_equal_digests(tmp_path):
+    job = run_ranks(tmp_path, DDP_LOOP, plan())
+    assert job.codes == [0, 0], job.outputs
+    for r in range(2):
+        start = job.of(r, "start")[0]
+        assert start["ddp"] is True and start["rank"] == r
+        assert "layers.0" in start["modules"] and "head" in start["modules"]
+        assert "module.head.weight" not in start["parameters"]
+        assert "layers.0.weight" in start["parameters"]
+        assert steps_of(job, r) == [(s, "update") for s in range(6)]
+        assert [e["code"] for e in job.of(r, "exit")] == [0]
+    f0, f1 = job.of(0, "final")[0], job.of(1, "final")[0]
+    assert f0["steps_completed"] == 6 and f0["params_finite"] is True
+    assert f0["params_hash"] == f1["params_hash"] and f0["optim_hash"] == f1["optim_hash"]
+    assert math.isfinite(f0["eval_loss"]) and math.isfinite(f0["initial_eval_loss"])
+    # One bucket all-reduce per step, entered and left, same sequence numbers on both ranks; the
+    # default hook's own dist.all_reduce is not logged twice.
+    for r in range(2):
+        enters = job.of(r, "coll_enter")
+        assert [e["name"] for e in enters] == ["grad_allreduce"] * 6
+        assert [e["seq"] for e in enters] == list(range(6))
+        assert {e["seq"] for e in job.of(r, "coll_leave")} == set(range(6))
+
+
+def test_step_clock_ignores_eval_and_no_grad_forwards_and_counts_micro_batches(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(1)
+        def evaluate():
+            model.eval()
+            with torch.no_grad():
+                for _ in range(3):
+                    model(torch.randn(4, 8, generator=g))
+            model.train()
+        for it in range(5):
+            if it % 2 == 0:
+                evaluate()
+            with torch.no_grad():
+                model(torch.randn(4, 8, generator=g))   # a no_grad forward in train mode
+            for micro in range(4):
+                x = torch.randn(8, 8, generator=g); y = torch.randint(0, 4, (8,), generator=g)
+                (F.cross_entropy(model(x), y) / 4).backward()
+            opt.step(); opt.zero_grad()
+    ''')
+    job = run_ranks(tmp_path, script, plan(steps=5, micro_batches=4), world=1)
+    assert job.codes == [0], job.outputs
+    assert steps_of(job, 0) == [(s, "update") for s in range(5)]
+    assert job.of(0, "start")[0]["ddp"] is False
+    assert job.of(0, "final")[0]["steps_completed"] == 5
+
+
+def test_early_continue_is_observed_as_a_skip_and_reports_are_logged(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(1)
+        for step in range(6):
+            x = torch.randn(16, 8, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            if not torch.isfinite(loss):
+                nanchaos.report_detection("loss_check", cause="loss_math")
+                nanchaos.report_decision("skip_step")
+                continue
+            loss.backward()
+            opt.step()
+    ''')
+    p = plan(faults=[{"kind": "tensor", "step": 2, "params": {"target": "loss", "value": "nan"}}])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    assert steps_of(job, 0) == [(0, "update"), (1, "update"), (2, "skip"), (3, "update"),
+                                (4, "update"), (5, "update")]
+    dets = job.of(0, "detect")
+    assert [(d["detector"], d["step"], d["source"]) for d in dets] == [
+        ("loss_check", 2, "stack"), ("observed:skip", 2, "observed")]
+    assert dets[0]["cause"] == "loss_math"
+    assert [(d["step"], d["action"]) for d in job.of(0, "decision")] == [(2, "skip_step")]
+    assert [i["target"] for i in injections(job, 0)] == ["loss"]
+
+
+def test_two_models_without_attach_fail_loudly_and_attach_resolves_them(tmp_path):
+    two = HEADER + textwrap.dedent('''
+        dist.init_process_group("gloo")
+        a, b = DDP(Net()), DDP(Net())
+        opt = torch.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.1)
+        if os.environ.get("ATTACH"):
+            nanchaos.attach(a, opt)
+        for step in range(2):
+            x = torch.randn(4, 8)
+            (a(x).sum() + b(x).sum()).backward(); opt.step(); opt.zero_grad()
+        dist.destroy_process_group()
+    ''')
+    job = run_ranks(tmp_path, two, plan(steps=2))
+    assert job.codes[0] != 0
+    errors = job.of(0, "attach_error")
+    assert errors and "2 candidates" in errors[0]["reason"] and "nanchaos.attach" in errors[0]["reason"]
+    assert "cannot tell which model" in job.outputs[0]
+    job = run_ranks(tmp_path, two, plan(steps=2), env={"ATTACH": "1"})
+    assert job.codes == [0, 0], job.outputs
+    assert steps_of(job, 0) == [(0, "update"), (1, "update")]
+
+
+def test_uncaught_exception_is_observed_with_its_message(tmp_path):
+    script = SOLO_LOOP + "raise RuntimeError('boom at the end')\n"
+    job = run_ranks(tmp_path, script, plan(), world=1)
+    assert job.codes == [1]
+    exc = job.of(0, "exception")
+    assert exc and exc[0]["message"] == "RuntimeError: boom at the end"
+    assert [d["detector"] for d in job.of(0, "detect")] == ["observed:exception"]
+    assert job.of(0, "final") == []  # an exception is not a clean end
+    assert [e["code"] for e in job.of(0, "exit")] == [1]
+
+
+def test_without_the_harness_every_call_is_a_no_op(tmp_path):
+    script = textwrap.dedent('''
+        import torch, nanchaos
+        t = torch.ones(3)
+        assert nanchaos.probe("x", t) is t
+        nanchaos.report_detection("c", layer="l", cause="data")
+        nanchaos.report_decision("skip_step")
+        nanchaos.attach(torch.nn.Linear(2, 2))
+        assert not nanchaos.active()
+        print("ok")
+    ''')
+    job = run_ranks(tmp_path, script, None, world=1)
+    assert job.codes == [0] and "ok" in job.outputs[0]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".jsonl")]
+
+
+# --- faults -------------------------------------------------------------------------------------
+
+def test_activation_nan_on_one_rank_reaches_every_rank_through_the_all_reduce(tmp_path):
+    script = DDP_LOOP.replace("opt.step()", "opt.step()\n    print('grad-finite', all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()))")
+    p = plan(faults=[{"kind": "tensor", "ranks": [1], "step": 3,
+                      "params": {"target": "activation:layers.0", "value": "nan", "count": 1}}])
+    job = run_ranks(tmp_path, script, p)
+    assert job.codes == [0, 0], job.outputs
+    inj = injections(job, 1)
+    assert [(i["target"], i["step"], i["detail"]["after"]) for i in inj] == [
+        ("activation:layers.0", 3, "nan")]
+    assert injections(job, 0) == []
+    for r in range(2):
+        flags = [l for l in job.outputs[r].splitlines() if l.startswith("grad-finite")]
+        assert flags[3] == "grad-finite False" and flags[2] == "grad-finite True"
+
+
+def test_parameter_gradient_and_bitflip_faults_change_the_named_tensors(tmp_path):
+    script = SOLO_LOOP.replace("opt.step()", "opt.step()\n    print('w', step, model.head.weight.view(-1)[:4].tolist())")
+    p = plan(faults=[
+        {"kind": "tensor", "step": 1, "params": {"target": "parameter:head.bias", "value": 7.0}},
+        {"kind": "tensor", "step": 2, "params": {"target": "gradient:layers.*.weight", "value": "inf"}},
+        {"kind": "bitflip", "step": 3, "params": {"target": "parameter:head.weight", "bit": 30, "count": 1}},
+    ])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    got = [(i["step"], i["target"]) for i in injections(job, 0)]
+    # Gradient hooks fire in backward order: layers.2 before layers.0.
+    assert got == [(1, "parameter:head.bias"), (2, "gradient:layers.2.weight"),
+                   (2, "gradient:layers.0.weight"), (3, "parameter:head.weight")]
+    inj = injections(job, 0)
+    assert inj[0]["detail"]["after"] == "7"
+    assert inj[1]["detail"]["after"] == "inf"
+    before, after = float(inj[3]["detail"]["before"]), float(inj[3]["detail"]["after"])
+    assert abs(after) > 1e30 or abs(after) < 1e-30, (before, after)  # top exponent bit flipped
+    # The SGD step after the inf gradient made layers.0.weight non-finite.
+    assert job.of(0, "final")[0]["params_finite"] is False
+
+
+def test_lr_fault_multiplies_the_jobs_own_schedule_at_the_step_and_restores_it(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        for it in range(5):
+            for group in opt.param_groups:
+                group["lr"] = 0.01 * (it + 1)           # the job's own schedule
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step(); opt.zero_grad()
+            print("lr-after", opt.param_groups[0]["lr"])
+    ''')
+    p = plan(steps=5, faults=[{"kind": "lr", "step": 2, "repeat": 2, "params": {"factor": 1000.0}}])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    lrs = [round(e["lr"], 6) for e in job.of(0, "step_end")]
+    assert lrs == [0.01, 0.02, 30.0, 40.0, 0.05]
+    after = [float(l.split()[1]) for l in job.outputs[0].splitlines() if l.startswith("lr-after")]
+    assert [round(v, 6) for v in after] == [0.01, 0.02, 0.03, 0.04, 0.05]
+    assert [i["step"] for i in injections(job, 0)] == [2, 3]
+
+
+def test_batch_overflow_and_probe_faults(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for it in range(4):
+            x = torch.randn(6, 8)
+            h = model.layers(x)
+            h = nanchaos.probe("mid", h)
+            out = model.head(h) if False else model(x)
+            print("x-finite", bool(torch.isfinite(x).all()))
+            F.mse_loss(out, torch.zeros_like(out)).backward(); opt.step(); opt.zero_grad()
+    ''')
+    p = plan(steps=4, faults=[
+        {"kind": "batch", "step": 1, "params": {"field": "inputs", "value": "nan", "count": 2}},
+        {"kind": "overflow", "step": 2, "params": {"target": "activation:layers.2", "factor": 1e5}},
+        {"kind": "batch", "step": 3, "params": {"field": "inputs", "mode": "constant_column", "column": 3, "value": "nan"}},
+    ])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    got = [(i["step"], i["kind"], i["target"]) for i in injections(job, 0)]
+    assert got == [(1, "batch", "inputs"), (2, "overflow", "activation:layers.2"),
+                   (3, "batch", "inputs")]
+    # The job's own batch tensor is not poisoned: the model got a corrupted copy.
+    assert all(l == "x-finite True" for l in job.outputs[0].splitlines() if l.startswith("x-finite"))
+    assert [e["name"] for e in job.of(0, "probe")] == ["mid"]
+
+
+def test_comm_fault_hits_the_bucket_and_the_jobs_own_comm_hook_still_runs(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        dist.init_process_group("gloo")
+        model = DDP(Net())
+        calls = []
+        def my_hook(state, bucket):
+            calls.append(bucket.index())
+            return default_hooks.allreduce_hook(state, bucket)
+        model.register_comm_hook(None, my_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(4):
+            model(torch.randn(4, 8)).sum().backward()
+            print("grad-finite", all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()))
+            opt.step(); opt.zero_grad()
+        print("hook-calls", len(calls))
+        dist.destroy_process_group()
+    ''')
+    p = plan(steps=4, faults=[{"kind": "comm", "ranks": [0], "step": 2,
+                               "params": {"value": "nan", "count": 1}}])
+    job = run_ranks(tmp_path, script, p)
+    assert job.codes == [0, 0], job.outputs
+    for r in range(2):
+        assert "hook-calls 4" in job.outputs[r]
+        flags = [l for l in job.outputs[r].splitlines() if l.startswith("grad-finite")]
+        assert flags == ["grad-finite True", "grad-finite True", "grad-finite False",
+                         "grad-finite False"]  # NaN params after step 2 keep gradients NaN
+        assert len(job.of(r, "coll_enter")) == 4
+    assert [(i["step"], i["target"]) for i in injections(job, 0)] == [(2, "grad_allreduce")]
+
+
+def test_hang_and_crash_faults(tmp_path):
+    p = plan(faults=[{"kind": "hang", "ranks": [0], "step": 1,
+                      "params": {"duration_ms": 400, "where": "step_start", "stall": "host"}},
+                     {"kind": "crash", "ranks": [0], "step": 3, "params": {"exit_code": 7}}])
+    job = run_ranks(tmp_path, SOLO_LOOP, p, world=1)
+    assert job.codes == [7]
+    inj = injections(job, 0)
+    assert [(i["kind"], i["step"], i["target"]) for i in inj] == [
+        ("hang", 1, "step_start"), ("crash", 3, "process")]
+    begins = {e["step"]: e["t_us"] for e in job.of(0, "step_begin")}
+    hang_t = inj[0]["t_us"]
+    ends = {e["step"]: e["t_us"] for e in job.of(0, "step_end")}
+    assert ends[1] - hang_t >= 400_000
+    assert 3 in begins and 3 not in ends and job.of(0, "exit") == []
+
+
+def test_hang_before_grad_allreduce_stalls_inside_the_bucket_hook(tmp_path):
+    p = plan(steps=3, faults=[{"kind": "hang", "ranks": [1], "step": 1,
+                               "params": {"duration_ms": 300, "where": "before_grad_allreduce",
+                                          "stall": "host"}}])
+    job = run_ranks(tmp_path, DDP_LOOP, p, env={"STEPS": "3"})
+    assert job.codes == [0, 0], job.outputs
+    inj = injections(job, 1)
+    assert [(i["step"], i["target"]) for i in inj] == [(1, "before_grad_allreduce")]
+    # Rank 0 entered bucket #1 and waited for rank 1, which entered >= 300 ms after its injection.
+    e0 = [e for e in job.of(0, "coll_enter") if e["seq"] == 1][0]
+    e1 = [e for e in job.of(1, "coll_enter") if e["seq"] == 1][0]
+    l0 = [e for e in job.of(0, "coll_leave") if e["seq"] == 1][0]
+    assert e1["t_us"] - inj[0]["t_us"] >= 300_000
+    assert l0["t_us"] - e0["t_us"] >= 250_000
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+def test_a_fault_the_agent_cannot_apply_faithfully_is_refused_at_start(tmp_path):
+    p = plan(micro_batches=2, faults=[{"kind": "tensor", "step": 1,
+                                       "params": {"target": "gradient:head.weight", "factor": 10.0}}])
+    job = run_ranks(tmp_path, SOLO_LOOP, p, world=1)
+    assert job.codes == [2]
+    err = job.of(0, "attach_error")
+    assert err and "micro_batches = 2" in err[0]["reason"]
+    assert job.of(0, "step_begin") == []
+
+
+def test_comm_fault_without_ddp_is_refused_at_attach(tmp_path):
+    p = plan(faults=[{"kind": "comm", "step": 1, "params": {"value": "nan", "count": 1}}])
+    job = run_ranks(tmp_path, SOLO_LOOP, p, world=1)
+    assert job.codes == [1]
+    err = job.of(0, "attach_error")
+    assert err and "no DistributedDataParallel model" in err[0]["reason"]
+
+
+def test_an_interpreter_without_torch_is_named(tmp_path):
+    other = None
+    for cand in (shutil.which("python3"), "/usr/local/bin/python3"):
+        if cand and os.path.realpath(cand) != os.path.realpath(sys.executable):
+            probe = subprocess.run([cand, "-c", "import torch"], capture_output=True)
+            if probe.returncode != 0:
+                other = cand
+                break
+    if other is None:
+        pytest.skip("no Python interpreter without torch on this host")
+    events = tmp_path / "rank-0.jsonl"
+    env = dict(os.environ, NANCHAOS_EVENTS=str(events), NANCHAOS_PLAN='{"steps": 1}',
+               PYTHONPATH=AGENT_DIR, RANK="0", WORLD_SIZE="1")
+    env.pop("NANCHAOS_AGENT_PID", None)
+    r = subprocess.run([other, "-c", "print('job ran')"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "job ran" not in r.stdout
+    text = events.read_text()
+    assert '"ev":"agent"' in text and "cannot import torch" in text and "/usr/bin/python3" in text
