@@ -3,54 +3,30 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-#include <unordered_set>
+#include <optional>
+
+#include "inject/rng.h"
 
 namespace nanchaos::inject {
-namespace {
-uint64_t mix(uint64_t h, uint64_t v) {
-  // splitmix64 step: a well-known, high-quality 64-bit mixer.
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h += 0x9e3779b97f4a7c15ull;
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-}  // namespace
 
+// Both draws come from the portable generator (rng.h), so the Python agent makes the same ones.
 bool Injector::armed(const FaultContext& ctx) const {
   if (!spec_.in_window(ctx.step)) return false;
   if (!spec_.ranks.contains(ctx.rank)) return false;
   if (ctx.reexecution && !spec_.persistent) return false;
-  if (spec_.probability >= 1.0) return true;
-  std::mt19937_64 rng(mix(mix(mix(ctx.seed, 0xfa17 + spec_.index), ctx.step), ctx.rank));
-  return std::uniform_real_distribution<double>(0.0, 1.0)(rng) < spec_.probability;
+  return fires(ctx.seed, spec_.index, ctx.step, ctx.rank, spec_.probability);
 }
 
 std::vector<int64_t> Injector::pick_elements(int64_t numel, const FaultContext& ctx) const {
-  if (numel <= 0) return {};
-  int64_t want = 1;
+  std::optional<int64_t> count;
+  std::optional<double> fraction;
   if (spec_.params.given("fraction")) {
-    want = std::max<int64_t>(1, int64_t(spec_.params.get_float("fraction") * double(numel) + 0.5));
+    fraction = spec_.params.get_float("fraction");
   } else if (spec_.params.has("count")) {
-    want = spec_.params.get_int("count");
+    count = spec_.params.get_int("count");
   }
-  want = std::min(want, numel);
-  std::vector<int64_t> idx;
-  if (want == numel) {
-    idx.resize(numel);
-    for (int64_t i = 0; i < numel; ++i) idx[i] = i;
-    return idx;
-  }
-  std::mt19937_64 rng(mix(mix(ctx.seed, 0xe1e + spec_.index), ctx.step));
-  std::uniform_int_distribution<int64_t> dist(0, numel - 1);
-  std::unordered_set<int64_t> seen;
-  while (int64_t(idx.size()) < want) {
-    int64_t i = dist(rng);
-    if (seen.insert(i).second) idx.push_back(i);
-  }
-  std::sort(idx.begin(), idx.end());
-  return idx;
+  return inject::pick_elements(ctx.seed, spec_.index, ctx.step, numel,
+                               element_count(numel, count, fraction));
 }
 
 bool match_target(const std::string& pattern, const std::string& name) {
