@@ -156,6 +156,8 @@ std::string type_name(KeyType type) {
       return "\"all\", integer or array of integers";
     case KeyType::kIntOrIntArray:
       return "integer or array of integers";
+    case KeyType::kStringTable:
+      return "table of strings";
   }
   return "value";
 }

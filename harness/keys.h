@@ -40,6 +40,7 @@ enum class KeyType {
   kIntOrForever,    ///< integer >= min, or "forever" (stored as -1)
   kRankSet,         ///< integer, array of integers, or "all" (stored as RankSet)
   kIntOrIntArray,   ///< integer or array of integers (expect.rank)
+  kStringTable,     ///< table of strings (job.env), stored as "NAME=VALUE" strings in file order
 };
 
 /// A set of ranks; `all` means every rank of the job.

@@ -47,6 +47,7 @@ void table(std::ostringstream& out, const std::vector<KeySpec>& keys) {
   for (const auto& k : keys) {
     std::string def =
         k.required ? "required" : (k.default_value ? value_text(*k.default_value) : "-");
+    if (k.type == KeyType::kStringTable && k.default_value) def = "{}";
     std::string expected = describe_expected(k);
     for (auto* s : {&def, &expected}) {
       for (size_t p = 0; (p = s->find('|', p)) != std::string::npos; p += 2)

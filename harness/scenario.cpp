@@ -134,6 +134,18 @@ std::vector<std::string> names_of(const Map& m) {
   return out;
 }
 
+/// Why a key of the built-in job or stack is refused for an external job.
+std::string external_refusal() {
+  return "not accepted for workload = \"external\": the job brings its own model and stack";
+}
+
+/// Fault kinds the Python agent applies to an external job (inject/python/nanchaos).
+const std::set<std::string>& external_fault_kinds() {
+  static const std::set<std::string> kinds = {"batch", "bitflip", "comm",     "crash",
+                                              "hang",  "lr",      "overflow", "tensor"};
+  return kinds;
+}
+
 class Loader {
  public:
   explicit Loader(std::string file) : file_(std::move(file)) {}
@@ -168,6 +180,11 @@ class Loader {
   void load_detectors(const toml::table& root, Scenario& s) const;
   void load_recovery(const toml::table& root, Scenario& s) const;
   void load_expect(const toml::table& root, Scenario& s) const;
+  /// External jobs: the first key of `t` (in file order) not in `allowed` is an error.
+  void refuse_for_external(const toml::table* t, const std::string& label,
+                           const std::set<std::string>& allowed) const;
+  /// External jobs: a fault kind or option the agent cannot apply is an error.
+  void check_external_fault(const FaultSpec& f, const Params& all, const FaultKindInfo& info) const;
 
   std::string file_;
 };
@@ -368,6 +385,25 @@ Value Loader::parse_value(const KeySpec& spec, const toml::node& node,
       if (node.is_integer()) return int_of(node);
       return ints_of(node);
     }
+    case KeyType::kStringTable: {
+      const auto* t = node.as_table();
+      if (t == nullptr) type_error(node);
+      std::vector<std::string> out;
+      static const std::regex name_re("[A-Za-z_][A-Za-z0-9_]*");
+      for (const auto& [k, n] : in_file_order(*t)) {
+        const std::string name(k->str());
+        if (!std::regex_match(name, name_re)) {
+          scenario_error(at(*k),
+                         path + ": " + quote(name) +
+                             " is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        }
+        if (!n->is_string()) {
+          scenario_error(at(*n), path + "." + name + ": expected string, got " + toml_type(*n));
+        }
+        out.push_back(name + "=" + n->as_string()->get());
+      }
+      return out;
+    }
   }
   throw std::logic_error("scenario loader: unhandled key type");
 }
@@ -448,9 +484,10 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "job", true);
   Params p = check_table(*t, job_keys(), "[job]", at(*t));
   JobConfig& j = s.job;
-  j.workload = pick<WorkloadKind>(
-      p.get_string("workload"),
-      {{"mlp", WorkloadKind::kMlp}, {"transformer", WorkloadKind::kTransformer}});
+  j.workload =
+      pick<WorkloadKind>(p.get_string("workload"), {{"mlp", WorkloadKind::kMlp},
+                                                    {"transformer", WorkloadKind::kTransformer},
+                                                    {"external", WorkloadKind::kExternal}});
   j.steps = p.get_int("steps");
   j.ranks = p.get_int("ranks");
   j.device = pick<Device>(p.get_string("device"), {{"cpu", Device::kCpu}, {"cuda", Device::kCuda}});
@@ -472,10 +509,51 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.grad_allreduce_dtype = dtype_of(p.get_string("grad_allreduce_dtype"));
   j.grad_predivide = p.get_bool("grad_predivide");
   j.timeout_ms = p.get_int("timeout_ms");
+
+  // External jobs: the command and its environment; the built-in stack's keys are refused.
+  static const std::set<std::string> external_only = {"command", "env", "micro_batches",
+                                                      "attach_timeout_ms"};
+  static const std::set<std::string> builtin_only = {"backend", "precision", "grad_allreduce_dtype",
+                                                     "grad_predivide"};
+  for (const auto& [k, n] : in_file_order(*t)) {
+    const std::string name(k->str());
+    if (!j.external() && external_only.count(name)) {
+      scenario_error(at(*n), "[job]." + name + ": only for workload = \"external\" (workload is " +
+                                 quote(p.get_string("workload")) + ")");
+    }
+    if (j.external() && builtin_only.count(name)) {
+      scenario_error(at(*n), "[job]." + name + ": " + external_refusal());
+    }
+  }
+  if (!j.external()) return;
+  if (!p.has("command")) {
+    scenario_error(at(*t),
+                   "[job]: missing required key \"command\" for workload = \"external\" "
+                   "(array of strings: the program and its arguments, run once per rank)");
+  }
+  j.command = p.get_strings("command");
+  if (j.command.empty()) {
+    scenario_error(p.pos("command"),
+                   "[job].command: expected a non-empty array of strings (the program and its "
+                   "arguments), got an empty array");
+  }
+  if (j.command[0].empty()) {
+    scenario_error(p.pos("command"), "[job].command[0]: the program name is empty");
+  }
+  for (const auto& kv : p.get_strings("env")) {
+    const auto eq = kv.find('=');
+    j.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  j.micro_batches = p.get_int("micro_batches");
+  j.attach_timeout_ms = p.get_int("attach_timeout_ms");
 }
 
 void Loader::load_workload(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "workload", false);
+  if (s.job.external()) {
+    refuse_for_external(t, "[workload]", {});
+    return;
+  }
   const toml::table empty;
   Params p = check_table(t ? *t : empty, workload_keys(), "[workload]", t ? at(*t) : nowhere());
   WorkloadConfig& w = s.workload;
@@ -578,6 +656,7 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
              ")";
     };
     Params all = check_table(*t, specs, label, f.pos, other_kinds);
+    if (s.job.external()) check_external_fault(f, all, info);
 
     f.ranks = all.get_ranks("ranks");
     f.step = all.get_int("step");
@@ -605,6 +684,7 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
 
 void Loader::load_detectors(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "detectors", false);
+  if (s.job.external()) refuse_for_external(t, "[detectors]", {"collective_timeout_ms"});
   const toml::table empty;
   const auto& registered = detectors();
   const std::vector<std::string> detector_names = names_of(registered);
@@ -663,10 +743,16 @@ void Loader::load_detectors(const toml::table& root, Scenario& s) const {
   if (p.has("spike_window")) d.spike_window = p.get_int("spike_window");
   if (p.has("spike_zscore")) d.spike_zscore = p.get_float("spike_zscore");
   d.params = std::move(p);
+  // The job's own stack detects; nothing of the built-in one runs.
+  if (s.job.external()) d.enabled.clear();
 }
 
 void Loader::load_recovery(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "recovery", false);
+  if (s.job.external()) {
+    refuse_for_external(t, "[recovery]", {});
+    return;
+  }
   const toml::table empty;
   Params p = check_table(t ? *t : empty, recovery_keys(), "[recovery]", t ? at(*t) : nowhere());
   RecoveryConfig& r = s.recovery;
@@ -707,7 +793,8 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("first_detector")) {
     const std::string& name = p.get_string("first_detector");
     std::vector<std::string> names = names_of(detectors());
-    if (detectors().count(name) == 0) {
+    // An external job's stack names its own detectors (report_detection, observed:*).
+    if (!s.job.external() && detectors().count(name) == 0) {
       scenario_error(p.pos("first_detector"), "[expect].first_detector: " + quote(name) +
                                                   " is not a detector" +
                                                   suggestion(name, names, "detectors"));
@@ -733,6 +820,50 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("fault_outcome")) x.fault_outcome = p.get_string("fault_outcome");
   x.max_false_positives = p.get_int("max_false_positives");
   x.params = std::move(p);
+}
+
+void Loader::refuse_for_external(const toml::table* t, const std::string& label,
+                                 const std::set<std::string>& allowed) const {
+  if (t == nullptr) return;
+  for (const auto& [k, n] : in_file_order(*t)) {
+    const std::string name(k->str());
+    if (allowed.count(name)) continue;
+    std::string why = external_refusal();
+    if (!allowed.empty()) why += " (only " + join({allowed.begin(), allowed.end()}) + " applies)";
+    scenario_error(at(*k), label + "." + name + ": " + why);
+  }
+}
+
+void Loader::check_external_fault(const FaultSpec& f, const Params& all,
+                                  const FaultKindInfo& info) const {
+  const std::string label = fault_label(f);
+  if (!external_fault_kinds().count(f.kind) || !info.not_implemented.empty()) {
+    scenario_error(all.pos("kind"),
+                   label + " kind " + quote(f.kind) +
+                       " is not implemented for workload = \"external\"; the agent applies: " +
+                       join({external_fault_kinds().begin(), external_fault_kinds().end()}));
+  }
+  if (all.has("mode") && all.get_string("mode") == "empty_mask") {
+    scenario_error(all.pos("mode"), label +
+                                        ": mode = \"empty_mask\" is not available for workload = "
+                                        "\"external\" (it needs the built-in transformer's "
+                                        "token mask)");
+  }
+  if (all.has("stall") && all.get_string("stall") == "device") {
+    scenario_error(all.pos("stall"), label +
+                                         ".stall: \"device\" is not available for workload = "
+                                         "\"external\" (a CUDA stall of the built-in stack's "
+                                         "gradient all-reduce); use \"host\"");
+  }
+  for (const auto& [key, value] : all.values()) {
+    const auto* str = std::get_if<std::string>(&value);
+    if (str && str->rfind("optimizer:", 0) == 0) {
+      scenario_error(all.pos(key), label + "." + key + ": " + quote(*str) +
+                                       ": optimizer-state targets are not available for "
+                                       "workload = \"external\" (the agent cannot apply them "
+                                       "faithfully)");
+    }
+  }
 }
 
 Scenario Loader::load(const std::string& text) {

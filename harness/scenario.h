@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/keys.h"
@@ -35,7 +36,9 @@ enum class Optimizer { kSgd, kAdam, kAdamW };
 enum class Schedule { kConstant, kCosine };
 enum class Norm { kNone, kBatchNorm, kLayerNorm };
 enum class LossKind { kCrossEntropy, kNaiveLogSoftmax, kMse, kMaskedMse };
-enum class WorkloadKind { kMlp, kTransformer };
+/// kExternal: the user's own training command with the Python agent inside (SCENARIO_FORMAT.md
+/// "External jobs"); the job brings its own model and stack.
+enum class WorkloadKind { kMlp, kTransformer, kExternal };
 
 const char* to_string(DType d);
 
@@ -49,6 +52,12 @@ struct JobConfig {
   DType grad_allreduce_dtype = DType::kFp32;
   bool grad_predivide = false;
   int64_t timeout_ms = 120000;  ///< whole-job wall-clock limit (ms)
+  // External jobs only (workload = "external"):
+  std::vector<std::string> command;                      ///< argv, run once per rank
+  std::vector<std::pair<std::string, std::string>> env;  ///< added to every rank, file order
+  int64_t micro_batches = 1;                             ///< root forwards per iteration
+  int64_t attach_timeout_ms = 30000;  ///< launch -> `agent` event deadline, else the job is killed
+  bool external() const { return workload == WorkloadKind::kExternal; }
 };
 
 struct WorkloadConfig {

@@ -111,9 +111,10 @@ const std::vector<KeySpec>& scenario_keys() {
 
 const std::vector<KeySpec>& job_keys() {
   static const std::vector<KeySpec> keys = {
-      Key("workload", K::kString, "mlp, or transformer (a small GPT-style decoder)")
+      Key("workload", K::kString,
+          "mlp, transformer (a small GPT-style decoder), or external (your own training command)")
           .required()
-          .choices({"mlp", "transformer"}),
+          .choices({"mlp", "transformer", "external"}),
       Key("steps", K::kInt, "optimizer steps per rank").required().min(1),
       Key("ranks", K::kInt, "world size (data-parallel replicas)").def(2).min(1),
       Key("device", K::kString, "where tensors live; cuda gives one GPU per rank")
@@ -137,6 +138,20 @@ const std::vector<KeySpec>& job_keys() {
       Key("timeout_ms", K::kInt,
           "hard wall-clock limit for the whole job; past it the outcome is hung")
           .def(120000)
+          .min(1),
+      Key("command", K::kStringArray,
+          "external: the program and its arguments, run once per rank (required when external); "
+          "a relative program is taken from the scenario file's folder, the working directory"),
+      Key("env", K::kStringTable, "external: added to every rank's environment")
+          .def(Value(std::vector<std::string>{})),
+      Key("micro_batches", K::kInt,
+          "external: training-mode root forwards per iteration (gradient accumulation)")
+          .def(1)
+          .min(1),
+      Key("attach_timeout_ms", K::kInt,
+          "external: how long a launched rank may run before the nanchaos agent reports itself "
+          "loaded; past it the job is killed with the reason")
+          .def(30000)
           .min(1),
   };
   return keys;

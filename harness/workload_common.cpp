@@ -30,6 +30,8 @@ std::unique_ptr<Workload> make_workload(const Scenario& s) {
       return make_mlp(s);
     case WorkloadKind::kTransformer:
       return make_transformer(s);
+    case WorkloadKind::kExternal:
+      throw std::logic_error("an external job brings its own model (no built-in workload)");
   }
   throw std::logic_error("unknown workload");
 }

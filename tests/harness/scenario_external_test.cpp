@@ -1,0 +1,150 @@
+// External jobs in the scenario loader (SCENARIO_FORMAT.md "External jobs"): the keys, their
+// defaults, and word-for-word refusals of what only the built-in job and stack have.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/scenario.h"
+
+namespace nanchaos::harness {
+namespace {
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    load_scenario_string(text, "x.toml");
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// An external [scenario] + [job] head; `job` continues [job] on line 6, `rest` follows it.
+std::string External(const std::string& job, const std::string& rest = "") {
+  return "[scenario]\n"               // 1
+         "name = \"ext\"\n"           // 2
+         "[job]\n"                    // 3
+         "workload = \"external\"\n"  // 4
+         "steps = 30\n"               // 5
+         + job + rest;
+}
+
+const char* kCommand = "command = [\"python3\", \"train.py\"]\n";
+
+TEST(ScenarioExternal, AcceptsTheDocumentedKeysWithDefaults) {
+  Scenario s = load_scenario_string(External(kCommand), "x.toml");
+  EXPECT_TRUE(s.job.external());
+  EXPECT_EQ(s.job.command, (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_TRUE(s.job.env.empty());
+  EXPECT_EQ(s.job.micro_batches, 1);
+  EXPECT_EQ(s.job.attach_timeout_ms, 30000);
+  EXPECT_TRUE(s.detectors.enabled.empty());  // the job's own stack detects
+  EXPECT_TRUE(unimplemented_features(s).empty());
+}
+
+TEST(ScenarioExternal, ReadsEnvMicroBatchesAttachTimeoutAndCollectiveTimeout) {
+  Scenario s = load_scenario_string(
+      External(std::string(kCommand) +
+                   "env = { OMP_NUM_THREADS = \"1\", B = \"x=y\" }\nmicro_batches = 4\n"
+                   "attach_timeout_ms = 2000\ndevice = \"cuda\"\n",
+               "[detectors]\ncollective_timeout_ms = 3000\n"
+               "[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 3\nduration_ms = \"forever\"\n"
+               "[expect]\nfirst_detector = \"observed:exception\"\n"),
+      "x.toml");
+  EXPECT_EQ(s.job.env, (std::vector<std::pair<std::string, std::string>>{{"OMP_NUM_THREADS", "1"},
+                                                                         {"B", "x=y"}}));
+  EXPECT_EQ(s.job.micro_batches, 4);
+  EXPECT_EQ(s.job.attach_timeout_ms, 2000);
+  EXPECT_EQ(s.job.device, Device::kCuda);
+  EXPECT_EQ(s.detectors.collective_timeout_ms, 3000);
+  EXPECT_EQ(*s.expect.first_detector, "observed:exception");
+}
+
+TEST(ScenarioExternal, CommandIsRequiredAndNonEmpty) {
+  EXPECT_EQ(ErrorOf(External("")),
+            "x.toml:3:1: error: [job]: missing required key \"command\" for workload = "
+            "\"external\" (array of strings: the program and its arguments, run once per rank)");
+  EXPECT_EQ(ErrorOf(External("command = []\n")),
+            "x.toml:6:11: error: [job].command: expected a non-empty array of strings (the "
+            "program and its arguments), got an empty array");
+  EXPECT_EQ(ErrorOf(External("command = [\"python3\", 3]\n")),
+            "x.toml:6:23: error: [job].command[1]: expected string, got integer");
+}
+
+TEST(ScenarioExternal, EnvIsATableOfStrings) {
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "env = { A = 1 }\n")),
+            "x.toml:7:13: error: [job].env.A: expected string, got integer");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "env = [\"A=1\"]\n")),
+            "x.toml:7:7: error: [job].env: expected table of strings, got array");
+}
+
+TEST(ScenarioExternal, ExternalKeysOnABuiltInWorkloadAreErrors) {
+  const std::string head = "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 30\n";
+  EXPECT_EQ(ErrorOf(head + kCommand),
+            "x.toml:6:11: error: [job].command: only for workload = \"external\" (workload is "
+            "\"mlp\")");
+  EXPECT_EQ(ErrorOf(head + "micro_batches = 2\n"),
+            "x.toml:6:17: error: [job].micro_batches: only for workload = \"external\" (workload "
+            "is \"mlp\")");
+  EXPECT_EQ(ErrorOf(head + "attach_timeout_ms = 5\n"),
+            "x.toml:6:21: error: [job].attach_timeout_ms: only for workload = \"external\" "
+            "(workload is \"mlp\")");
+  EXPECT_EQ(ErrorOf(head + "env = { A = \"1\" }\n"),
+            "x.toml:6:7: error: [job].env: only for workload = \"external\" (workload is "
+            "\"mlp\")");
+}
+
+TEST(ScenarioExternal, AttachTimeoutAndMicroBatchesAreAtLeastOne) {
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "attach_timeout_ms = 0\n")),
+            "x.toml:7:21: error: [job].attach_timeout_ms: expected integer >= 1, got 0");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "micro_batches = 0\n")),
+            "x.toml:7:17: error: [job].micro_batches: expected integer >= 1, got 0");
+}
+
+TEST(ScenarioExternal, BuiltInStackKeysAreRefusedWithTheReason) {
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "precision = \"fp16\"\n")),
+            "x.toml:7:13: error: [job].precision: not accepted for workload = \"external\": the "
+            "job brings its own model and stack");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "grad_predivide = true\n")),
+            "x.toml:7:18: error: [job].grad_predivide: not accepted for workload = \"external\": "
+            "the job brings its own model and stack");
+  EXPECT_EQ(ErrorOf(External(kCommand, "[workload]\nhidden = 64\n")),
+            "x.toml:8:1: error: [workload].hidden: not accepted for workload = \"external\": the "
+            "job brings its own model and stack");
+  EXPECT_EQ(ErrorOf(External(kCommand, "[recovery]\npolicy = \"rollback\"\n")),
+            "x.toml:8:1: error: [recovery].policy: not accepted for workload = \"external\": the "
+            "job brings its own model and stack");
+  EXPECT_EQ(ErrorOf(External(kCommand,
+                             "[detectors]\ncollective_timeout_ms = 5000\npreset = "
+                             "\"full\"\n")),
+            "x.toml:9:1: error: [detectors].preset: not accepted for workload = \"external\": the "
+            "job brings its own model and stack (only collective_timeout_ms applies)");
+}
+
+TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
+  const std::string fault = "[[fault]]\nranks = [1]\nstep = 2\n";  // lines 7-9
+  EXPECT_EQ(ErrorOf(External(kCommand, fault + "kind = \"batch\"\nmode = \"empty_mask\"\n")),
+            "x.toml:11:8: error: [[fault]] #1: mode = \"empty_mask\" is not available for "
+            "workload = \"external\" (it needs the built-in transformer's token mask)");
+  EXPECT_EQ(ErrorOf(External(kCommand, fault + "kind = \"tensor\"\ntarget = "
+                                               "\"optimizer:net.0.weight.exp_avg\"\n")),
+            "x.toml:11:10: error: [[fault]] #1.target: \"optimizer:net.0.weight.exp_avg\": "
+            "optimizer-state targets are not available for workload = \"external\" (the agent "
+            "cannot apply them faithfully)");
+  EXPECT_EQ(
+      ErrorOf(External(kCommand, fault + "kind = \"hang\"\nstall = \"device\"\nduration_ms = 5\n")),
+      "x.toml:11:9: error: [[fault]] #1.stall: \"device\" is not available for workload = "
+      "\"external\" (a CUDA stall of the built-in stack's gradient all-reduce); use "
+      "\"host\"");
+  // What the agent applies is accepted, with module names of the job's own model.
+  Scenario s = load_scenario_string(
+      External(kCommand, fault + "kind = \"tensor\"\ntarget = \"activation:net.1\"\n" +
+                             "[[fault]]\nkind = \"batch\"\nmode = \"constant_column\"\n"
+                             "column = 500\nstep = 1\n"),
+      "x.toml");
+  EXPECT_EQ(s.faults.size(), 2u);
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
