@@ -239,6 +239,15 @@ class Agent:
             return
         self._candidate_hooks[id(module)] = (weakref.ref(module),
                                              module.register_forward_pre_hook(self._pre_forward))
+        # Gradient faults hook the parameters as soon as a candidate is known (DDP's or the
+        # optimizer's constructor): tensor hooks run in registration order, and a stack that
+        # checks each rank's local gradient in hooks of its own must see the fault.
+        grads = [f for f in self.faults if "gradient" in f.needs]
+        for name, p in module.named_parameters():
+            name = _strip(name)
+            hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
+            if hits and p.requires_grad:
+                p.register_hook(self._gradient_hook(module, name, hits))
 
     # ------------------------------------------------------------------------------------------
     # attach: at the first training forward of a candidate
@@ -327,11 +336,6 @@ class Agent:
                 hits = [f for f in act if name and faults_mod.match_target(f.pattern, name)]
                 if hits:
                     mod.register_forward_hook(self._activation_hook(name, hits))
-        grads = [f for f in self.faults if "gradient" in f.needs]
-        for name, p in self._named_params:
-            hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
-            if hits and p.requires_grad:
-                p.register_hook(self._gradient_hook(name, hits))
 
     def _activation_hook(self, name, hits):
         def hook(module, inputs, out):
@@ -344,10 +348,14 @@ class Agent:
 
         return hook
 
-    def _gradient_hook(self, name, hits):
+    def _gradient_hook(self, owner, name, hits):
+        owner = weakref.ref(owner)
+
         def hook(grad):
             if not self._open or self.micro != self.micro_batches - 1:
                 return None
+            if self.model is not owner():
+                return None  # a candidate that was not chosen
             new = grad
             for f in hits:
                 new = f.on_gradient(self, name, new)
