@@ -1,10 +1,13 @@
 // Controller: launch, watch, kill, judge, report. See controller.h.
 #include "harness/controller.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +29,7 @@
 #include "harness/cuda_scan.h"
 #include "harness/events.h"
 #include "harness/judge.h"
+#include "harness/plan.h"
 #include "harness/proc_status.h"
 #include "harness/progress.h"
 #include "nanchaos/config.h"
@@ -48,6 +52,55 @@ bool find_program(const std::string& name) {
     if (access(full.c_str(), X_OK) == 0 && !fs::is_directory(full)) return true;
   }
   return false;
+}
+
+// The full path of `name` as execvp would find it ("" when it would not).
+std::string which(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string full = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(full.c_str(), X_OK) == 0 && !fs::is_directory(full)) return full;
+  }
+  return "";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// What an external rank's log says so far about attaching (read incrementally, whole lines).
+struct AttachWatch {
+  int64_t launch_t = 0;
+  bool agent = false, start = false;
+  std::string attach_error;
+  std::streamoff offset = 0;
+};
+
+void scan_attach(const std::string& path, AttachWatch& w) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  in.seekg(w.offset);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline yet: an incomplete line, read it next time
+    w.offset += std::streamoff(line.size() + 1);
+    const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!e.is_object()) continue;
+    const std::string ev = e.value("ev", "");
+    if (ev == "launch") {
+      w.launch_t = e.value("t_us", int64_t(0));
+    } else if (ev == "agent") {
+      w.agent = true;
+    } else if (ev == "start") {
+      w.start = true;
+    } else if (ev == "attach_error" && w.attach_error.empty()) {
+      w.attach_error = e.value("reason", std::string("attach_error"));
+    }
+  }
 }
 
 std::vector<std::string> split_words(const std::string& s) {
@@ -150,6 +203,114 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
   return argv;
 }
 
+std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scenario& s,
+                                        const std::string& self_exe, const std::string& scenario,
+                                        const std::string& run_dir, int master_port,
+                                        const std::string& python, std::optional<uint64_t> seed) {
+  // The built-in rank command line, with `rank` swapped for `exec-rank` and its options.
+  Scenario via_launcher = s;
+  via_launcher.job.backend = Backend::kMpi;  // never the one-NCCL-rank shortcut: ranks need ids
+  std::vector<std::string> argv =
+      launcher_argv(launcher, via_launcher, self_exe, scenario, run_dir, std::nullopt);
+  auto it = std::find(argv.begin(), argv.end(), self_exe);
+  *(it + 1) = "exec-rank";
+  argv.insert(argv.end(), {"--master-port", std::to_string(master_port)});
+  if (!python.empty()) argv.insert(argv.end(), {"--python", python});
+  if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
+  return argv;
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+bool command_needs_python(const Scenario& s) {
+  return s.job.external() && !s.job.command.empty() &&
+         (s.job.command[0] == "python" || s.job.command[0] == "python3");
+}
+
+PythonInterpreter resolve_python(const std::vector<std::string>& candidates) {
+  PythonInterpreter out;
+  if (const char* env = std::getenv("NANCHAOS_PYTHON"); env && *env) {
+    out.path = env;
+    return out;
+  }
+  std::vector<std::string> said;
+  std::set<std::string> probed;
+  for (const auto& name : candidates) {
+    const std::string full = which(name);
+    const std::string label = name.find('/') == std::string::npos && !full.empty()
+                                  ? fmt::format("{} ({})", name, full)
+                                  : name;
+    if (full.empty()) {
+      said.push_back(name +
+                     (name.find('/') == std::string::npos ? ": not found in PATH" : ": not found"));
+      continue;
+    }
+    if (!probed.insert(fs::weakly_canonical(full).string()).second) continue;
+    FILE* p = popen((shell_quote(full) + " -c 'import torch' 2>&1").c_str(), "r");
+    std::string text, last;
+    if (p) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
+    }
+    const int st = p ? pclose(p) : -1;
+    if (st == 0) {
+      out.path = full;
+      return out;
+    }
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find_first_not_of(" \t\r") != std::string::npos) last = l;
+    }
+    const std::string prefix = "ModuleNotFoundError: ";
+    if (last.rfind(prefix, 0) == 0) last.erase(0, prefix.size());
+    said.push_back(label + ": " + (last.empty() ? "cannot import torch" : last));
+  }
+  out.error = "no Python interpreter with torch: " + fmt::format("{}", fmt::join(said, "; ")) +
+              "; install Debian's python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON";
+  return out;
+}
+
+std::string default_launcher(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("NANCHAOS_LAUNCHER");
+  return env && *env ? env : "mpirun";
+}
+
+JobResult run_external_job(const std::string& launcher, const Scenario& s,
+                           const std::string& self_exe, const std::string& run_dir,
+                           const std::string& python, const std::string& job_id,
+                           std::optional<uint64_t> seed, bool dry_run) {
+  const std::string abs_run = fs::absolute(run_dir).string();
+  // A log left by an earlier run in the same folder must not pass for this job's first line.
+  std::error_code ec;
+  fs::remove_all(abs_run + "/events", ec);
+  fs::create_directories(abs_run + "/events");
+  {
+    std::ofstream plan(abs_run + "/plan.json");
+    plan << compile_plan(s, dry_run).dump() << "\n";  // one line: $NANCHAOS_PLAN reads well
+  }
+  const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
+                                   free_port(), python, seed);
+  return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, abs_run + "/events",
+                    int(s.job.ranks), s.job.attach_timeout_ms);
+}
+
 std::vector<int> job_processes(const std::string& job_id) {
   std::vector<int> pids;
   const std::string marker = "NANCHAOS_JOB_ID=" + job_id;
@@ -180,7 +341,7 @@ std::vector<int> job_processes(const std::string& job_id) {
 
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
                      int64_t timeout_ms, const std::string& job_id, const std::string& events_dir,
-                     int world) {
+                     int world, int64_t attach_timeout_ms) {
   JobResult r;
   r.t0_us = now_us();
   const pid_t pid = fork();
@@ -208,7 +369,9 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   }
   const int64_t deadline = r.t0_us + timeout_ms * 1000;
   int status = 0;
-  std::map<int, int> rank_pid;  // rank -> pid, once its start event is there
+  std::map<int, int> rank_pid;        // rank -> pid, once its start (or launch) event is there
+  std::map<int, AttachWatch> attach;  // external ranks that have not written `start` yet
+  int64_t attach_kill_at = 0;         // > 0: a rank never attached; kill the job then
   // Memory is sampled every 25th poll (~250 ms): 64 ranks' status files every 10 ms would cost
   // a 2-core host more than the check is worth; VmHWM is a peak, so a late sample loses nothing.
   int64_t polls = 0;
@@ -222,9 +385,36 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         std::string line;
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-          if (e.is_object() && e.value("ev", "") == "start") rank_pid[rank] = e.value("pid", 0);
+          const std::string ev = e.is_object() ? e.value("ev", "") : "";
+          if (ev == "start" || ev == "launch") rank_pid[rank] = e.value("pid", 0);
+          if (ev == "launch" && attach_timeout_ms > 0) attach[rank] = AttachWatch{};
         }
         continue;
+      }
+      if (auto a = attach.find(rank); a != attach.end() && r.attach_failure.empty()) {
+        // Alive first, then the log: a line written just before the process ended is seen.
+        const bool alive = process_alive(rank_pid[rank]);
+        AttachWatch& w = a->second;
+        scan_attach(fmt::format("{}/rank-{}.jsonl", events_dir, rank), w);
+        const std::string never = fmt::format(
+            "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a "
+            "Python program or its interpreter did not run the bootstrap",
+            rank);
+        if (!w.attach_error.empty() && !alive) {
+          r.attach_failure = fmt::format("rank {}: {}", rank, w.attach_error);
+        } else if (!w.agent && !alive) {
+          r.attach_failure = never;
+        } else if (!w.agent && w.launch_t > 0 && now_us() - w.launch_t > attach_timeout_ms * 1000) {
+          r.attach_failure =
+              never + fmt::format(" (attach_timeout_ms = {} ms passed)", attach_timeout_ms);
+        }
+        if (!r.attach_failure.empty()) {
+          // A rank that exited lets the launcher end by itself (its exit code is evidence); give
+          // it a moment, then kill. A rank still running is killed now.
+          attach_kill_at = now_us() + (alive ? 0 : 1000000);
+        } else if (w.start && w.attach_error.empty()) {
+          attach.erase(a);  // attached: the rest is the ordinary watch
+        }
       }
       if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
         r.rank_gone_us[rank] = now_us();
@@ -240,6 +430,13 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     watch_ranks();
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
+    if (attach_kill_at > 0 && now_us() >= attach_kill_at) {
+      kill_job(pid, job_id, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      kill_job(pid, job_id, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
     if (now_us() >= deadline) {
       r.timed_out = true;
       kill_job(pid, job_id, SIGTERM);
@@ -352,15 +549,13 @@ int run_suite(const RunOptions& opts) {
       return 2;
     }
   }
-  const std::string launcher =
-      !opts.launcher.empty()
-          ? opts.launcher
-          : (std::getenv("NANCHAOS_LAUNCHER") ? std::getenv("NANCHAOS_LAUNCHER") : "mpirun");
+  const std::string launcher = default_launcher(opts.launcher);
   // A missing launcher is a missing dependency, said once up front (not a "crashed" job per
   // scenario). Only CPU jobs need it: a CUDA job is one NCCL rank or skipped.
-  const bool needs_launcher = std::any_of(
-      scenarios.begin(), scenarios.end(),
-      [](const Scenario& s) { return !(s.job.backend == Backend::kNccl && s.job.ranks == 1); });
+  const bool needs_launcher =
+      std::any_of(scenarios.begin(), scenarios.end(), [](const Scenario& s) {
+        return s.job.external() || !(s.job.backend == Backend::kNccl && s.job.ranks == 1);
+      });
   const std::vector<std::string> launcher_words = split_words(launcher);
   if (needs_launcher && (launcher_words.empty() || !find_program(launcher_words.front()))) {
     std::cerr << fmt::format(
@@ -371,6 +566,11 @@ int run_suite(const RunOptions& opts) {
             ? ""
             : " in PATH");
     return 2;
+  }
+  // The interpreter of external jobs run as `python3 ...`: resolved once per suite.
+  PythonInterpreter python;
+  if (std::any_of(scenarios.begin(), scenarios.end(), command_needs_python)) {
+    python = resolve_python();
   }
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
@@ -401,11 +601,16 @@ int run_suite(const RunOptions& opts) {
     fs::create_directories(run_dir + "/events");
     fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
     const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
-    auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
-                              fs::absolute(run_dir).string(),
-                              trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed));
-    JobResult job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id,
-                               run_dir + "/events", int(s.job.ranks));
+    const auto seed = trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed);
+    JobResult job;
+    if (s.job.external()) {
+      job = run_external_job(launcher, s, opts.self_exe, run_dir, python.path, job_id, seed);
+    } else {
+      auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
+                                fs::absolute(run_dir).string(), seed);
+      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
+                       int(s.job.ranks));
+    }
     // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
     // the logs are plain JSON lines for every reader, not only read_events().
     for (int64_t r = 0; r < s.job.ranks; ++r) {
@@ -443,6 +648,10 @@ int run_suite(const RunOptions& opts) {
     if (!no_gpu.empty()) {
       res.verdict = "skipped";
       res.reason = no_gpu;
+      res.stats = not_run_stats(res);
+    } else if (command_needs_python(s) && python.path.empty()) {
+      res.verdict = "error";
+      res.reason = python.error;
       res.stats = not_run_stats(res);
     } else if (!missing.empty()) {
       res.verdict = "error";

@@ -46,6 +46,11 @@ struct JobResult {
   /// from /proc while it was alive (every ~250 ms). A rank's own `exit` event, when it writes
   /// one, carries the exact figure; this covers ranks that never write it (hung, killed).
   std::map<int, int64_t> rank_vm_hwm_kib;
+  /// External jobs: why the controller ended the job early because a rank never attached ("" when
+  /// it did not): "rank 1: cannot execute ./x: ..." (its attach_error, once its process was
+  /// gone), or "rank 0: the nanchaos agent never loaded (no `agent` event): ..." (its process gone
+  /// without one, or attach_timeout_ms passed after its `launch` line).
+  std::string attach_failure;
 };
 
 /// What the controller knows about the host's GPUs before launching a device = "cuda" job.
@@ -78,10 +83,51 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
 
 /// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
 /// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind.
-/// When `events_dir` is given, the ranks' pids are read from their `start` events and watched.
+/// When `events_dir` is given, the ranks' pids are read from their first event (`start`, or an
+/// external rank's `launch`) and watched. `attach_timeout_ms` > 0 (external jobs) also ends the
+/// job early when a rank never attaches (JobResult::attach_failure).
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
                      int64_t timeout_ms, const std::string& job_id,
-                     const std::string& events_dir = "", int world = 0);
+                     const std::string& events_dir = "", int world = 0,
+                     int64_t attach_timeout_ms = 0);
+
+/// The interpreter that replaces a bare `python`/`python3` command[0] of external jobs,
+/// resolved once per suite: $NANCHAOS_PYTHON if set, else the first of `candidates` (a bare name
+/// is searched in PATH) whose `-c "import torch"` succeeds. `error` (path empty) names what each
+/// candidate said: "no Python interpreter with torch: python3 (/root/.pyenv/shims/python3): No
+/// module named 'torch'; /usr/bin/python3: ...; install Debian's python3-torch
+/// (.ci/install-deps) or set NANCHAOS_PYTHON".
+struct PythonInterpreter {
+  std::string path;
+  std::string error;
+};
+PythonInterpreter resolve_python(const std::vector<std::string>& candidates = {"python3",
+                                                                               "/usr/bin/python3"});
+/// True for an external job whose command[0] is exactly "python" or "python3".
+bool command_needs_python(const Scenario& s);
+
+/// A TCP port free on 127.0.0.1 now (bound to port 0 and closed): the job's MASTER_PORT.
+int free_port();
+
+/// The launcher command of an external job:
+/// mpirun -np N --oversubscribe ... -x NANCHAOS_JOB_ID ... <self_exe> exec-rank --scenario FILE
+///   --run-dir DIR --master-port P [--python PY] [--seed S]   (srun: -n N --kill-on-bad-exit=1)
+std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scenario& s,
+                                        const std::string& self_exe, const std::string& scenario,
+                                        const std::string& run_dir, int master_port,
+                                        const std::string& python,
+                                        std::optional<uint64_t> seed = std::nullopt);
+
+/// Runs one external job: writes RUN/plan.json (compile_plan(s, dry_run)), clears RUN/events,
+/// picks MASTER_PORT, launches through `launcher` and waits (launch_job). `seed`: as for
+/// launcher_argv.
+JobResult run_external_job(const std::string& launcher, const Scenario& s,
+                           const std::string& self_exe, const std::string& run_dir,
+                           const std::string& python, const std::string& job_id,
+                           std::optional<uint64_t> seed, bool dry_run = false);
+
+/// --launcher if given, else $NANCHAOS_LAUNCHER, else "mpirun".
+std::string default_launcher(const std::string& given = "");
 
 /// Pids of live processes whose environment has NANCHAOS_JOB_ID=<job_id>.
 std::vector<int> job_processes(const std::string& job_id);

@@ -22,6 +22,8 @@ using results::Detection;
 struct RankLog {
   std::vector<json> events;
   bool started = false;
+  bool agent = false;                       // external: the agent's bootstrap loaded (`agent`)
+  std::optional<std::string> attach_error;  // external: the agent's first attach_error reason
   bool has_final = false;
   json final_ev;
   std::optional<json> abort_ev;
@@ -42,6 +44,10 @@ RankLog read_rank(const std::string& run_dir, int rank) {
     r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
     if (ev == "start")
       r.started = true;
+    else if (ev == "agent")
+      r.agent = true;
+    else if (ev == "attach_error" && !r.attach_error)
+      r.attach_error = e.value("reason", std::string("attach_error"));
     else if (ev == "final") {
       r.has_final = true;
       r.final_ev = e;
@@ -60,6 +66,45 @@ RankLog read_rank(const std::string& run_dir, int rank) {
       r.coll_left.insert(e.value("seq", int64_t(0)));
   }
   return r;
+}
+
+std::string last_nonempty_line(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string last;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+// Why an external job's rank never got to `start` (SCENARIO_FORMAT.md "External jobs").
+std::string external_setup_error(const std::vector<RankLog>& logs, const JobResult& job,
+                                 const std::string& run_dir) {
+  const std::string tail = last_nonempty_line(run_dir + "/ranks.log");
+  const std::string exited = fmt::format("; job exited with code {}", job.exit_code) +
+                             (tail.empty() ? "" : "; last line of ranks.log: " + tail);
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (logs[r].attach_error) return fmt::format("rank {}: {}", r, *logs[r].attach_error);
+  }
+  if (!job.attach_failure.empty()) return job.attach_failure + exited;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].agent) {
+      return fmt::format(
+                 "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not "
+                 "a Python program or its interpreter did not run the bootstrap",
+                 r) +
+             exited;
+    }
+  }
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].started) {
+      return fmt::format(
+          "rank {}: the agent loaded but never attached to a model (no DistributedDataParallel "
+          "and no optimizer created)",
+          r);
+    }
+  }
+  return "";
 }
 
 std::string first_error_line(const std::string& log_path) {
@@ -280,6 +325,38 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   // decisions (no consensus) and watchdog expiries are per rank and merged per step.
   std::map<std::pair<int64_t, std::string>, Detection> by_step;
   std::map<int64_t, int64_t> first_detect_t, last_decision_t;
+  // External jobs: the job's stack (report_detection, source "stack") and what the agent saw it
+  // do (observed:*, source "observed") are detections, one per (step, detector), accumulating
+  // ranks like local decisions; a stack `decision` only sets that step's action. Raising ranks of
+  // observed:exception are kept for the flight-recorder attribution below.
+  std::map<std::pair<int64_t, std::string>, int64_t> earliest_t;
+  std::map<int64_t, std::string> stack_action;
+  auto external_evidence = [&](int r, const json& e) {
+    const std::string ev = e.value("ev", "");
+    const std::string source = e.value("source", "");
+    const int64_t step = e.value("step", int64_t(-1));
+    const int64_t t = e.value("t_us", int64_t(0));
+    if (ev == "decision") {
+      if (source != "stack") return;
+      last_decision_t[step] = std::max(last_decision_t[step], t);
+      stack_action[step] = e.value("action", "");
+      return;
+    }
+    if (source != "stack" && source != "observed") return;
+    auto key = std::make_pair(step, e.value("detector", ""));
+    auto [it, fresh] = by_step.try_emplace(key);
+    Detection& d = it->second;
+    if (fresh) {
+      d.detector = key.second;
+      d.step = step;
+      earliest_t[key] = t;
+    } else {
+      earliest_t[key] = std::min(earliest_t[key], t);
+    }
+    if (d.layer.empty()) d.layer = e.value("layer", "");
+    if (d.cause.empty()) d.cause = e.value("cause", "");
+    if (std::find(d.ranks.begin(), d.ranks.end(), r) == d.ranks.end()) d.ranks.push_back(r);
+  };
   for (int r = 0; r < world; ++r) {
     for (const auto& e : logs[r].events) {
       const std::string ev = e.value("ev", "");
@@ -290,6 +367,10 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
         if (it == first_detect_t.end() || t < it->second) first_detect_t[step] = t;
       }
       const bool watchdog = ev == "detect" && e.value("detector", "") == "watchdog";
+      if (s.job.external() && (ev == "detect" || ev == "decision") && e.contains("source")) {
+        external_evidence(r, e);
+        continue;
+      }
       if (ev != "decision" && !watchdog) continue;
       if (ev == "decision") last_decision_t[step] = std::max(last_decision_t[step], t);
       const bool local = watchdog || e.value("local", false);
@@ -333,8 +414,33 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     }
     res.detections.push_back(d);
   }
-  std::stable_sort(res.detections.begin(), res.detections.end(),
-                   [](const Detection& a, const Detection& b) { return a.step < b.step; });
+  if (s.job.external()) {
+    for (auto& d : res.detections) {
+      if (auto a = stack_action.find(d.step); a != stack_action.end()) d.action = a->second;
+      // The rank whose own process-group timeout fired is not the culprit; the one that stopped
+      // (absent from collective #k) is.
+      if (d.detector == "observed:exception" && !absent.empty()) {
+        std::vector<int64_t> both;
+        for (int64_t r : d.ranks) {
+          if (std::find(absent.begin(), absent.end(), r) != absent.end()) both.push_back(r);
+        }
+        if (both.empty()) {
+          d.ranks = absent;
+          d.cause = "hang";
+        } else {
+          d.ranks = both;
+        }
+      }
+    }
+    auto t_of = [&](const Detection& d) { return earliest_t[{d.step, d.detector}]; };
+    std::stable_sort(res.detections.begin(), res.detections.end(),
+                     [&](const Detection& a, const Detection& b) {
+                       return std::make_pair(a.step, t_of(a)) < std::make_pair(b.step, t_of(b));
+                     });
+  } else {
+    std::stable_sort(res.detections.begin(), res.detections.end(),
+                     [](const Detection& a, const Detection& b) { return a.step < b.step; });
+  }
   int64_t false_positives = 0;
   for (auto& d : res.detections) {
     if (!first_fault_step || d.step < *first_fault_step) {
@@ -512,9 +618,14 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   bool setup_failed = false;
   for (const auto& l : logs) setup_failed = setup_failed || !l.started;
   const std::string err = first_error_line(run_dir + "/ranks.log");
+  const std::string external_err = s.job.external() && setup_failed && res.outcome != "completed"
+                                       ? external_setup_error(logs, job, run_dir)
+                                       : "";
   if (setup_failed && res.outcome != "completed") {
     res.verdict = "error";
-    if (!err.empty()) {
+    if (!external_err.empty()) {
+      res.reason = external_err;
+    } else if (!err.empty()) {
       res.reason = err;
     } else if (job.timed_out) {
       res.reason = fmt::format("[job].timeout_ms ({} ms) expired before every rank started",

@@ -6,10 +6,15 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "harness/controller.h"
+#include "harness/events.h"
+#include "harness/exec_rank.h"
+#include "harness/judge.h"
 #include "harness/keys_doc.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
@@ -63,6 +68,75 @@ int cmd_validate(const std::vector<std::string>& paths) {
   return bad ? 2 : 0;
 }
 
+void print_targets(const std::vector<std::string>& modules,
+                   const std::vector<std::string>& parameters) {
+  std::cout << "# activation targets (forward order)\n";
+  for (const auto& m : modules) std::cout << "activation:" << m << "\n";
+  std::cout << "# parameter / gradient targets\n";
+  for (const auto& p : parameters) std::cout << "parameter:" << p << "  gradient:" << p << "\n";
+  std::cout << "loss\n";
+}
+
+// `nanchaos targets SCENARIO.toml` for an external job: one dry run of the job (no faults, the
+// agent ends it at the start of iteration 1) through the controller's own launch path, then the
+// names rank 0's agent logged (`start` modules and parameters, `probe` names).
+int cmd_targets_external(const nanchaos::harness::Scenario& base, const std::string& self) {
+  using namespace nanchaos::harness;
+  namespace fs = std::filesystem;
+  Scenario s = base;
+  s.faults.clear();
+  std::string python;
+  if (command_needs_python(s)) {
+    auto interp = resolve_python();
+    if (interp.path.empty()) {
+      std::cerr << "nanchaos targets: error: " << interp.error << "\n";
+      return 2;
+    }
+    python = interp.path;
+  }
+  char tmpl[] = "/tmp/nanchaos-targets-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::cerr << "nanchaos targets: error: cannot create a run folder in /tmp\n";
+    return 2;
+  }
+  const std::string run_dir = tmpl;
+  const std::string job_id = fmt::format("{}-targets-{}", getpid(), now_us());
+  JobResult job =
+      run_external_job(default_launcher(), s, self, run_dir, python, job_id, std::nullopt, true);
+  for (int64_t r = 0; r < s.job.ranks; ++r) {
+    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+  }
+  std::vector<std::string> modules, parameters;
+  std::set<std::string> seen;
+  bool started = false;
+  for (const auto& e : read_events(run_dir + "/events/rank-0.jsonl")) {
+    const std::string ev = e.value("ev", "");
+    if (ev == "start" && !started) {
+      started = true;
+      for (const auto& m : e.value("modules", nlohmann::json::array())) {
+        if (m.is_string() && seen.insert(m.get<std::string>()).second) modules.push_back(m);
+      }
+      for (const auto& p : e.value("parameters", nlohmann::json::array())) {
+        if (p.is_string()) parameters.push_back(p);
+      }
+    } else if (ev == "probe") {
+      const std::string name = e.value("name", "");
+      if (!name.empty() && seen.insert(name).second) modules.push_back(name);
+    }
+  }
+  if (!started) {
+    auto res = judge(s, run_dir, job);
+    std::cerr << fmt::format(
+        "nanchaos targets: error: {}: the job's dry run never attached: {} (run folder {})\n",
+        s.file, res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
+    return 2;
+  }
+  print_targets(modules, parameters);
+  std::error_code ec;
+  fs::remove_all(run_dir, ec);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,10 +171,20 @@ int main(int argc, char** argv) {
   std::string workload_name;
   Scenario tscen;
   std::string norm = "none";
-  auto* targets = app.add_subcommand("targets", "list module and parameter names of a workload");
-  targets->add_option("workload", workload_name, "mlp or transformer")
+  auto* targets = app.add_subcommand(
+      "targets", "list module and parameter names of a workload or of an external scenario's job");
+  targets
+      ->add_option("workload", workload_name,
+                   "mlp, transformer, or a scenario file (*.toml; an external job is run once, "
+                   "without faults, to its first iteration)")
       ->required()
-      ->check(CLI::IsMember({"mlp", "transformer"}));
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "mlp" || v == "transformer") return "";
+            if (v.size() > 5 && v.compare(v.size() - 5, 5, ".toml") == 0) return "";
+            return "expected mlp, transformer or a scenario file (*.toml), got '" + v + "'";
+          },
+          "WORKLOAD|SCENARIO.toml"));
   targets->add_option("--layers", tscen.workload.layers, "hidden layers / decoder blocks")
       ->check(CLI::Range(1, 1024));
   targets->add_option("--hidden", tscen.workload.hidden, "width")->check(CLI::Range(1, 1 << 16));
@@ -153,6 +237,17 @@ int main(int argc, char** argv) {
       rank->add_option("--seed", rank_seed, "replaces [scenario].seed (a repeated trial)");
   rank->group("");  // hidden from --help
 
+  ExecRankOptions exec_opts;
+  uint64_t exec_seed = 0;
+  auto* exec = app.add_subcommand(
+      "exec-rank", "internal: one rank of an external job (launched by run; see exec_rank.h)");
+  exec->add_option("--scenario", exec_opts.scenario)->required();
+  exec->add_option("--run-dir", exec_opts.run_dir)->required();
+  exec->add_option("--master-port", exec_opts.master_port)->required();
+  exec->add_option("--python", exec_opts.python);
+  auto* exec_seed_opt = exec->add_option("--seed", exec_seed);
+  exec->group("");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -177,6 +272,23 @@ int main(int argc, char** argv) {
     return run_rank(rank_scenario, rank_dir,
                     rank_seed_opt->count() ? std::optional<uint64_t>(rank_seed) : std::nullopt);
   }
+  if (*exec) {
+    if (exec_seed_opt->count()) exec_opts.seed = exec_seed;
+    return exec_rank(exec_opts);
+  }
+  if (*targets && workload_name != "mlp" && workload_name != "transformer") {
+    Scenario s;
+    try {
+      s = load_scenario(workload_name);
+    } catch (const ScenarioError& e) {
+      std::cerr << e.what() << "\n";
+      return 2;
+    }
+    if (s.job.external()) return cmd_targets_external(s, self_exe(argv[0]));
+    auto t = list_targets(s);
+    print_targets(t.modules, t.parameters);
+    return 0;
+  }
   if (*targets) {
     tscen.workload.norm = norm == "batchnorm"   ? Norm::kBatchNorm
                           : norm == "layernorm" ? Norm::kLayerNorm
@@ -188,11 +300,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto t = list_targets(tscen);
-    std::cout << "# activation targets (forward order)\n";
-    for (const auto& m : t.modules) std::cout << "activation:" << m << "\n";
-    std::cout << "# parameter / gradient targets\n";
-    for (const auto& p : t.parameters) std::cout << "parameter:" << p << "  gradient:" << p << "\n";
-    std::cout << "loss\n";
+    print_targets(t.modules, t.parameters);
     return 0;
   }
   return 2;

@@ -1,0 +1,37 @@
+// `nanchaos exec-rank`: the shim that turns one launcher-started process into one rank of an
+// external job (SCENARIO_FORMAT.md "External jobs"). Runs in the rank's process, single-threaded,
+// so setenv is safe; it ends in execvp (same pid), so the controller's pid watch that read the
+// `launch` line follows the job's own process.
+//
+//   mpirun -np 2 ... nanchaos exec-rank --scenario /abs/s.toml --run-dir /abs/run
+//       --master-port 29611 [--python /usr/bin/python3] [--seed 7]
+//
+// Environment set for the command: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
+// ($NANCHAOS_MASTER_ADDR or 127.0.0.1), MASTER_PORT, NANCHAOS_PLAN (the plan JSON text),
+// NANCHAOS_PLAN_FILE, NANCHAOS_EVENTS (RUN/events/rank-R.jsonl), NANCHAOS_RUN_DIR,
+// NANCHAOS_STEPS, NANCHAOS_SEED, PYTHONPATH (agent folder first), then [job].env. Before the
+// exec it writes the rank's first event, {"ev":"launch", rank, world, pid, command}; when the
+// exec fails, {"ev":"attach_error", reason} and exit 127.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nanchaos::harness {
+
+struct ExecRankOptions {
+  std::string scenario;  ///< absolute path of the scenario file
+  std::string run_dir;   ///< absolute run folder (holds plan.json and events/)
+  int master_port = 0;
+  std::string python;            ///< replaces a bare "python"/"python3" command[0] when set
+  std::optional<uint64_t> seed;  ///< the trial's seed (replaces [scenario].seed)
+};
+
+/// The folder put first on PYTHONPATH: $NANCHAOS_AGENT_PATH, else <source dir>/inject/python.
+std::string agent_path();
+
+/// Never returns on success (execvp); returns the exit status on an error (printed to stderr).
+int exec_rank(const ExecRankOptions& opts);
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,269 @@
+// External jobs end to end with the real binary and real `mpirun -np 2`, Python-free: the rank
+// commands are `sh` programs that play the agent where one is needed (printing its events into
+// $NANCHAOS_EVENTS themselves). Covers exec-rank's environment, "never attached" ending a job
+// early, a fake agent's clean run, `nanchaos targets` on an external scenario, and the
+// interpreter resolution's error.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "harness/controller.h"
+#include "harness/scenario.h"
+#include "tests/test_util.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+using nanchaos::test_util::run_cmd;
+
+const std::string kBin = NANCHAOS_BINARY;
+const std::string kSrc = NANCHAOS_SOURCE_DIR;
+
+std::string tmpdir(const std::string& name) {
+  return nanchaos::test_util::scratch_dir("nanchaos-ext", name);
+}
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+json read_report(const std::string& out) {
+  std::ifstream in(out + "/report.json");
+  return json::parse(in);
+}
+
+std::map<std::string, std::string> read_env(const std::string& path) {
+  std::map<std::string, std::string> env;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string fmt_path(const std::string& run, int rank) {
+  return run + "/env-" + std::to_string(rank) + ".txt";
+}
+
+std::string head(const std::string& name, const std::string& job) {
+  return "[scenario]\nname = \"" + name + "\"\nseed = 11\n[job]\nworkload = \"external\"\n" +
+         "ranks = 2\nsteps = 3\ntimeout_ms = 60000\n" + job;
+}
+
+TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) {
+  const auto dir = tmpdir("in");
+  const auto out = fs::absolute(tmpdir("out")).string();
+  const auto file =
+      write_file(dir, "env.toml",
+                 head("ext-env",
+                      "command = [\"sh\", \"-c\", \"env > $NANCHAOS_RUN_DIR/env-$RANK.txt\"]\n"
+                      "env = { FOO = \"bar baz\" }\n"));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 2) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error");
+  const std::string reason = s["reason"];
+  EXPECT_NE(reason.find(": the nanchaos agent never loaded (no `agent` event): the command is not "
+                        "a Python program or its interpreter did not run the bootstrap; job "
+                        "exited with code "),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(reason.rfind("rank ", 0), 0u) << reason;
+  EXPECT_LT(secs, 15.0);  // promptly, not after timeout_ms (60 s)
+
+  const std::string run = out + "/ext-env";
+  std::string port;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = read_env(fmt_path(run, rank));
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_GT(std::stoi(env["MASTER_PORT"]), 0);
+    if (rank == 0) port = env["MASTER_PORT"];
+    EXPECT_EQ(env["MASTER_PORT"], port);  // one port per job
+    EXPECT_EQ(env["PYTHONPATH"].rfind(kSrc + "/inject/python", 0), 0u) << env["PYTHONPATH"];
+    EXPECT_EQ(env["NANCHAOS_RUN_DIR"], run);
+    EXPECT_EQ(env["NANCHAOS_EVENTS"], run + "/events/rank-" + std::to_string(rank) + ".jsonl");
+    EXPECT_EQ(env["NANCHAOS_PLAN_FILE"], run + "/plan.json");
+    EXPECT_EQ(env["NANCHAOS_STEPS"], "3");
+    EXPECT_EQ(env["NANCHAOS_SEED"], "11");
+    EXPECT_EQ(env["FOO"], "bar baz");
+    const json plan = json::parse(env["NANCHAOS_PLAN"]);
+    EXPECT_EQ(plan["scenario"], "ext-env");
+    EXPECT_EQ(plan["world"], 2);
+    // The shim's launch line comes first; its pid is the command's (exec keeps it).
+    std::ifstream ev(run + "/events/rank-" + std::to_string(rank) + ".jsonl");
+    std::string first;
+    std::getline(ev, first);
+    const json launch = json::parse(first);
+    EXPECT_EQ(launch["ev"], "launch");
+    EXPECT_EQ(launch["rank"], rank);
+    EXPECT_EQ(launch["command"][0], "sh");
+  }
+}
+
+TEST(ExternalJob, ACommandThatNeverLoadsTheAgentIsKilledAtAttachTimeout) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file =
+      write_file(dir, "sleep.toml",
+                 head("ext-sleep", "command = [\"sleep\", \"100\"]\nattach_timeout_ms = 2000\n"));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 2) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error");
+  EXPECT_NE(s["reason"].get<std::string>().find(
+                "the nanchaos agent never loaded (no `agent` event): the command is not a Python "
+                "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 "
+                "ms passed); job exited with code "),
+            std::string::npos)
+      << s["reason"];
+  EXPECT_LT(secs, 10.0);
+  EXPECT_LT(s["wall_ms"].get<double>(), 6000.0);
+  auto left = run_cmd("pgrep -f '^sleep 100$' | wc -l");
+  EXPECT_EQ(left.output, "0\n");
+}
+
+TEST(ExternalJob, AMissingProgramIsTheAttachErrorOfItsRank) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file =
+      write_file(dir, "missing.toml", head("ext-missing", "command = [\"./no-such-train.sh\"]\n"));
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error");
+  const std::string reason = s["reason"];
+  EXPECT_NE(reason.find(": cannot execute " + fs::absolute(dir).string() +
+                        "/no-such-train.sh: No such file or directory"),
+            std::string::npos)
+      << reason;
+}
+
+// Plays the agent: the events a clean 3-iteration run writes, or in a dry run (nanchaos
+// targets) start + a probe, then exit 0.
+const char* kFakeAgent = R"(#!/bin/sh
+e="$NANCHAOS_EVENTS"
+p=$$
+printf '{"ev":"agent","t_us":1,"rank":%s,"pid":%s,"python":"sh","torch":"none"}\n' "$RANK" "$p" >> "$e"
+printf '{"ev":"start","t_us":2,"rank":%s,"world":%s,"pid":%s,"host":"h","external":true,"modules":["net.0","net.1"],"parameters":["net.0.weight","net.1.bias"]}\n' "$RANK" "$WORLD_SIZE" "$p" >> "$e"
+case "$NANCHAOS_PLAN" in *'"dry_run":true'*)
+  printf '{"ev":"probe","t_us":3,"name":"scores"}\n' >> "$e"; exit 0;;
+esac
+i=0
+while [ $i -lt "$NANCHAOS_STEPS" ]; do
+  printf '{"ev":"step_begin","t_us":%s,"step":%s}\n' $((10 + i)) $i >> "$e"
+  printf '{"ev":"step_end","t_us":%s,"step":%s,"loss":1.5,"action":"update","lr":0.001}\n' $((11 + i)) $i >> "$e"
+  i=$((i + 1))
+done
+printf '{"ev":"final","t_us":90,"steps_completed":%s,"eval_loss":1.0,"initial_eval_loss":2.0,"params_hash":"h1","optim_hash":"h2","params_finite":true}\n' "$NANCHAOS_STEPS" >> "$e"
+printf '{"ev":"exit","t_us":91,"code":0}\n' >> "$e"
+)";
+
+TEST(ExternalJob, AFakeAgentsCleanRunPasses) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  write_file(dir, "fake_agent.sh", kFakeAgent);
+  const auto file =
+      write_file(dir, "fake.toml",
+                 head("ext-fake", "command = [\"sh\", \"fake_agent.sh\"]\n") +
+                     "[expect]\ndetected = false\nrecovered = true\noutcome = \"completed\"\n");
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "pass") << s["reason"];
+  EXPECT_EQ(s["steps_completed"], 3);
+  const json plan = json::parse(std::ifstream(out + "/ext-fake/plan.json"));
+  EXPECT_EQ(plan["dry_run"], false);
+}
+
+TEST(ExternalJob, TargetsListsTheNamesTheAgentSawInADryRun) {
+  const auto dir = tmpdir("in");
+  write_file(dir, "fake_agent.sh", kFakeAgent);
+  const auto file =
+      write_file(dir, "fake.toml",
+                 head("ext-targets", "command = [\"sh\", \"fake_agent.sh\"]\n") +
+                     "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\nstep = 1\n");
+  auto r = run_cmd(kBin + " targets " + file);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "# activation targets (forward order)\n"
+            "activation:net.0\nactivation:net.1\nactivation:scores\n"
+            "# parameter / gradient targets\n"
+            "parameter:net.0.weight  gradient:net.0.weight\n"
+            "parameter:net.1.bias  gradient:net.1.bias\n"
+            "loss\n");
+  // A job that never attaches is a clear error, not an empty list.
+  const auto bad =
+      write_file(dir, "bad.toml", head("ext-bad", "command = [\"sh\", \"-c\", \"exit 0\"]\n"));
+  auto b = run_cmd(kBin + " targets " + bad);
+  EXPECT_EQ(b.code, 2) << b.output;
+  EXPECT_NE(b.output.find("the job's dry run never attached: rank "), std::string::npos)
+      << b.output;
+  EXPECT_NE(b.output.find("the nanchaos agent never loaded"), std::string::npos) << b.output;
+  // The built-in workloads still work.
+  auto mlp = run_cmd(kBin + " targets mlp");
+  EXPECT_EQ(mlp.code, 0);
+  EXPECT_NE(mlp.output.find("activation:layers.0\n"), std::string::npos) << mlp.output;
+}
+
+TEST(ExternalJob, NoInterpreterWithTorchIsOneClearError) {
+  const auto dir = fs::absolute(tmpdir("bin")).string();
+  const std::string no_torch =
+      "#!/bin/sh\necho 'Traceback (most recent call last):'\n"
+      "echo \"ModuleNotFoundError: No module named 'torch'\"\nexit 1\n";
+  write_file(dir, "python3", no_torch);
+  write_file(dir, "other-python", no_torch);
+  fs::permissions(dir + "/python3", fs::perms::owner_all);
+  fs::permissions(dir + "/other-python", fs::perms::owner_all);
+  const std::string old_path = getenv("PATH") ? getenv("PATH") : "";
+  const char* old_py = getenv("NANCHAOS_PYTHON");
+  const std::string saved_py = old_py ? old_py : "";
+  unsetenv("NANCHAOS_PYTHON");
+  setenv("PATH", (dir + ":" + old_path).c_str(), 1);
+  const auto got = nanchaos::harness::resolve_python({"python3", dir + "/other-python"});
+  setenv("PATH", old_path.c_str(), 1);
+  if (old_py) setenv("NANCHAOS_PYTHON", saved_py.c_str(), 1);
+  EXPECT_EQ(got.path, "");
+  EXPECT_EQ(got.error, "no Python interpreter with torch: python3 (" + dir +
+                           "/python3): No module named 'torch'; " + dir +
+                           "/other-python: No module named 'torch'; install Debian's "
+                           "python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON");
+  EXPECT_EQ(nanchaos::harness::resolve_python({"/nonexistent/python3"}).error,
+            "no Python interpreter with torch: /nonexistent/python3: not found; install Debian's "
+            "python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON");
+}
+
+TEST(ExternalJob, ExecRankArgvGoesThroughTheLauncher) {
+  nanchaos::harness::Scenario s;
+  s.job.workload = nanchaos::harness::WorkloadKind::kExternal;
+  s.job.ranks = 3;
+  const auto argv = nanchaos::harness::exec_rank_argv("srun --mpi=pmix", s, "/bin/nc", "/s.toml",
+                                                      "/run", 29500, "/usr/bin/python3", 4);
+  std::ostringstream joined;
+  for (const auto& a : argv) joined << a << " ";
+  EXPECT_EQ(joined.str(),
+            "srun --mpi=pmix -n 3 --kill-on-bad-exit=1 /bin/nc exec-rank --scenario /s.toml "
+            "--run-dir /run --master-port 29500 --python /usr/bin/python3 --seed 4 ");
+}
+
+}  // namespace

@@ -1,0 +1,328 @@
+// The judge on hand-written logs of external jobs (the Python agent's events, /tmp contract):
+// stack and observed detections, stack decisions, observed:exception attribution by the flight
+// recorder, and the reasons of jobs that never attached.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/controller.h"
+#include "harness/judge.h"
+#include "harness/scenario.h"
+
+namespace nanchaos::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kT0 = 1'000'000'000;
+
+class RunDir {
+ public:
+  explicit RunDir(const std::string& name) {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("nanchaos_judge_ext_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "events");
+  }
+  ~RunDir() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string path() const { return dir_.string(); }
+  void ev(int rank, const std::string& type, int64_t t, json fields = json::object()) {
+    fields["ev"] = type;
+    fields["t_us"] = kT0 + t;
+    lines_[rank].push_back(fields.dump());
+  }
+  void launch(int rank, int world) {
+    ev(rank, "launch", 1,
+       {{"rank", rank}, {"world", world}, {"pid", 100 + rank}, {"command", {"python3", "t.py"}}});
+  }
+  void agent(int rank) {
+    ev(rank, "agent", 5, {{"rank", rank}, {"pid", 100 + rank}, {"python", "3.11"}, {"torch", "2"}});
+  }
+  void start(int rank, int world) {
+    launch(rank, world);
+    agent(rank);
+    ev(rank, "start", 10,
+       {{"rank", rank},
+        {"world", world},
+        {"pid", 100 + rank},
+        {"host", "h"},
+        {"external", true},
+        {"modules", {"net.0", "net.1"}},
+        {"parameters", {"net.0.weight"}}});
+  }
+  // One iteration with a DDP bucket all-reduce.
+  void step(int rank, int64_t step, int64_t t, int64_t* seq, const std::string& action = "update") {
+    ev(rank, "step_begin", t, {{"step", step}});
+    coll(rank, (*seq)++, step, t + 10, true);
+    ev(rank, "step_end", t + 30, {{"step", step}, {"loss", 2.0}, {"lr", 1e-3}, {"action", action}});
+  }
+  void coll(int rank, int64_t seq, int64_t step, int64_t t, bool leave) {
+    ev(rank, "coll_enter", t,
+       {{"seq", seq},
+        {"name", "grad_allreduce"},
+        {"bucket", 0},
+        {"count", 12},
+        {"dtype", "float32"},
+        {"step", step}});
+    if (leave) ev(rank, "coll_leave", t + 5, {{"seq", seq}, {"name", "grad_allreduce"}});
+  }
+  void final_ok(int rank, int64_t steps, int64_t t) {
+    ev(rank, "final", t,
+       {{"steps_completed", steps},
+        {"eval_loss", 1.0},
+        {"initial_eval_loss", 2.3},
+        {"params_hash", "abc"},
+        {"optim_hash", "def"},
+        {"params_finite", true}});
+    ev(rank, "exit", t + 1, {{"code", 0}, {"vm_hwm_kib", 1000}});
+  }
+  void inject(int rank, int64_t step, int64_t t, const std::string& kind = "tensor") {
+    ev(rank, "inject", t,
+       {{"fault", 0},
+        {"kind", kind},
+        {"step", step},
+        {"target", kind == "tensor" ? "activation:net.1" : ""},
+        {"detail", json::object()},
+        {"replay", false}});
+  }
+  void flush() const {
+    for (const auto& [rank, lines] : lines_) {
+      std::ofstream out(dir_ / "events" / ("rank-" + std::to_string(rank) + ".jsonl"));
+      for (const auto& l : lines) out << l << "\n";
+    }
+  }
+  void ranks_log(const std::string& text) const { std::ofstream(dir_ / "ranks.log") << text; }
+
+ private:
+  fs::path dir_;
+  std::map<int, std::vector<std::string>> lines_;
+};
+
+JobResult Job(int exit_code = 0, int64_t t_end = 5'000'000) {
+  JobResult j;
+  j.exit_code = exit_code;
+  j.t0_us = kT0;
+  j.t_end_us = kT0 + t_end;
+  return j;
+}
+
+Scenario Load(const std::string& body, int64_t steps = 4) {
+  return load_scenario_string(
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"external\"\ncommand = [\"python3\", "
+      "\"t.py\"]\nsteps = " +
+          std::to_string(steps) + "\nranks = 2\n" + body,
+      "judge.toml");
+}
+
+const char* kTensorFault =
+    "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\nranks = [1]\nstep = 2\n";
+
+// A 4-iteration run on 2 ranks; the fault fires on rank 1 at step 2; `at2` adds step-2 evidence.
+template <typename F>
+void FourIterations(RunDir& d, F at2) {
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) {
+      if (s == 2 && r == 1) d.inject(r, 2, 3005);
+      if (s == 2) at2(r);
+      d.step(r, s, 1000 + s * 1000, &seq, s == 2 ? "skip" : "update");
+    }
+    d.final_ok(r, 4, 9000);
+  }
+  d.flush();
+}
+
+TEST(JudgeExternal, StackDetectionsAccumulateRanksAndTheStackDecisionSetsTheAction) {
+  RunDir d("stack");
+  FourIterations(d, [&](int r) {
+    d.ev(r, "detect", 3100 + r * 100,
+         {{"detector", "nan_check"},
+          {"step", 2},
+          {"layer", "net.1"},
+          {"cause", "activation"},
+          {"source", "stack"}});
+    d.ev(r, "decision", 3400 + r * 10, {{"step", 2}, {"action", "skip_step"}, {"source", "stack"}});
+  });
+  const auto res = judge(Load(std::string(kTensorFault) +
+                              "[expect]\ndetected = true\nfirst_detector = \"nan_check\"\n"
+                              "cause = \"activation\"\nlayer = \"net.1\"\nwithin_steps = 0\n"),
+                         d.path(), Job());
+  ASSERT_EQ(res.detections.size(), 1u);
+  const auto& fd = *res.first_detection;
+  EXPECT_EQ(fd.detector, "nan_check");
+  EXPECT_EQ(fd.ranks, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(fd.action, "skip_step");
+  EXPECT_EQ(fd.cause, "activation");
+  EXPECT_EQ(fd.layer, "net.1");
+  EXPECT_DOUBLE_EQ(*fd.latency_ms, 0.095);         // 3100 - 3005 us
+  EXPECT_DOUBLE_EQ(*fd.decision_us, 3410 - 3100);  // first detect -> last stack decision
+  EXPECT_EQ(res.outcome, "completed");
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+TEST(JudgeExternal, ObservedDetectionsCountAndSameStepOrdersByEarliestTime) {
+  RunDir d("observed");
+  FourIterations(d, [&](int r) {
+    if (r == 0) {
+      d.ev(r, "detect", 3900,
+           {{"detector", "observed:skip"},
+            {"step", 2},
+            {"layer", ""},
+            {"cause", ""},
+            {"source", "observed"}});
+    } else {
+      d.ev(r, "detect", 3200,
+           {{"detector", "zz_guard"},
+            {"step", 2},
+            {"layer", "net.1"},
+            {"cause", "activation"},
+            {"source", "stack"}});
+    }
+  });
+  const auto res =
+      judge(Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"zz_guard\"\nrank = 1\n"),
+            d.path(), Job());
+  ASSERT_EQ(res.detections.size(), 2u);
+  EXPECT_EQ(res.detections[0].detector, "zz_guard");  // earlier, though it sorts after by name
+  EXPECT_EQ(res.detections[1].detector, "observed:skip");
+  EXPECT_EQ(res.detections[1].ranks, std::vector<int64_t>({0}));
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
+  RunDir d("decision");
+  FourIterations(d, [&](int r) {
+    d.ev(r, "decision", 3400, {{"step", 2}, {"action", "skip_step"}, {"source", "stack"}});
+  });
+  const auto res =
+      judge(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d.path(), Job());
+  EXPECT_TRUE(res.detections.empty());
+  EXPECT_EQ(res.extra["false_positives"], 0);
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+// Rank 1 hangs before its step-1 bucket all-reduce; rank 0's process-group timeout raises and
+// the agent records observed:exception on rank 0 (and, in the second case, on rank 1 too).
+void HangRun(RunDir& d, bool both_raise) {
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 1) {
+      d.inject(r, 1, 2050, "hang");
+      if (!both_raise) continue;
+    } else {
+      d.coll(r, seq, 1, 2100, false);
+    }
+    d.ev(r, "exception", 1'002'100 + r,
+         {{"type", "DistBackendError"},
+          {"message", "Watchdog caught collective operation timeout"}});
+    d.ev(r, "detect", 1'002'100 + r,
+         {{"detector", "observed:exception"},
+          {"step", 1},
+          {"layer", ""},
+          {"cause", "exception"},
+          {"source", "observed"},
+          {"message", "Watchdog caught collective operation timeout"}});
+    d.ev(r, "exit", 1'002'300, {{"code", 1}});
+  }
+  d.flush();
+}
+
+TEST(JudgeExternal, ObservedExceptionBlamesTheRankThatStoppedWithCauseHang) {
+  RunDir d("exc-hang");
+  HangRun(d, /*both_raise=*/false);
+  const auto res =
+      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+                 "[detectors]\ncollective_timeout_ms = 1000\n"
+                 "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\ncause = \"hang\"\n"),
+            d.path(), Job(1, 1'500'000));
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.first_detection->cause, "hang");
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
+  RunDir d("exc-both");
+  HangRun(d, /*both_raise=*/true);
+  const auto res =
+      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+                 "[expect]\nrank = 1\n"),
+            d.path(), Job(1, 1'500'000));
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.first_detection->cause, "exception");
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+TEST(JudgeExternal, AttachErrorIsTheSetupReason) {
+  RunDir d("attach-error");
+  d.start(0, 2);
+  d.launch(1, 2);
+  d.ev(1, "attach_error", 20,
+       {{"rank", 1}, {"reason", "cannot execute ./x.py: Permission denied"}});
+  d.flush();
+  const auto res = judge(Load(""), d.path(), Job(1));
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.reason, "rank 1: cannot execute ./x.py: Permission denied");
+}
+
+TEST(JudgeExternal, NeverLoadedAgentNamesTheRankExitCodeAndLastLogLine) {
+  RunDir d("never-loaded");
+  d.launch(0, 2);
+  d.launch(1, 2);
+  d.flush();
+  d.ranks_log("hello\nbash: line 1: train: command not found\n\n");
+  const auto res = judge(Load(""), d.path(), Job(127));
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.reason,
+            "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a "
+            "Python program or its interpreter did not run the bootstrap; job exited with code "
+            "127; last line of ranks.log: bash: line 1: train: command not found");
+}
+
+TEST(JudgeExternal, TheControllersAttachFailureIsUsed) {
+  RunDir d("controller-kill");
+  d.launch(0, 2);
+  d.launch(1, 2);
+  d.flush();
+  JobResult job = Job(143);
+  job.attach_failure =
+      "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a Python "
+      "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 ms passed)";
+  const auto res = judge(Load(""), d.path(), job);
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.reason, job.attach_failure + "; job exited with code 143");
+}
+
+TEST(JudgeExternal, AgentWithoutStartNeverAttachedToAModel) {
+  RunDir d("no-model");
+  for (int r = 0; r < 2; ++r) {
+    d.launch(r, 2);
+    d.agent(r);
+    d.ev(r, "exit", 100, {{"code", 0}});
+  }
+  d.flush();
+  const auto res = judge(Load(""), d.path(), Job(0));
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.reason,
+            "rank 0: the agent loaded but never attached to a model (no DistributedDataParallel "
+            "and no optimizer created)");
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
