@@ -39,6 +39,8 @@
 
 namespace fs = std::filesystem;
 
+extern char** environ;  // NOLINT: POSIX
+
 namespace nanchaos::harness {
 namespace {
 
@@ -344,6 +346,23 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                      int world, int64_t attach_timeout_ms) {
   JobResult r;
   r.t0_us = now_us();
+  // Everything the child needs is built before fork: between fork and exec it only calls
+  // async-signal-safe functions (no setenv, no allocation).
+  const std::map<std::string, std::string> ours = {{"NANCHAOS_JOB_ID", job_id},
+                                                   {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+                                                   {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    if (!ours.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : ours) env_strings.push_back(k + "=" + v);
+  std::vector<char*> cenv;
+  for (auto& e : env_strings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     r.launch_error = std::string("fork failed: ") + std::strerror(errno);
@@ -351,19 +370,13 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   }
   if (pid == 0) {
     setsid();  // own process group: the whole tree can be signalled at once
-    setenv("NANCHAOS_JOB_ID", job_id.c_str(), 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
       close(fd);
     }
-    std::vector<char*> cargv;
-    for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-    cargv.push_back(nullptr);
-    execvp(cargv[0], cargv.data());
+    execvpe(cargv[0], cargv.data(), cenv.data());
     std::fprintf(stderr, "nanchaos: cannot execute %s: %s\n", cargv[0], std::strerror(errno));
     _exit(127);
   }
