@@ -42,7 +42,9 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from . import faults as faults_mod
-from .events import EventLog
+import itertools
+
+from .events import EventLog, now_us, num
 from .plan import Plan
 
 LOSS_FUNCTIONS = (
@@ -125,8 +127,7 @@ class Agent:
         self._params: List[torch.Tensor] = []
         self._named_params: List = []
         self._version0 = 0
-        self._loss_sum: Optional[torch.Tensor] = None
-        self._loss_n = 0
+        self._losses: List[torch.Tensor] = []  # this iteration's micro-batch losses (detached)
         self._awaiting_loss = False
         self._loss_seen_micro = False
         self._last_scale: Optional[float] = None
@@ -136,8 +137,7 @@ class Agent:
         self.steps_done = 0
         self._bucket_in_iter = 0
         # Collectives (a flight recorder): one sequence number per collective, in call order.
-        self._coll_lock = threading.Lock()
-        self._coll_seq = 0
+        self._coll_seq = itertools.count()  # next() is atomic under the GIL
         self._coll_depth = threading.local()
         self._probes: set = set()
         self.exit_code = 0
@@ -151,16 +151,17 @@ class Agent:
         self.log.write("inject", fault=fault, kind=kind, step=self.step, target=target,
                        detail=detail, replay=False)
 
-    def coll_enter(self, name: str, count: int = 0, dtype: str = "", **extra) -> int:
-        with self._coll_lock:
-            seq = self._coll_seq
-            self._coll_seq += 1
-        self.log.write("coll_enter", seq=seq, name=name, count=count, dtype=dtype, step=self.step,
-                       **extra)
+    def coll_enter(self, name: str, count: int = 0, dtype: str = "", bucket=None) -> int:
+        seq = next(self._coll_seq)
+        extra = "" if bucket is None else f',"bucket":{bucket}'
+        self.log.write_line(
+            f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},"name":"{name}","count":{count},'
+            f'"dtype":"{dtype}","step":{self.step}{extra}}}')
         return seq
 
     def coll_leave(self, seq: int, name: str, status: str = "ok") -> None:
-        self.log.write("coll_leave", seq=seq, name=name, status=status)
+        self.log.write_line(f'{{"ev":"coll_leave","t_us":{now_us()},"seq":{seq},"name":"{name}",'
+                            f'"status":"{status}"}}')
 
     # ------------------------------------------------------------------------------------------
     # what the job builds (called from the patched constructors)
@@ -400,7 +401,7 @@ class Agent:
         self._open = True
         self._bucket_in_iter = 0
         self._lr_used = None
-        self.log.write("step_begin", step=i)
+        self.log.write_line(f'{{"ev":"step_begin","t_us":{now_us()},"step":{i}}}')
         if "step_start" in self.needs:
             for f in self.faults:
                 f.on_step_start(self)
@@ -421,7 +422,8 @@ class Agent:
         lr = self._lr_used
         if lr is None and self.optimizers:
             lr = float(self.optimizers[0].param_groups[0].get("lr", 0.0))
-        self.log.write("step_end", step=self.step, loss=loss, action=action, lr=lr)
+        self.log.write_line(f'{{"ev":"step_end","t_us":{now_us()},"step":{self.step},'
+                            f'"loss":{num(loss)},"action":"{action}","lr":{num(lr)}}}')
         if not updated:
             self.log.write("detect", detector="observed:skip", step=self.step, layer="", cause="",
                            source="observed")
@@ -441,22 +443,20 @@ class Agent:
         return t if isinstance(t, torch.Tensor) else None
 
     def _read_loss_and_scale(self):
-        """One host read per iteration: the mean loss of its micro-batches, and the loss scale."""
-        loss = scale = None
+        """One host read per iteration: the mean loss of its micro-batches (and the loss scale,
+        in the same read when it lives on the same device)."""
+        losses, self._losses = self._losses, []
         scale_t = self._scale_tensor()
-        if self._loss_sum is not None:
-            mean = self._loss_sum.detach().float().reshape(()) / max(self._loss_n, 1)
-            if scale_t is not None and scale_t.device == mean.device:
-                both = torch.stack([mean, scale_t.detach().float().reshape(())]).tolist()
-                loss, scale = both
-                scale_t = None
-            else:
-                loss = mean.item()
-        if scale_t is not None:
-            scale = float(scale_t)
-        self._loss_sum = None
-        self._loss_n = 0
-        return loss, scale
+        if not losses:
+            return None, (float(scale_t) if scale_t is not None else None)
+        mean = losses[0] if len(losses) == 1 else torch.stack(
+            [t.reshape(()).float() for t in losses]).mean()
+        if scale_t is None:
+            return float(mean), None
+        if scale_t.device == mean.device:
+            both = torch.stack([mean.reshape(()).float(), scale_t.reshape(()).float()]).tolist()
+            return both[0], both[1]
+        return float(mean), float(scale_t)
 
     # ------------------------------------------------------------------------------------------
     # loss, backward, optimizer step (called from the patched functions)
@@ -483,9 +483,7 @@ class Agent:
         self._record_loss(value)
 
     def _record_loss(self, value: torch.Tensor) -> None:
-        value = value.float().reshape(())
-        self._loss_sum = value.clone() if self._loss_sum is None else self._loss_sum + value
-        self._loss_n += 1
+        self._losses.append(value)  # no copy, no sync: read once at the iteration's end
 
     def before_optimizer_step(self, opt):
         """Returns the lrs to restore after the step (lr faults), or None."""

@@ -43,7 +43,8 @@ def _wrap_hook(agent, inner):
         buf = _bucket_buffer(bucket)
         agent.on_bucket(bucket.index(), buf)
         seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
-                               dtype=str(buf.dtype).replace("torch.", ""), bucket=bucket.index())
+                               dtype=_DTYPE.get(buf.dtype) or str(buf.dtype)[6:],
+                               bucket=bucket.index())
         depth = agent._coll_depth
         depth.n = getattr(depth, "n", 0) + 1  # the inner hook's own dist calls are this one
         try:
@@ -87,6 +88,7 @@ def patch_ddp(agent) -> None:
         self._nanchaos_hooked = True
         return orig_register(self, state, _wrap_hook(agent, hook))
 
+    _ORIG_REGISTER[0] = orig_register
     DDP.__init__ = __init__
     DDP.register_comm_hook = register_comm_hook
     if orig_builtin is not None:
@@ -106,12 +108,45 @@ def patch_ddp(agent) -> None:
 
 
 def ensure_comm_hook(agent, ddp) -> None:
-    """At attach: the job registered no hook, so register DDP's default all-reduce, wrapped."""
+    """At attach: the job registered no hook. Register the agent's own all-reduce, which does what
+    DDP's default does (divide by the world size, SUM; as ``default_hooks.allreduce_hook``) with
+    one completion callback that both logs the leave and returns the bucket (wrapping the Python
+    default hook would cost a second callback, each taking the GIL on the process-group thread)."""
     if getattr(ddp, "_nanchaos_hooked", False):
         return
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.distributed_c10d import _get_default_group
 
-    ddp.register_comm_hook(ddp.process_group, default_hooks.allreduce_hook)
+    all_reduce = _ORIGINALS.get("all_reduce", dist.all_reduce)
+
+    def nanchaos_allreduce(process_group, bucket):
+        group = process_group if process_group is not None else _get_default_group()
+        buf = _bucket_buffer(bucket)
+        agent.on_bucket(bucket.index(), buf)
+        seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
+                               dtype=_DTYPE.get(buf.dtype) or str(buf.dtype)[6:],
+                               bucket=bucket.index())
+        buf.div_(group.size())
+        fut = all_reduce(buf, group=group, async_op=True).get_future()
+
+        def done(f):
+            try:
+                value = f.value()[0]
+            except BaseException:
+                agent.coll_leave(seq, "grad_allreduce", "error")
+                raise
+            agent.coll_leave(seq, "grad_allreduce")
+            return value
+
+        return fut.then(done)
+
+    ddp._nanchaos_hooked = True
+    _ORIG_REGISTER[0](ddp, ddp.process_group, nanchaos_allreduce)
+
+
+_DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+          torch.float64: "float64"}
+_ORIGINALS = {}
+_ORIG_REGISTER = [None]
 
 
 def _describe(args, kwargs) -> tuple:
@@ -158,5 +193,6 @@ def patch_distributed(agent) -> None:
         orig = getattr(dist, name, None)
         if orig is None or getattr(orig, "_nanchaos_wrapped", False):
             continue
+        _ORIGINALS[name] = orig
         setattr(dist, name, wrap(name, orig))
 

@@ -25,6 +25,13 @@ def now_us() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
 
 
+def num(v: Any) -> str:
+    """A number as JSON text for the pre-formatted lines: NaN, infinities and None are null."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "null"
+    return repr(v)
+
+
 def _finite(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -57,6 +64,21 @@ class EventLog:
             line = json.dumps(rec, allow_nan=False, separators=(",", ":"))
         except ValueError:
             line = json.dumps(_finite(rec), separators=(",", ":"))
+        data = (line + "\n").encode()
+        with self._lock:
+            try:
+                os.write(self._fd, data)
+            except OSError as e:
+                self.dropped += 1
+                if self.dropped == 1:
+                    os.write(2, f"nanchaos agent: cannot write {self.path}: {e}\n".encode())
+
+    def write_line(self, line: str) -> None:
+        """Hot-path variant for the fixed-schema events written every iteration (step_begin,
+        step_end, coll_enter, coll_leave): ``line`` is one complete JSON object, already
+        formatted, carrying "ev" and "t_us" (json.dumps costs ~5x the formatting)."""
+        if os.getpid() != self.owner_pid or self._fd < 0:
+            return
         data = (line + "\n").encode()
         with self._lock:
             try:

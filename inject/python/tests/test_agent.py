@@ -398,3 +398,24 @@ def test_an_interpreter_without_torch_is_named(tmp_path):
     assert r.returncode == 2 and "job ran" not in r.stdout
     text = events.read_text()
     assert '"ev":"agent"' in text and "cannot import torch" in text and "/usr/bin/python3" in text
+
+
+def test_an_existing_sitecustomize_still_runs_and_child_interpreters_stay_silent(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text(
+        "import os\nopen(os.path.join(os.environ['MARK_DIR'], f'mark-{os.getpid()}'), 'w').close()\n")
+    script = SOLO_LOOP + textwrap.dedent('''
+        import subprocess
+        subprocess.run([sys.executable, "-c", "import torch; print('child ok')"], check=True)
+    ''')
+    job = run_ranks(tmp_path, script, plan(), world=1,
+                    env={"PYTHONPATH": AGENT_DIR + os.pathsep + str(theirs),
+                         "MARK_DIR": str(tmp_path)})
+    assert job.codes == [0], job.outputs
+    assert "child ok" in job.outputs[0]
+    marks = [p for p in os.listdir(tmp_path) if p.startswith("mark-")]
+    assert len(marks) == 2  # the job's interpreter and its child both ran their own sitecustomize
+    # Only the rank's own process wrote evidence: one agent line, one start, one exit.
+    assert len(job.of(0, "agent")) == 1 and len(job.of(0, "start")) == 1
+    assert len(job.of(0, "exit")) == 1
