@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "harness/events.h"
 
@@ -432,11 +433,16 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
         }
       }
     }
-    auto t_of = [&](const Detection& d) { return earliest_t[{d.step, d.detector}]; };
+    // Within an iteration the stack's own report comes first: observed:* are the agent's reading
+    // of what the stack did, written when the iteration ended (or the process raised), and a peer
+    // that finished the iteration sooner must not win the race against the rank whose check
+    // fired. Then by time.
+    auto order = [&](const Detection& d) {
+      const bool observed = d.detector.rfind("observed:", 0) == 0;
+      return std::make_tuple(d.step, observed, earliest_t[{d.step, d.detector}]);
+    };
     std::stable_sort(res.detections.begin(), res.detections.end(),
-                     [&](const Detection& a, const Detection& b) {
-                       return std::make_pair(a.step, t_of(a)) < std::make_pair(b.step, t_of(b));
-                     });
+                     [&](const Detection& a, const Detection& b) { return order(a) < order(b); });
   } else {
     std::stable_sort(res.detections.begin(), res.detections.end(),
                      [](const Detection& a, const Detection& b) { return a.step < b.step; });

@@ -201,6 +201,38 @@ TEST(JudgeExternal, ObservedDetectionsCountAndSameStepOrdersByEarliestTime) {
   EXPECT_EQ(res.verdict, "pass") << res.reason;
 }
 
+// A peer that ends the iteration sooner logs its observed:skip before the rank whose own check
+// fired gets to report_detection (the synced stack: flag all-reduce, then report): the stack's
+// report still comes first within the iteration.
+TEST(JudgeExternal, SameStepStackReportPrecedesAnEarlierObservedSkipOfAPeer) {
+  RunDir d("race");
+  FourIterations(d, [&](int r) {
+    if (r == 0) {
+      d.ev(r, "detect", 3100,
+           {{"detector", "observed:skip"},
+            {"step", 2},
+            {"layer", ""},
+            {"cause", ""},
+            {"source", "observed"}});
+    } else {
+      d.ev(r, "detect", 3600,
+           {{"detector", "nan_check"},
+            {"step", 2},
+            {"layer", ""},
+            {"cause", "loss_math"},
+            {"source", "stack"}});
+    }
+  });
+  const auto res =
+      judge(Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"nan_check\"\nrank = 1\n"
+                                             "cause = \"loss_math\"\n"),
+            d.path(), Job());
+  ASSERT_EQ(res.detections.size(), 2u);
+  EXPECT_EQ(res.detections[0].detector, "nan_check");
+  EXPECT_EQ(res.detections[1].detector, "observed:skip");
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
 TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
   RunDir d("decision");
   FourIterations(d, [&](int r) {
