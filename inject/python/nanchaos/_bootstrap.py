@@ -197,15 +197,19 @@ def _wrap_loss(a, orig):
 
 def _wrap_step(a, opt) -> None:
     """Wraps this optimizer's ``step`` (an instance attribute, so LR schedulers created later wrap
-    it in turn): lr faults around the job's own step, and the lr it used."""
+    it in turn): lr faults around the job's own step, and the lr it used. The wrapper is a bound
+    method, as LR schedulers require (torch 1.13's ``with_counter`` and 2.x's
+    ``patch_track_step_called`` read ``optimizer.step.__func__`` / ``__self__``)."""
+    import types
+
     orig = opt.step
 
     @functools.wraps(orig)
-    def step(*args, **kwargs):
-        restore = a.before_optimizer_step(opt)
+    def step(self, *args, **kwargs):
+        restore = a.before_optimizer_step(self)
         try:
             return orig(*args, **kwargs)
         finally:
-            a.after_optimizer_step(opt, restore)
+            a.after_optimizer_step(self, restore)
 
-    opt.step = step
+    opt.step = types.MethodType(step, opt)

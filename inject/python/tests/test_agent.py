@@ -419,3 +419,20 @@ def test_an_existing_sitecustomize_still_runs_and_child_interpreters_stay_silent
     # Only the rank's own process wrote evidence: one agent line, one start, one exit.
     assert len(job.of(0, "agent")) == 1 and len(job.of(0, "start")) == 1
     assert len(job.of(0, "exit")) == 1
+
+
+def test_lr_schedulers_wrap_the_agents_step_and_the_lr_fault_rides_on_their_lr(tmp_path):
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 1.0 / (it + 1))
+        for it in range(4):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step(); opt.zero_grad(); sched.step()
+        print("last-lr", sched.get_last_lr()[0])
+    ''')
+    p = plan(steps=4, faults=[{"kind": "lr", "step": 1, "params": {"factor": 100.0}}])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    assert [round(e["lr"], 6) for e in job.of(0, "step_end")] == [0.1, 5.0, 0.033333, 0.025]
+    assert "last-lr 0.02" in job.outputs[0]  # the scheduler's own state is untouched
