@@ -12,6 +12,8 @@
 #include <tuple>
 
 #include "harness/events.h"
+#include "harness/keys.h"
+#include "harness/scenario_schema.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -35,6 +37,9 @@ struct RankLog {
   std::map<int64_t, std::string> actions;  // step -> update/skip/early_return
   std::map<int64_t, json> coll_enter;      // seq -> event
   std::set<int64_t> coll_left;
+  std::map<int64_t, int64_t> coll_failed_t;  // external: seq -> t_us of a leave with an error
+  std::optional<std::string> exception;      // external: the first uncaught exception's text
+  json start_ev;  // external: the modules (and probes that ran) and parameters the agent found
 };
 
 RankLog read_rank(const std::string& run_dir, int rank) {
@@ -43,8 +48,13 @@ RankLog read_rank(const std::string& run_dir, int rank) {
   for (const auto& e : r.events) {
     const std::string ev = e.value("ev", "");
     r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
-    if (ev == "start")
+    if (ev == "start") {
       r.started = true;
+      r.start_ev = e;
+    } else if (ev == "probe" && r.start_ev.is_object()) {
+      r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
+    } else if (ev == "exception" && !r.exception)
+      r.exception = e.value("message", std::string("an exception"));
     else if (ev == "agent")
       r.agent = true;
     else if (ev == "attach_error" && !r.attach_error)
@@ -63,8 +73,11 @@ RankLog read_rank(const std::string& run_dir, int rank) {
       r.actions[st] = e.value("action", "");
     } else if (ev == "coll_enter")
       r.coll_enter[e.value("seq", int64_t(0))] = e;
-    else if (ev == "coll_leave")
+    else if (ev == "coll_leave") {
       r.coll_left.insert(e.value("seq", int64_t(0)));
+      if (e.value("status", "ok") == "error")
+        r.coll_failed_t[e.value("seq", int64_t(0))] = e.value("t_us", int64_t(0));
+    }
   }
   return r;
 }
@@ -82,7 +95,7 @@ std::string last_nonempty_line(const std::string& log_path) {
 std::string external_setup_error(const std::vector<RankLog>& logs, const JobResult& job,
                                  const std::string& run_dir) {
   const std::string tail = last_nonempty_line(run_dir + "/ranks.log");
-  const std::string exited = fmt::format("; job exited with code {}", job.exit_code) +
+  const std::string exited = fmt::format("; launcher exit status {}", job.exit_code) +
                              (tail.empty() ? "" : "; last line of ranks.log: " + tail);
   for (size_t r = 0; r < logs.size(); ++r) {
     if (logs[r].attach_error) return fmt::format("rank {}: {}", r, *logs[r].attach_error);
@@ -98,14 +111,44 @@ std::string external_setup_error(const std::vector<RankLog>& logs, const JobResu
     }
   }
   for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].started && logs[r].exception) {
+      return fmt::format("rank {}: the job raised before the agent attached to a model: {}", r,
+                         *logs[r].exception);
+    }
+  }
+  for (size_t r = 0; r < logs.size(); ++r) {
     if (!logs[r].started) {
       return fmt::format(
-          "rank {}: the agent loaded but never attached to a model (no DistributedDataParallel "
-          "and no optimizer created)",
-          r);
+                 "rank {}: the agent loaded but never attached to a model (no "
+                 "DistributedDataParallel and no optimizer created)",
+                 r) +
+             exited;
     }
   }
   return "";
+}
+
+// Why a target may have matched nothing. For an external job rank 0's `start` lists the model's
+// modules and parameters: a target none of them matches gets the nearest name (the DDP
+// `module.` prefix is the classic slip); otherwise the generic advice.
+std::string target_hint(const std::string& target, const json& start) {
+  const std::string generic = "check the name with `nanchaos targets`";
+  const auto colon = target.find(':');
+  if (!start.is_object() || colon == std::string::npos) return generic;
+  const std::string where = target.substr(0, colon), pattern = target.substr(colon + 1);
+  const char* list = where == "activation" ? "modules" : "parameters";
+  std::vector<std::string> names;
+  for (const auto& n : start.value(list, json::array())) {
+    if (n.is_string()) names.push_back(n.get<std::string>());
+  }
+  if (names.empty()) return generic;
+  for (const auto& n : names) {
+    if (match_target(pattern, n)) return generic;  // it matched: the module never ran in training
+  }
+  const std::string near = nearest(pattern, names);
+  return fmt::format("it matches no {} of the model{}; `nanchaos targets` lists them",
+                     where == "activation" ? "module (nor a probe that ran)" : "parameter",
+                     near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near));
 }
 
 std::string first_error_line(const std::string& log_path) {
@@ -313,8 +356,14 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   double longest_wait_ms = 0;
   for (const auto& l : logs) {
     for (const auto& [seq, e] : l.coll_enter) {
-      if (l.coll_left.count(seq)) continue;
-      const int64_t end = l.exit_code ? l.last_t : job.t_end_us;
+      // An external job's collective that ended in an error (its process-group timeout fired,
+      // the peer's connection closed) was a wait as long as it lasted.
+      const auto failed = l.coll_failed_t.find(seq);
+      if (l.coll_left.count(seq) && (!s.job.external() || failed == l.coll_failed_t.end()))
+        continue;
+      const int64_t end = l.coll_left.count(seq) ? failed->second
+                          : l.exit_code          ? l.last_t
+                                                 : job.t_end_us;
       const double waited = double(end - e.value("t_us", int64_t(0))) / 1000.0;
       longest_wait_ms = std::max(longest_wait_ms, waited);
       if (waited > double(s.detectors.collective_timeout_ms) + 1000.0) deadlock = true;
@@ -426,8 +475,18 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
           if (std::find(absent.begin(), absent.end(), r) != absent.end()) both.push_back(r);
         }
         if (both.empty()) {
-          d.ranks = absent;
-          d.cause = "hang";
+          // The absent ranks are the culprits: those whose process was gone, with no exit
+          // record, before the exception (a `crash`, the OOM killer) failed; the others hung (a
+          // hung rank is torn down only after its peers gave up).
+          const int64_t raised_t = earliest_t[{d.step, d.detector}];
+          std::vector<int64_t> gone;
+          for (int64_t r : absent) {
+            auto g = job.rank_gone_us.find(int(r));
+            if (!logs[size_t(r)].exit_code && g != job.rank_gone_us.end() && g->second < raised_t)
+              gone.push_back(r);
+          }
+          d.ranks = gone.empty() ? absent : gone;
+          d.cause = gone.empty() ? "hang" : "rank_failure";
         } else {
           d.ranks = both;
         }
@@ -611,12 +670,18 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
 
   // --- Verdict -------------------------------------------------------------------------------
   std::vector<std::string> unverified;
+  int64_t most_steps = 0;
+  for (const auto& l : logs) most_steps = std::max(most_steps, l.steps_done);
   for (const auto& f : s.faults) {
     if (!fired.count(f.index) && f.probability >= 1.0) {
       std::string what = fmt::format("[[fault]] #{} ({}, step {}", f.index + 1, f.kind, f.step);
-      if (f.params.has("target")) {
-        what += ", target " + f.params.get_string("target") +
-                ": check the name with `nanchaos targets`";
+      if (res.outcome == "completed" && most_steps <= f.step) {
+        what +=
+            fmt::format(": the job ran {} iteration(s), so step {} never came", most_steps, f.step);
+      } else if (f.params.has("target")) {
+        what +=
+            ", target " + f.params.get_string("target") + ": " +
+            target_hint(f.params.get_string("target"), logs.empty() ? json() : logs[0].start_ev);
       }
       unverified.push_back(what + ")");
     }

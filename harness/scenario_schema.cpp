@@ -415,4 +415,20 @@ void check_exclusive(const FaultSpec& fault, const std::string& a, const std::st
   }
 }
 
+bool match_target(const std::string& pattern, const std::string& name) {
+  size_t p = 0, n = 0;
+  while (p < pattern.size()) {
+    if (pattern[p] == '*') {
+      // '*' consumes characters of the current segment only.
+      while (n < name.size() && name[n] != '.') ++n;
+      ++p;
+      continue;
+    }
+    if (n >= name.size() || pattern[p] != name[n]) return false;
+    ++p;
+    ++n;
+  }
+  return n == name.size();
+}
+
 }  // namespace nanchaos::harness

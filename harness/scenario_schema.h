@@ -81,6 +81,9 @@ std::string fault_label(const FaultSpec& fault);
 /// ("activation", "parameter", "gradient", "loss").
 void check_target(const FaultSpec& fault, const std::string& key,
                   const std::vector<std::string>& allowed);
+/// True when `name` matches the target pattern `pattern`, where `*` matches any run of characters
+/// within one dot-separated segment ("blocks.*.attn.qkv.weight").
+bool match_target(const std::string& pattern, const std::string& name);
 /// Throws when both keys are written in the fault.
 void check_exclusive(const FaultSpec& fault, const std::string& a, const std::string& b);
 

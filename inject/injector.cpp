@@ -28,23 +28,6 @@ std::vector<int64_t> Injector::pick_elements(int64_t numel, const FaultContext& 
   return inject::pick_elements(ctx.seed, spec_.index, ctx.step, numel,
                                element_count(numel, count, fraction));
 }
-
-bool match_target(const std::string& pattern, const std::string& name) {
-  size_t p = 0, n = 0;
-  while (p < pattern.size()) {
-    if (pattern[p] == '*') {
-      // '*' consumes characters of the current segment only.
-      while (n < name.size() && name[n] != '.') ++n;
-      ++p;
-      continue;
-    }
-    if (n >= name.size() || pattern[p] != name[n]) return false;
-    ++p;
-    ++n;
-  }
-  return n == name.size();
-}
-
 }  // namespace nanchaos::inject
 
 namespace nanchaos::inject {

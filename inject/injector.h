@@ -19,6 +19,7 @@
 
 #include "harness/fused_scan.h"
 #include "harness/scenario.h"
+#include "harness/scenario_schema.h"
 #include "harness/workload.h"
 
 namespace nanchaos::inject {
@@ -77,9 +78,7 @@ class Injector {
   harness::FaultSpec spec_;
 };
 
-/// True when `name` matches `pattern`, where `*` matches any run of characters within one
-/// dot-separated segment ("blocks.*.attn.qkv.weight").
-bool match_target(const std::string& pattern, const std::string& name);
+using harness::match_target;  // harness/scenario_schema.h
 
 }  // namespace nanchaos::inject
 

@@ -78,8 +78,8 @@ TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) 
   EXPECT_EQ(s["verdict"], "error");
   const std::string reason = s["reason"];
   EXPECT_NE(reason.find(": the nanchaos agent never loaded (no `agent` event): the command is not "
-                        "a Python program or its interpreter did not run the bootstrap; job "
-                        "exited with code "),
+                        "a Python program or its interpreter did not run the bootstrap; launcher "
+                        "exit status "),
             std::string::npos)
       << reason;
   EXPECT_EQ(reason.rfind("rank ", 0), 0u) << reason;
@@ -134,7 +134,7 @@ TEST(ExternalJob, ACommandThatNeverLoadsTheAgentIsKilledAtAttachTimeout) {
   EXPECT_NE(s["reason"].get<std::string>().find(
                 "the nanchaos agent never loaded (no `agent` event): the command is not a Python "
                 "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 "
-                "ms passed); job exited with code "),
+                "ms passed); launcher exit status "),
             std::string::npos)
       << s["reason"];
   EXPECT_LT(secs, 10.0);

@@ -1,6 +1,6 @@
-// The judge on hand-written logs of external jobs (the Python agent's events, /tmp contract):
-// stack and observed detections, stack decisions, observed:exception attribution by the flight
-// recorder, and the reasons of jobs that never attached.
+// The judge on hand-written logs of external jobs (the Python agent's events,
+// docs/external-jobs.md): stack and observed detections, stack decisions, observed:exception
+// attribution by the flight recorder, and the reasons of jobs that never attached.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include "harness/controller.h"
 #include "harness/judge.h"
 #include "harness/scenario.h"
+#include "tests/harness/event_logs.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -22,26 +23,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int64_t kT0 = 1'000'000'000;
+using test_util::kT0;
 
-class RunDir {
+class RunDir : public test_util::EventLogDir {
  public:
-  explicit RunDir(const std::string& name) {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("nanchaos_judge_ext_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "events");
-  }
-  ~RunDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path() const { return dir_.string(); }
-  void ev(int rank, const std::string& type, int64_t t, json fields = json::object()) {
-    fields["ev"] = type;
-    fields["t_us"] = kT0 + t;
-    lines_[rank].push_back(fields.dump());
-  }
+  explicit RunDir(const std::string& name) : EventLogDir("nanchaos_judge_ext", name) {}
   void launch(int rank, int world) {
     ev(rank, "launch", 1,
        {{"rank", rank}, {"world", world}, {"pid", 100 + rank}, {"command", {"python3", "t.py"}}});
@@ -96,17 +82,6 @@ class RunDir {
         {"detail", json::object()},
         {"replay", false}});
   }
-  void flush() const {
-    for (const auto& [rank, lines] : lines_) {
-      std::ofstream out(dir_ / "events" / ("rank-" + std::to_string(rank) + ".jsonl"));
-      for (const auto& l : lines) out << l << "\n";
-    }
-  }
-  void ranks_log(const std::string& text) const { std::ofstream(dir_ / "ranks.log") << text; }
-
- private:
-  fs::path dir_;
-  std::map<int, std::vector<std::string>> lines_;
 };
 
 JobResult Job(int exit_code = 0, int64_t t_end = 5'000'000) {
@@ -323,7 +298,7 @@ TEST(JudgeExternal, NeverLoadedAgentNamesTheRankExitCodeAndLastLogLine) {
   EXPECT_EQ(res.verdict, "error");
   EXPECT_EQ(res.reason,
             "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a "
-            "Python program or its interpreter did not run the bootstrap; job exited with code "
+            "Python program or its interpreter did not run the bootstrap; launcher exit status "
             "127; last line of ranks.log: bash: line 1: train: command not found");
 }
 
@@ -338,7 +313,7 @@ TEST(JudgeExternal, TheControllersAttachFailureIsUsed) {
       "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 ms passed)";
   const auto res = judge(Load(""), d.path(), job);
   EXPECT_EQ(res.verdict, "error");
-  EXPECT_EQ(res.reason, job.attach_failure + "; job exited with code 143");
+  EXPECT_EQ(res.reason, job.attach_failure + "; launcher exit status 143");
 }
 
 TEST(JudgeExternal, AgentWithoutStartNeverAttachedToAModel) {
@@ -353,7 +328,96 @@ TEST(JudgeExternal, AgentWithoutStartNeverAttachedToAModel) {
   EXPECT_EQ(res.verdict, "error");
   EXPECT_EQ(res.reason,
             "rank 0: the agent loaded but never attached to a model (no DistributedDataParallel "
-            "and no optimizer created)");
+            "and no optimizer created); launcher exit status 0");
+}
+
+// A script that fails before building its model (a SyntaxError, an ImportError): the reason is
+// the exception, not "never attached".
+TEST(JudgeExternal, AnExceptionBeforeAttachIsTheSetupReason) {
+  RunDir d("exc-before-attach");
+  for (int r = 0; r < 2; ++r) {
+    d.launch(r, 2);
+    d.agent(r);
+    d.ev(r, "exception", 50,
+         {{"type", "ModuleNotFoundError"},
+          {"message", "ModuleNotFoundError: No module named 'torchvision_nope'"}});
+    d.ev(r, "exit", 60, {{"code", 1}});
+  }
+  d.flush();
+  const auto res = judge(Load(""), d.path(), Job(1));
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.reason,
+            "rank 0: the job raised before the agent attached to a model: ModuleNotFoundError: "
+            "No module named 'torchvision_nope'");
+}
+
+// Rank 1 was SIGKILLed (crash fault); rank 0's collective then failed ("connection reset by
+// peer") and it raised. The absent rank is dead: rank_failure, not hang. The failed wait of rank
+// 0 counts towards the longest collective wait.
+TEST(JudgeExternal, ObservedExceptionBlamesADeadAbsentRankAsRankFailure) {
+  RunDir d("exc-dead");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 1) {
+      d.inject(r, 1, 2050, "crash");
+      continue;  // killed: no exit record
+    }
+    d.coll(r, seq, 1, 2100, false);
+    d.ev(r, "coll_leave", 2'002'100,
+         {{"seq", seq}, {"name", "grad_allreduce"}, {"status", "error"}});
+    d.ev(r, "exception", 2'002'200,
+         {{"type", "RuntimeError"}, {"message", "RuntimeError: Connection reset by peer"}});
+    d.ev(r, "detect", 2'002'200,
+         {{"detector", "observed:exception"},
+          {"step", 1},
+          {"layer", ""},
+          {"cause", ""},
+          {"source", "observed"}});
+    d.ev(r, "exit", 2'002'300, {{"code", 1}});
+  }
+  d.flush();
+  JobResult job = Job(137, 2'100'000);
+  job.rank_gone_us = {{1, kT0 + 2'060}, {0, kT0 + 2'002'400}};
+  const auto res = judge(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n"
+                              "[expect]\nrank = 1\ncause = \"rank_failure\"\n"
+                              "outcome = \"crashed\"\n"),
+                         d.path(), job);
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.first_detection->cause, "rank_failure");
+  EXPECT_NEAR(res.extra["longest_collective_wait_ms"].get<double>(), 2000.0, 0.01);
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
+TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
+  RunDir d("short-job");
+  FourIterations(d, [&](int) {});
+  const auto res = judge(Load(std::string(kTensorFault) +
+                                  "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\n"
+                                  "ranks = [1]\nstep = 6\n",
+                              /*steps=*/8),
+                         d.path(), Job());
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_NE(res.reason.find("the job ran 4 iteration(s), so step 6 never came"), std::string::npos)
+      << res.reason;
+}
+
+TEST(JudgeExternal, ATargetThatMatchesNoModuleGetsTheNearestName) {
+  RunDir d("bad-target");
+  FourIterations(d, [&](int) {});
+  const auto res = judge(Load(std::string(kTensorFault) +
+                              "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.9\"\n"
+                              "ranks = [1]\nstep = 3\n"),
+                         d.path(), Job());
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_NE(res.reason.find("[[fault]] #2 (tensor, step 3, target activation:net.9: it matches no "
+                            "module (nor a probe that ran) of the model (did you mean "
+                            "activation:net."),
+            std::string::npos)
+      << res.reason;
 }
 
 }  // namespace

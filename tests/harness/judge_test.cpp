@@ -18,6 +18,7 @@
 #include "harness/controller.h"
 #include "harness/scenario.h"
 #include "results/report.h"
+#include "tests/harness/event_logs.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -25,32 +26,13 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int64_t kT0 = 1'000'000'000;  // job launch, us
+using test_util::kT0;
 
 // A run folder under the test temp dir with per-rank JSON-lines logs written by hand, in the
 // format harness/runner.cpp writes.
-class RunDir {
+class RunDir : public test_util::EventLogDir {
  public:
-  explicit RunDir(const std::string& name) {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("nanchaos_judge_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "events");
-  }
-  ~RunDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path() const { return dir_.string(); }
-
-  // Appends one event; t is microseconds after kT0.
-  void ev(int rank, const std::string& type, int64_t t, json fields = json::object()) {
-    fields["ev"] = type;
-    fields["t_us"] = kT0 + t;
-    lines_[rank].push_back(fields.dump());
-  }
-  // Appends raw text (no newline is added).
-  void raw(int rank, const std::string& text) { tails_[rank] += text; }
+  explicit RunDir(const std::string& name) : EventLogDir("nanchaos_judge", name) {}
 
   // A rank's clean start.
   void start(int rank, int world, int64_t t = 10) {
@@ -79,21 +61,6 @@ class RunDir {
         {"params_finite", params_finite}});
     ev(rank, "exit", t + 1, {{"code", 0}});
   }
-
-  // Writes every rank's file (overwriting).
-  void flush() const {
-    for (const auto& [rank, lines] : lines_) {
-      std::ofstream out(dir_ / "events" / ("rank-" + std::to_string(rank) + ".jsonl"));
-      for (const auto& l : lines) out << l << "\n";
-      auto it = tails_.find(rank);
-      if (it != tails_.end()) out << it->second;
-    }
-  }
-
- private:
-  fs::path dir_;
-  std::map<int, std::vector<std::string>> lines_;
-  std::map<int, std::string> tails_;
 };
 
 JobResult Job(int exit_code = 0, int64_t t_end = 5'000'000, bool timed_out = false) {

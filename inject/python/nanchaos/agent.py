@@ -30,19 +30,21 @@ Threads: everything runs on the training thread except the comm-hook completion 
 
 from __future__ import annotations
 
+import difflib
 import gc
 import hashlib
+import itertools
 import os
 import socket
 import sys
 import threading
+import time
 import weakref
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from . import faults as faults_mod
-import itertools
 
 from .events import EventLog, now_us, num
 from .plan import Plan
@@ -300,7 +302,7 @@ class Agent:
         self._named_params = [(_strip(n), p) for n, p in model.named_parameters()]
         self._params = [p for _, p in self._named_params]
         for f in self.faults:
-            why = f.attach_refusal(self)
+            why = f.attach_refusal(self) or self._unmatched_target(f)
             if why:
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
         self._install_fault_hooks()
@@ -316,6 +318,25 @@ class Agent:
             optimizer=[type(o).__name__ for o in self.optimizers],
             scaler=type(self.scaler).__name__ if self.scaler is not None else None,
             ddp=self.ddp is not None, micro_batches=self.micro_batches)
+
+    def _unmatched_target(self, fault) -> Optional[str]:
+        """A parameter:/gradient: target that names no parameter of the model is refused now,
+        with the nearest names, instead of a whole run ending in "injection not verified".
+        (activation: targets may be probes that only appear in the forward, so they are not.)"""
+        where = getattr(fault, "where", None)
+        if where not in ("parameter", "gradient"):
+            return None
+        names = [n for n, _ in self._named_params]
+        if any(faults_mod.match_target(fault.pattern, n) for n in names):
+            return None
+        hint = ""
+        if fault.pattern.startswith("module."):
+            hint = "; target names have no DDP `module.` prefix"
+        near = difflib.get_close_matches(fault.pattern.replace("module.", "", 1), names, n=3)
+        if near:
+            hint += "; did you mean " + ", ".join(f"{where}:{n}" for n in near) + "?"
+        return (f"target {where}:{fault.pattern} matches no parameter of "
+                f"{type(self.model).__name__}{hint} (`nanchaos targets` lists them)")
 
     def _maybe_add_optimizer(self, opt) -> None:
         if any(o is opt for o in self.optimizers) or self.model is None:
@@ -565,21 +586,29 @@ class Agent:
             self._release_ddp()
 
     def _release_ddp(self) -> None:
-        """Frees DDP's reducer (and the agent's comm hook in it) while the interpreter is whole.
-        Debian's torch 1.13 aborts ("terminate called without an active exception") in ~1 of 8
-        exits when a DDP model with a Python comm hook is destroyed during interpreter shutdown;
-        the job's atexit handlers have all run by now (the agent's handler is the first
-        registered, so it runs last)."""
+        """Lets DDP's Python comm hook die while the interpreter is whole.
+
+        A Python comm hook's future carries Python callbacks; gloo's worker thread drops the
+        finished work (and with it those callbacks) some time after the future completed, and
+        that needs the GIL. When the main thread goes straight from the last step to interpreter
+        shutdown, the worker gets the GIL during finalization, is ended with pthread_exit inside
+        a noexcept frame, and the process aborts ("terminate called without an active
+        exception", seen in ~1 of 10 exits on Debian's torch 1.13 with PyTorch's own
+        ``default_hooks.allreduce_hook`` too). So the agent, whose exit handler runs after all of
+        the job's (it was registered first), releases the GIL briefly, then frees DDP's reducer.
+        """
         ddp = self.ddp
         self.ddp = None
         if ddp is None:
             return
+        time.sleep(0.05)  # the workers drop their finished work now, with the GIL free
         for attr in ("logger", "reducer"):
             try:
                 delattr(ddp, attr)
             except AttributeError:
                 pass
         gc.collect()
+        time.sleep(0.01)
 
     def _write_final(self) -> None:
         with torch.no_grad():

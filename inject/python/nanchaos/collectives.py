@@ -38,13 +38,34 @@ def _bucket_buffer(bucket) -> torch.Tensor:
     return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
 
 
+def _enter_bucket(agent, bucket) -> tuple:
+    """Bucket faults (comm, hang before_grad_allreduce), then ``coll_enter``: (buffer, seq)."""
+    buf = _bucket_buffer(bucket)
+    agent.on_bucket(bucket.index(), buf)
+    seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
+                           dtype=_DTYPE.get(buf.dtype) or str(buf.dtype)[6:], bucket=bucket.index())
+    return buf, seq
+
+
+def _leave_when_done(agent, seq: int, fut, unwrap: bool):
+    """The hook's future, chained with one callback that logs ``coll_leave`` (status ``error``
+    when the all-reduce failed, e.g. a peer's process-group timeout) and returns the bucket."""
+
+    def done(f):
+        try:
+            value = f.value()
+        except BaseException:
+            agent.coll_leave(seq, "grad_allreduce", "error")
+            raise
+        agent.coll_leave(seq, "grad_allreduce")
+        return value[0] if unwrap else value
+
+    return fut.then(done)
+
+
 def _wrap_hook(agent, inner):
     def nanchaos_comm_hook(state, bucket):
-        buf = _bucket_buffer(bucket)
-        agent.on_bucket(bucket.index(), buf)
-        seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
-                               dtype=_DTYPE.get(buf.dtype) or str(buf.dtype)[6:],
-                               bucket=bucket.index())
+        buf, seq = _enter_bucket(agent, bucket)
         depth = agent._coll_depth
         depth.n = getattr(depth, "n", 0) + 1  # the inner hook's own dist calls are this one
         try:
@@ -54,17 +75,7 @@ def _wrap_hook(agent, inner):
             raise
         finally:
             depth.n -= 1
-
-        def done(f):
-            try:
-                value = f.value()
-            except BaseException:
-                agent.coll_leave(seq, "grad_allreduce", "error")
-                raise
-            agent.coll_leave(seq, "grad_allreduce")
-            return value
-
-        return fut.then(done)
+        return _leave_when_done(agent, seq, fut, unwrap=False)
 
     return nanchaos_comm_hook
 
@@ -120,24 +131,10 @@ def ensure_comm_hook(agent, ddp) -> None:
 
     def nanchaos_allreduce(process_group, bucket):
         group = process_group if process_group is not None else _get_default_group()
-        buf = _bucket_buffer(bucket)
-        agent.on_bucket(bucket.index(), buf)
-        seq = agent.coll_enter("grad_allreduce", count=buf.numel(),
-                               dtype=_DTYPE.get(buf.dtype) or str(buf.dtype)[6:],
-                               bucket=bucket.index())
+        buf, seq = _enter_bucket(agent, bucket)
         buf.div_(group.size())
         fut = all_reduce(buf, group=group, async_op=True).get_future()
-
-        def done(f):
-            try:
-                value = f.value()[0]
-            except BaseException:
-                agent.coll_leave(seq, "grad_allreduce", "error")
-                raise
-            agent.coll_leave(seq, "grad_allreduce")
-            return value
-
-        return fut.then(done)
+        return _leave_when_done(agent, seq, fut, unwrap=True)
 
     ddp._nanchaos_hooked = True
     _ORIG_REGISTER[0](ddp, ddp.process_group, nanchaos_allreduce)

@@ -64,14 +64,7 @@ class EventLog:
             line = json.dumps(rec, allow_nan=False, separators=(",", ":"))
         except ValueError:
             line = json.dumps(_finite(rec), separators=(",", ":"))
-        data = (line + "\n").encode()
-        with self._lock:
-            try:
-                os.write(self._fd, data)
-            except OSError as e:
-                self.dropped += 1
-                if self.dropped == 1:
-                    os.write(2, f"nanchaos agent: cannot write {self.path}: {e}\n".encode())
+        self._append(line)
 
     def write_line(self, line: str) -> None:
         """Hot-path variant for the fixed-schema events written every iteration (step_begin,
@@ -79,6 +72,9 @@ class EventLog:
         formatted, carrying "ev" and "t_us" (json.dumps costs ~5x the formatting)."""
         if os.getpid() != self.owner_pid or self._fd < 0:
             return
+        self._append(line)
+
+    def _append(self, line: str) -> None:
         data = (line + "\n").encode()
         with self._lock:
             try:

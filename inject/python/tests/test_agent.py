@@ -436,3 +436,14 @@ def test_lr_schedulers_wrap_the_agents_step_and_the_lr_fault_rides_on_their_lr(t
     assert job.codes == [0], job.outputs
     assert [round(e["lr"], 6) for e in job.of(0, "step_end")] == [0.1, 5.0, 0.033333, 0.025]
     assert "last-lr 0.02" in job.outputs[0]  # the scheduler's own state is untouched
+
+
+def test_a_parameter_target_that_names_nothing_is_refused_at_attach_with_the_nearest_name(tmp_path):
+    p = plan(faults=[{"kind": "tensor", "step": 3,
+                      "params": {"target": "gradient:module.head.weight", "value": "nan"}}])
+    job = run_ranks(tmp_path, SOLO_LOOP, p, world=1)
+    assert job.codes == [1]
+    reason = job.of(0, "attach_error")[0]["reason"]
+    assert "matches no parameter of Net" in reason
+    assert "no DDP `module.` prefix" in reason and "gradient:head.weight" in reason
+    assert job.of(0, "step_end") == []
