@@ -447,3 +447,28 @@ def test_a_parameter_target_that_names_nothing_is_refused_at_attach_with_the_nea
     assert "matches no parameter of Net" in reason
     assert "no DDP `module.` prefix" in reason and "gradient:head.weight" in reason
     assert job.of(0, "step_end") == []
+
+
+def test_a_gradscaler_backoff_is_observed_with_the_skip(tmp_path):
+    import torch
+
+    if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+        pytest.skip(f"torch {torch.__version__} has no CPU GradScaler (torch.amp.GradScaler, >= 2.3)")
+    script = HEADER + textwrap.dedent('''
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu")
+        for it in range(5):
+            loss = F.cross_entropy(model(torch.randn(8, 8)), torch.randint(0, 4, (8,)))
+            scaler.scale(loss).backward()
+            scaler.step(opt); scaler.update(); opt.zero_grad()
+    ''')
+    p = plan(steps=5, faults=[{"kind": "tensor", "step": 2,
+                               "params": {"target": "gradient:head.weight", "value": "inf"}}])
+    job = run_ranks(tmp_path, script, p, world=1)
+    assert job.codes == [0], job.outputs
+    assert job.of(0, "start")[0]["scaler"] == "GradScaler"
+    assert steps_of(job, 0)[2] == (2, "skip")
+    dets = [(d["detector"], d["step"]) for d in job.of(0, "detect")]
+    assert dets == [("observed:skip", 2), ("observed:scale_backoff", 2)]
+    assert job.of(0, "final")[0]["loss_scale"] == 32768.0
