@@ -405,7 +405,7 @@ TEST(ScenarioLoader, PresetDetectors) {
 // --- the cases from real reports ---------------------------------------------------------------
 
 TEST(ScenarioLoader, EverySharedCaseValidates) {
-  std::vector<std::string> files = expand_scenario_paths({NANCHAOS_SOURCE_DIR "/../shared/cases"});
+  std::vector<std::string> files = expand_scenario_paths({NANCHAOS_SOURCE_DIR "/tests/cases"});
   ASSERT_GE(files.size(), 9u);
   for (const auto& file : files) {
     EXPECT_NO_THROW(load_scenario(file)) << file;
@@ -425,7 +425,7 @@ TEST(ScenarioLoader, EveryShippedScenarioValidates) {
 }
 
 TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
-  const std::string dir = NANCHAOS_SOURCE_DIR "/../shared/cases/";
+  const std::string dir = NANCHAOS_SOURCE_DIR "/tests/cases/";
   for (const char* name :
        {"r01-naive-stack-deadlocks", "r01-nan-input-one-rank", "r02-fp16-logits-overflow",
         "r06-nan-gradient-checked", "r06-nan-gradient-unchecked",
@@ -449,7 +449,7 @@ TEST(ScenarioLoader, CudaWithDeviceStallHangIsBuilt) {
 }
 
 TEST(ScenarioLoader, ExpandPaths) {
-  const std::string dir = NANCHAOS_SOURCE_DIR "/../shared/cases";
+  const std::string dir = NANCHAOS_SOURCE_DIR "/tests/cases";
   std::vector<std::string> files =
       expand_scenario_paths({dir, dir + "/r01-nan-input-one-rank.toml"});
   ASSERT_FALSE(files.empty());
