@@ -153,6 +153,12 @@ std::string suite_name(const std::vector<std::string>& paths) {
 
 std::string gpu_skip_reason(const Scenario& s, const GpuHost& host) {
   if (s.job.device != Device::kCuda) return "";
+  // A CPU-only LibTorch is the blocker a GPU or a driver would not remove: name it first (with
+  // that LibTorch the GPU count says nothing), and the nanchaos build only as a second one.
+  if (!host.torch_cuda) {
+    return std::string("device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build)") +
+           (host.built_with_cuda ? "" : "; nanchaos was also built without CUDA/NCCL");
+  }
   if (!host.built_with_cuda) {
     return "device cuda needs a GPU build: nanchaos was built without CUDA/NCCL (nvcc or nccl.h "
            "not found)";
@@ -161,8 +167,6 @@ std::string gpu_skip_reason(const Scenario& s, const GpuHost& host) {
     return fmt::format("device cuda needs a GPU per rank: {} ranks, this host has {}{}",
                        s.job.ranks, host.devices, host.why.empty() ? "" : " (" + host.why + ")");
   }
-  if (!host.torch_cuda)
-    return "device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build)";
   return "";
 }
 
@@ -696,7 +700,15 @@ int run_suite(const RunOptions& opts) {
   // Not an error: the page is there with its tables; the note says what is missing.
   if (!html_note.empty()) std::cerr << "nanchaos run: warning: report.html: " << html_note << "\n";
   if (usage_error || write_failed || report.errors() > 0) return 2;
-  return report.failed() > 0 ? 1 : 0;
+  if (report.failed() > 0) return 1;
+  // CI on a GPU runner that lost its GPU must not stay green (RunOptions::fail_on_skip).
+  if (opts.fail_on_skip && report.skipped() > 0) {
+    std::cerr << fmt::format(
+        "nanchaos run: error: {} scenario(s) skipped and --fail-on-skip is set (exit 1)\n",
+        report.skipped());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace nanchaos::harness

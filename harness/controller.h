@@ -28,6 +28,8 @@ struct RunOptions {
   /// Runs per scenario; trial i uses seed + i and, when trials > 1, the run folder
   /// <out>/<name>/trial-<i>/ (docs/scenario-format.md "Trials").
   int trials = 1;
+  /// A `skipped` scenario makes the run exit 1 (as a failure would; errors still exit 2).
+  bool fail_on_skip = false;
 };
 
 /// How a launched job ended, as the controller saw it.
@@ -65,7 +67,9 @@ struct GpuHost {
 GpuHost probe_gpu_host();
 
 /// Why a device = "cuda" scenario is `skipped` on `host` ("" when it can run: CUDA and NCCL built,
-/// CUDA LibTorch, at least one GPU per rank). "" for device = "cpu". Pure function.
+/// CUDA LibTorch, at least one GPU per rank). "" for device = "cpu". The first blocker named is
+/// the one no GPU would remove: a CPU-only LibTorch, then a nanchaos built without CUDA/NCCL,
+/// then too few GPUs. Pure function.
 std::string gpu_skip_reason(const Scenario& s, const GpuHost& host);
 /// gpu_skip_reason(s, probe_gpu_host()).
 std::string gpu_skip_reason(const Scenario& s);

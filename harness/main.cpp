@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
                   "launcher command (default $NANCHAOS_LAUNCHER or mpirun), e.g. "
                   "\"mpirun --hostfile hosts\" or \"srun --mpi=pmix\"");
   run->add_flag("--quiet", run_opts.quiet, "no console table, no progress lines on stderr");
+  run->add_flag("--fail-on-skip", run_opts.fail_on_skip,
+                "exit 1 when a scenario is skipped (e.g. a GPU suite on a host without one)");
   run->add_option("--trials", run_opts.trials,
                   "run each scenario N times (trial i uses seed + i); report.json gets "
                   "p50/p95/max per scenario and detector")
@@ -195,7 +197,9 @@ int main(int argc, char** argv) {
   std::string cmp_base, cmp_new, cmp_format = "text";
   nanchaos::results::CompareOptions cmp_opts;
   auto* compare = app.add_subcommand(
-      "compare", "compare two report.json files; exit 1 on a regression (results/compare.h)");
+      "compare",
+      "compare two report.json files; exit 1 on a regression, 2 when they share no scenario "
+      "(results/compare.h)");
   compare->add_option("base", cmp_base, "the reference report.json")->required();
   compare->add_option("new", cmp_new, "the report.json to check")->required();
   compare
@@ -222,6 +226,9 @@ int main(int argc, char** argv) {
                    "and the p50 must have grown by more than this many ms")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  compare->add_flag("--common", cmp_opts.common_only,
+                    "compare only the scenarios in both reports (e.g. a --tag subset against a "
+                    "full baseline); none is then `missing`");
   compare->add_option("--format", cmp_format, "md (pull request), text or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"md", "text", "json"}));

@@ -187,10 +187,13 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     d.base = scenario_side(bs);
     auto it = fresh_by_name.find(d.name);
     if (it == fresh_by_name.end()) {
+      ++c.only_base;
+      if (o.common_only) continue;
       flag(d, "missing", fmt::format("in {}, absent from {}", base_label, fresh_label));
       c.scenarios.push_back(std::move(d));
       continue;
     }
+    ++c.shared;
     d.fresh = scenario_side(*it->second);
     const ScenarioSide& b = *d.base;
     const ScenarioSide& n = *d.fresh;
@@ -242,6 +245,8 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
   for (const auto& ns : fresh["scenarios"]) {
     const std::string name = ns["name"].get<std::string>();
     if (seen.count(name)) continue;
+    ++c.only_fresh;
+    if (o.common_only) continue;
     ScenarioDiff d;
     d.name = name;
     d.fresh = scenario_side(ns);
@@ -251,6 +256,19 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
   return c;
 }
 
+std::string overlap_text(const Comparison& c) {
+  std::string t = fmt::format("{} shared scenario(s)", c.shared);
+  if (c.only_base > 0) {
+    t += fmt::format("; {} only in BASE{}", c.only_base,
+                     c.options.common_only ? " (not compared: --common)" : "");
+  }
+  if (c.only_fresh > 0) {
+    t += fmt::format("; {} only in NEW{}", c.only_fresh,
+                     c.options.common_only ? " (not compared: --common)" : "");
+  }
+  return t;
+}
+
 std::string format_markdown(const Comparison& c) {
   std::string m = "### nanchaos compare\n\n";
   m += fmt::format(
@@ -258,6 +276,7 @@ std::string format_markdown(const Comparison& c) {
       "both sides have ≥ {} trials.\n\n",
       md_escape(c.base_label), md_escape(c.fresh_label), c.options.max_slowdown,
       c.options.min_delta_ms, c.options.min_trials);
+  m += overlap_text(c) + ".\n\n";
   if (c.regressions.empty()) {
     m += fmt::format("**No regression** in {} scenarios.\n\n", c.scenarios.size());
   } else {
@@ -284,6 +303,7 @@ std::string format_markdown(const Comparison& c) {
 
 std::string format_text(const Comparison& c) {
   std::string t = fmt::format("nanchaos compare: {} -> {}\n", c.base_label, c.fresh_label);
+  t += overlap_text(c) + "\n";
   t += fmt::format("{:<4} {:<34} {:<24} {:<26} {:<11} {:>9} {:>22} {:>7}\n", "", "SCENARIO",
                    "VERDICT", "FIRST DETECTOR", "ATTRIBUTION", "STEPS", "P50 ms", "RATIO");
   for (const auto& d : c.scenarios) {
@@ -337,6 +357,10 @@ json format_json(const Comparison& c) {
   }
   j["regressions"] = std::move(regs);
   j["regressed"] = !c.regressions.empty();
+  j["shared"] = c.shared;
+  j["only_base"] = c.only_base;
+  j["only_new"] = c.only_fresh;
+  j["common_only"] = c.options.common_only;
   return j;
 }
 
@@ -352,6 +376,14 @@ int run_compare(const std::string& base_path, const std::string& fresh_path,
     const json base = load_report(base_path);
     const json fresh = load_report(fresh_path);
     c = compare_reports(base, fresh, o, base_path, fresh_path);
+    if (c.shared == 0) {
+      err << fmt::format(
+          "nanchaos compare: error: {} and {} share no scenario ({} in {}, {} in {}): nothing to "
+          "compare\n",
+          base_path, fresh_path, base["scenarios"].size(), base_path, fresh["scenarios"].size(),
+          fresh_path);
+      return 2;
+    }
   } catch (const CompareInputError& e) {
     err << "nanchaos compare: error: " << e.what() << "\n";
     return 2;

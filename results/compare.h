@@ -13,9 +13,13 @@
 //   latency      latency_ms p50 ratio new/base > max_slowdown, only when both sides have at least
 //                min_trials trials and the p50 grew by more than min_delta_ms (milliseconds on a
 //                shared machine are noise; steps are not)
-//   missing      in BASE, absent from NEW (a dropped scenario would hide a regression)
+//   missing      in BASE, absent from NEW (a dropped scenario would hide a regression), unless
+//                `common_only` (`--common`: compare a `--tag` subset with a full baseline)
 // Not regressions (shown, never gated): another first detector with the same attribution and
 // step, a scenario only in NEW, a scenario skipped in NEW, a fix (fail -> pass).
+//
+// Every rendering says how many scenarios the two reports share; run_compare refuses (exit 2)
+// two reports that share none (their names never overlap: nothing was compared).
 //
 // Reports from before `--trials` (no `stats`) count as one trial described by their top level.
 // Nothing here includes torch; compare_reports() is a pure function.
@@ -40,6 +44,8 @@ struct CompareOptions {
   double max_slowdown = 2.0;  ///< latency_ms p50 ratio new/base above which it is a regression
   int min_trials = 3;         ///< both sides need this many trials before ms are gated
   double min_delta_ms = 1.0;  ///< and the p50 must have grown by more than this (ms)
+  /// Only the scenarios in both reports: none is `missing`, none listed as only in NEW.
+  bool common_only = false;
 };
 
 /// One side of one scenario, as read from a report.
@@ -74,7 +80,14 @@ struct Comparison {
   CompareOptions options;
   std::vector<ScenarioDiff> scenarios;  ///< BASE order, then scenarios only in NEW
   std::vector<Regression> regressions;
+  int shared = 0;      ///< scenarios (by name) in both reports
+  int only_base = 0;   ///< in BASE only
+  int only_fresh = 0;  ///< in NEW only
 };
+
+/// "3 shared scenario(s); 2 only in BASE (not compared: --common); 1 only in NEW": the overlap
+/// line every rendering carries.
+std::string overlap_text(const Comparison& c);
 
 /// Reads and checks a report.json (an object with a "scenarios" array of objects with unique
 /// "name" strings). Throws CompareInputError naming `path` (missing file, parse error with its
@@ -95,8 +108,9 @@ std::string format_text(const Comparison& c);
 nlohmann::json format_json(const Comparison& c);
 
 /// The whole command: loads both files, compares, writes `format` (md, text, json) to `out`.
-/// Returns 0 (no regression), 1 (a regression) or 2 (unreadable input or bad format; the error
-/// goes to `err`, naming the file).
+/// Returns 0 (no regression), 1 (a regression) or 2 (unreadable input, bad format, or no scenario
+/// in common: "nanchaos compare: error: BASE and NEW share no scenario (2 in BASE, 1 in NEW):
+/// nothing to compare"; the error goes to `err`, naming the files).
 int run_compare(const std::string& base_path, const std::string& fresh_path,
                 const CompareOptions& o, const std::string& format, std::ostream& out,
                 std::ostream& err);

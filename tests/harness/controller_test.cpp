@@ -273,14 +273,54 @@ TEST(Controller, GpuSkipReasonNamesWhatIsMissing) {
   EXPECT_NE(gpu_skip_reason(s, GpuHost{false, true, 8, ""}).find("built without CUDA"),
             std::string::npos);
   EXPECT_EQ(
-      gpu_skip_reason(s, GpuHost{true, false, 0, "cudaGetDeviceCount: no CUDA-capable device"}),
+      gpu_skip_reason(s, GpuHost{true, true, 0, "cudaGetDeviceCount: no CUDA-capable device"}),
       "device cuda needs a GPU per rank: 2 ranks, this host has 0 (cudaGetDeviceCount: no "
       "CUDA-capable device)");
   EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, true, 1, ""}),
             "device cuda needs a GPU per rank: 2 ranks, this host has 1");
-  EXPECT_NE(gpu_skip_reason(s, GpuHost{true, false, 2, ""}).find("LibTorch has no CUDA"),
-            std::string::npos);
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, false, 2, ""}),
+            "device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build)");
   EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, true, 2, ""}), "");
+}
+
+// Issue 13: a CPU-only LibTorch is named first, not the GPU count or the driver that it makes
+// irrelevant (no GPU would let such a LibTorch run a CUDA job).
+TEST(Controller, GpuSkipReasonNamesCpuOnlyLibTorchFirst) {
+  using nanchaos::harness::gpu_skip_reason;
+  using nanchaos::harness::GpuHost;
+  nanchaos::harness::Scenario s;
+  s.job.device = nanchaos::harness::Device::kCuda;
+  s.job.ranks = 2;
+  EXPECT_EQ(
+      gpu_skip_reason(s, GpuHost{true, false, 0, "cudaGetDeviceCount: no CUDA-capable device"}),
+      "device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build)");
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{false, false, 0, ""}),
+            "device cuda needs a GPU: this LibTorch has no CUDA (CPU-only build); nanchaos was "
+            "also built without CUDA/NCCL");
+  EXPECT_EQ(gpu_skip_reason(s, GpuHost{false, true, 0, ""}),
+            "device cuda needs a GPU build: nanchaos was built without CUDA/NCCL (nvcc or nccl.h "
+            "not found)");
+}
+
+// Issue 13: `--fail-on-skip` turns a skipped scenario into exit 1 with a message on stderr; the
+// report still says `skipped`. Without the flag the same run exits 0.
+TEST(Controller, FailOnSkipExitsOneWhenAScenarioIsSkipped) {
+  nanchaos::harness::Scenario one;
+  one.job.device = nanchaos::harness::Device::kCuda;
+  if (nanchaos::harness::gpu_skip_reason(one).empty())
+    GTEST_SKIP() << "this host can run CUDA jobs";
+  const std::string file = kSrc + "/scenarios/gpu/gpu-nan-gradient.toml";
+  const auto out = tmpdir("fail-on-skip");
+  auto r = run_cmd(kBin + " run " + file + " --quiet --fail-on-skip --out " + out + " 2>&1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.output,
+            "nanchaos run: error: 1 scenario(s) skipped and --fail-on-skip is set (exit 1)\n");
+  const json rep = read_report(out);
+  ASSERT_EQ(rep["scenarios"].size(), 1u);
+  EXPECT_EQ(rep["scenarios"][0]["verdict"], "skipped");
+  const auto out2 = tmpdir("no-fail-on-skip");
+  auto r2 = run_cmd(kBin + " run " + file + " --quiet --out " + out2 + " 2>&1");
+  EXPECT_EQ(r2.code, 0) << r2.output;
 }
 
 // `nanchaos run scenarios/gpu/` on a host that cannot run them: every scenario `skipped` with a

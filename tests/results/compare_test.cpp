@@ -166,6 +166,45 @@ TEST(Compare, RenderingsNameTheScenarioAndTheRegressionKind) {
   EXPECT_EQ(j["base"], "base.json");
 }
 
+// Issue 13: every rendering says how many scenarios the reports share; --common drops the rest.
+TEST(Compare, OverlapIsCountedAndCommonComparesOnlySharedScenarios) {
+  const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0),
+                            scenario("b", "pass", "", nullptr, "", 0, 0),
+                            scenario("c", "pass", "", nullptr, "", 0, 0)});
+  const json subset = report(
+      {scenario("a", "pass", "", nullptr, "", 0, 0), scenario("d", "pass", "", nullptr, "", 0, 0)});
+  const auto all = compare_reports(base, subset);
+  EXPECT_EQ(all.shared, 1);
+  EXPECT_EQ(all.only_base, 2);
+  EXPECT_EQ(all.only_fresh, 1);
+  EXPECT_EQ(kinds(all), (std::vector<std::string>{"b:missing", "c:missing"}));
+  EXPECT_EQ(overlap_text(all), "1 shared scenario(s); 2 only in BASE; 1 only in NEW");
+
+  CompareOptions o;
+  o.common_only = true;
+  const auto common = compare_reports(base, subset, o);
+  EXPECT_TRUE(common.regressions.empty()) << format_text(common);
+  ASSERT_EQ(common.scenarios.size(), 1u);
+  EXPECT_EQ(common.scenarios[0].name, "a");
+  EXPECT_EQ(overlap_text(common),
+            "1 shared scenario(s); 2 only in BASE (not compared: --common); 1 only in NEW (not "
+            "compared: --common)");
+  const std::string text = format_text(common);
+  EXPECT_EQ(text.substr(0, text.find('\n', text.find('\n') + 1) + 1),
+            "nanchaos compare: BASE -> NEW\n1 shared scenario(s); 2 only in BASE (not compared: "
+            "--common); 1 only in NEW (not compared: --common)\n");
+  EXPECT_NE(format_markdown(common).find("1 shared scenario(s); 2 only in BASE"),
+            std::string::npos);
+  const json j = format_json(common);
+  EXPECT_EQ(j["shared"], 1);
+  EXPECT_EQ(j["only_base"], 2);
+  EXPECT_EQ(j["only_new"], 1);
+  EXPECT_EQ(j["common_only"], true);
+  // A regression among the shared scenarios is still one under --common.
+  const json worse = report({scenario("a", "fail", "", nullptr, "", 0, 0)});
+  EXPECT_EQ(kinds(compare_reports(base, worse, o)), std::vector<std::string>{"a:verdict"});
+}
+
 class CompareFiles : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -178,10 +217,11 @@ class CompareFiles : public ::testing::Test {
     std::ofstream(p) << text;
     return p;
   }
-  int run(const std::string& a, const std::string& b, const std::string& format = "text") {
+  int run(const std::string& a, const std::string& b, const std::string& format = "text",
+          const CompareOptions& o = {}) {
     out_.str("");
     err_.str("");
-    return run_compare(a, b, CompareOptions{}, format, out_, err_);
+    return run_compare(a, b, o, format, out_, err_);
   }
   fs::path dir_;
   std::ostringstream out_, err_;
@@ -223,6 +263,37 @@ TEST_F(CompareFiles, ExitCodesZeroOneAndTwoWithTheFileNamed) {
 
   EXPECT_EQ(run(ok, ok, "yaml"), 2);
   EXPECT_NE(err_.str().find("--format yaml"), std::string::npos);
+}
+
+// Issue 13: two reports with no scenario in common are refused (exit 2), with or without
+// --common, and nothing is printed on stdout; --common lets a subset pass against a baseline.
+TEST_F(CompareFiles, NoSharedScenarioExitsTwoAndCommonComparesASubset) {
+  const auto full = write("full.json", report({scenario("a", "pass", "", nullptr, "", 0, 0),
+                                               scenario("b", "pass", "", nullptr, "", 0, 0)})
+                                           .dump());
+  const auto other =
+      write("other.json", report({scenario("x", "pass", "", nullptr, "", 0, 0)}).dump());
+  const auto subset =
+      write("subset.json", report({scenario("a", "pass", "", nullptr, "", 0, 0)}).dump());
+  for (bool common : {false, true}) {
+    CompareOptions o;
+    o.common_only = common;
+    EXPECT_EQ(run(full, other, "text", o), 2);
+    EXPECT_EQ(err_.str(), "nanchaos compare: error: " + full + " and " + other +
+                              " share no scenario (2 in " + full + ", 1 in " + other +
+                              "): nothing to compare\n");
+    EXPECT_EQ(out_.str(), "");
+  }
+  EXPECT_EQ(run(full, subset), 1);  // b is missing
+  EXPECT_NE(out_.str().find("1 shared scenario(s); 1 only in BASE\n"), std::string::npos)
+      << out_.str();
+  CompareOptions o;
+  o.common_only = true;
+  EXPECT_EQ(run(full, subset, "text", o), 0) << out_.str();
+  EXPECT_NE(out_.str().find("1 shared scenario(s); 1 only in BASE (not compared: --common)\n"),
+            std::string::npos)
+      << out_.str();
+  EXPECT_NE(out_.str().find("--- 1 scenarios compared: 0 regression(s)\n"), std::string::npos);
 }
 
 }  // namespace
