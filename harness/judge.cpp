@@ -475,15 +475,26 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
           if (std::find(absent.begin(), absent.end(), r) != absent.end()) both.push_back(r);
         }
         if (both.empty()) {
-          // The absent ranks are the culprits: those whose process was gone, with no exit
-          // record, before the exception (a `crash`, the OOM killer) failed; the others hung (a
-          // hung rank is torn down only after its peers gave up).
+          // The absent ranks are the culprits: those that died (their last words are a `crash`
+          // injection, or the controller saw their process gone, with no exit record, before the
+          // raising rank's exception or before the raising rank's own process went) failed; the
+          // others hung (a hung rank is torn down only after its peers gave up).
           const int64_t raised_t = earliest_t[{d.step, d.detector}];
+          int64_t raiser_gone = std::numeric_limits<int64_t>::max();
+          for (int64_t r : d.ranks) {
+            if (auto g = job.rank_gone_us.find(int(r)); g != job.rank_gone_us.end())
+              raiser_gone = std::min(raiser_gone, g->second);
+          }
           std::vector<int64_t> gone;
           for (int64_t r : absent) {
+            const auto& l = logs[size_t(r)];
+            if (l.exit_code) continue;
+            const bool crashed = !l.events.empty() && l.events.back().value("ev", "") == "inject" &&
+                                 l.events.back().value("kind", "") == "crash";
             auto g = job.rank_gone_us.find(int(r));
-            if (!logs[size_t(r)].exit_code && g != job.rank_gone_us.end() && g->second < raised_t)
-              gone.push_back(r);
+            const bool went_first =
+                g != job.rank_gone_us.end() && (g->second < raised_t || g->second < raiser_gone);
+            if (crashed || went_first) gone.push_back(r);
           }
           d.ranks = gone.empty() ? absent : gone;
           d.cause = gone.empty() ? "hang" : "rank_failure";

@@ -392,6 +392,39 @@ TEST(JudgeExternal, ObservedExceptionBlamesADeadAbsentRankAsRankFailure) {
   EXPECT_EQ(res.verdict, "pass") << res.reason;
 }
 
+// An unplanned death (the OOM killer: no crash injection) that the controller's 10-ms pid watch
+// saw only after the peer's exception, but before the peer's own process went: still a rank
+// failure. A rank torn down after its raising peer is gone is a hang (the test above).
+TEST(JudgeExternal, ARankSeenGoneBeforeTheRaisingPeerIsARankFailure) {
+  RunDir d("oom");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 1) continue;  // killed from outside: no exit record, no injection
+    d.coll(r, seq, 1, 2100, false);
+    d.ev(r, "exception", 2200, {{"type", "RuntimeError"}, {"message", "Connection reset by peer"}});
+    d.ev(r, "detect", 2200,
+         {{"detector", "observed:exception"},
+          {"step", 1},
+          {"layer", ""},
+          {"cause", ""},
+          {"source", "observed"}});
+    d.ev(r, "exit", 2300, {{"code", 1}});
+  }
+  d.flush();
+  JobResult job = Job(137, 100'000);
+  job.rank_gone_us = {{1, kT0 + 2'250}, {0, kT0 + 12'300}};
+  const auto res =
+      judge(Load("[expect]\nrank = 1\ncause = \"rank_failure\"\nmax_false_positives = 1\n"),
+            d.path(), job);
+  ASSERT_EQ(res.detections.size(), 1u);
+  EXPECT_EQ(res.detections[0].ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.detections[0].cause, "rank_failure");
+  EXPECT_EQ(res.verdict, "pass") << res.reason;
+}
+
 TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
   RunDir d("short-job");
   FourIterations(d, [&](int) {});
