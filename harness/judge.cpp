@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -149,6 +150,32 @@ std::string target_hint(const std::string& target, const json& start) {
   return fmt::format("it matches no {} of the model{}; `nanchaos targets` lists them",
                      where == "activation" ? "module (nor a probe that ran)" : "parameter",
                      near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near));
+}
+
+// What the ranks of a job that crashed or hung said last, for a failed `outcome` check: the first
+// uncaught exception (external jobs), the ranks that ended with no exit record, how the launcher
+// ended.
+std::string last_words(const std::vector<RankLog>& logs, const JobResult& job) {
+  std::vector<std::string> said;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (logs[r].exception) said.push_back(fmt::format("rank {} raised {}", r, *logs[r].exception));
+  }
+  std::vector<size_t> silent;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (logs[r].started && !logs[r].exit_code && !logs[r].abort_ev) silent.push_back(r);
+  }
+  if (!silent.empty()) {
+    said.push_back(fmt::format("rank(s) {} ended with no exit record", fmt::join(silent, ", ")));
+  }
+  if (job.timed_out) {
+    said.push_back("the harness killed the job at [job].timeout_ms");
+  } else if (job.exit_code > 128) {
+    said.push_back(fmt::format("launcher exit status {} (signal {}: {})", job.exit_code,
+                               job.exit_code - 128, strsignal(job.exit_code - 128)));
+  } else {
+    said.push_back(fmt::format("launcher exit status {}", job.exit_code));
+  }
+  return fmt::format("{}", fmt::join(said, "; "));
 }
 
 std::string first_error_line(const std::string& log_path) {
@@ -653,7 +680,19 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     add("transient", *ex.transient, have ? json(*fd->transient) : json(nullptr),
         have && *fd->transient == *ex.transient);
   }
-  if (ex.outcome) add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
+  if (ex.outcome) {
+    add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
+  } else if (res.outcome == "crashed" || res.outcome == "hung") {
+    // No unexplained crash passes: a job that crashed or had to be killed, with no `crash` or
+    // `hang` fault that fired to explain it, fails `outcome` even when [expect] did not ask (a
+    // rank killed from outside, a std::bad_alloc, a stack that raised). Say what the ranks said.
+    bool explained = false;
+    for (const auto& inj : res.injections) explained |= inj.kind == "crash" || inj.kind == "hang";
+    if (!explained) {
+      add("outcome", "completed (no crash or hang fault explains another outcome)",
+          res.outcome + ": " + last_words(logs, job), false);
+    }
+  }
   add("deadlock", ex.deadlock, deadlock, deadlock == ex.deadlock);
   if (ex.abort_within_ms) {
     // For a job that ended early: an abort, or a crash the launcher tore down.

@@ -417,7 +417,8 @@ TEST(JudgeExternal, ARankSeenGoneBeforeTheRaisingPeerIsARankFailure) {
   JobResult job = Job(137, 100'000);
   job.rank_gone_us = {{1, kT0 + 2'250}, {0, kT0 + 12'300}};
   const auto res =
-      judge(Load("[expect]\nrank = 1\ncause = \"rank_failure\"\nmax_false_positives = 1\n"),
+      judge(Load("[expect]\nrank = 1\ncause = \"rank_failure\"\nmax_false_positives = 1\n"
+                 "outcome = \"crashed\"\n"),
             d.path(), job);
   ASSERT_EQ(res.detections.size(), 1u);
   EXPECT_EQ(res.detections[0].ranks, std::vector<int64_t>({1}));

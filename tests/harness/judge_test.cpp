@@ -468,7 +468,9 @@ TEST(JudgeHang, ShortWaitIsNoDeadlock) {
     if (r == 0) d.coll(r, seq++, "consensus", 1, 3'500'000, false);
   }
   d.flush();
-  const Scenario s = Load("[detectors]\ncollective_timeout_ms = 1000\n");
+  // An unexplained hang fails `outcome` unless asked for (AnUnexplainedCrashFailsOutcome...).
+  const Scenario s =
+      Load("[detectors]\ncollective_timeout_ms = 1000\n[expect]\noutcome = \"hung\"\n");
   // killed at 5 s; rank 0 waited 1.5 s < 2 s.
   const auto r = judge(s, d.path(), Job(137, 5'000'000, true));
   EXPECT_EQ(r.outcome, "hung");
@@ -545,6 +547,48 @@ TEST(JudgeLogs, TruncatedLastLineIsIgnored) {
   EXPECT_EQ(r.outcome, "completed");
   EXPECT_EQ(r.verdict, "pass") << r.reason;
   EXPECT_EQ(r.steps_completed, 4);
+}
+
+// No unexplained crash passes (issue 13): rank 1 was killed from outside (no fault, no exit
+// record) and [expect] asks nothing about the outcome; the scenario still fails `outcome`, and
+// the check says what the ranks said. The same log with a crash fault that fired passes.
+TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
+  RunDir d("unexplained");
+  d.start(0, 2);
+  d.start(1, 2);
+  int64_t s0 = 0, s1 = 0;
+  d.step(0, 0, 1000, &s0);
+  d.step(1, 0, 1000, &s1);
+  d.final_ok(0, 1, 3000);
+  d.flush();
+  const auto r = judge(Load("", 1), d.path(), Job(137));
+  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(
+      r.reason,
+      "outcome: expected \"completed (no crash or hang fault explains another outcome)\", got "
+      "\"crashed: rank(s) 1 ended with no exit record; launcher exit status 137 (signal 9: "
+      "Killed)\"");
+
+  RunDir e("explained");
+  e.start(0, 2);
+  e.start(1, 2);
+  int64_t t0 = 0, t1 = 0;
+  e.step(0, 0, 1000, &t0);
+  e.step(1, 0, 1000, &t1);
+  e.ev(1, "inject", 1900,
+       {{"fault", 0},
+        {"kind", "crash"},
+        {"step", 1},
+        {"target", "process"},
+        {"detail", json::object()},
+        {"replay", false}});
+  e.final_ok(0, 1, 3000);
+  e.flush();
+  const auto ok =
+      judge(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n", 2), e.path(), Job(137));
+  for (const auto& c : ok.checks) EXPECT_NE(c.key, "outcome");
+  EXPECT_EQ(ok.outcome, "crashed");
 }
 
 TEST(JudgeLogs, MissingRankFileIsNeverStartedError) {
