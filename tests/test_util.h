@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace nanchaos::test_util {
@@ -41,6 +43,20 @@ inline std::string scratch_dir(const std::string& prefix, const std::string& nam
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
+}
+
+/// Writes `text` to dir/name; returns the path.
+inline std::string write_file(const std::string& dir, const std::string& name,
+                              const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+/// The report.json a `nanchaos run --out OUT` wrote.
+inline nlohmann::json read_report(const std::string& out) {
+  std::ifstream in(out + "/report.json");
+  return nlohmann::json::parse(in);
 }
 
 }  // namespace nanchaos::test_util

@@ -27,16 +27,8 @@ std::string tmpdir(const std::string& name) {
   return nanchaos::test_util::scratch_dir("nanchaos-test", name);
 }
 
-std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-json read_report(const std::string& out) {
-  std::ifstream in(out + "/report.json");
-  return json::parse(in);
-}
+using nanchaos::test_util::read_report;
+using nanchaos::test_util::write_file;
 
 const std::string kBin = NANCHAOS_BINARY;
 const std::string kSrc = NANCHAOS_SOURCE_DIR;

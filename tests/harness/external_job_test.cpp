@@ -32,16 +32,8 @@ std::string tmpdir(const std::string& name) {
   return nanchaos::test_util::scratch_dir("nanchaos-ext", name);
 }
 
-std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-json read_report(const std::string& out) {
-  std::ifstream in(out + "/report.json");
-  return json::parse(in);
-}
+using nanchaos::test_util::read_report;
+using nanchaos::test_util::write_file;
 
 std::map<std::string, std::string> read_env(const std::string& path) {
   std::map<std::string, std::string> env;
