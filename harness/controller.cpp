@@ -306,10 +306,22 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   // A log left by an earlier run in the same folder must not pass for this job's first line.
   std::error_code ec;
   fs::remove_all(abs_run + "/events", ec);
-  fs::create_directories(abs_run + "/events");
+  if (fs::create_directories(abs_run + "/events", ec); ec) {
+    JobResult r;
+    r.launch_error = fmt::format("cannot create {}/events: {}", abs_run, ec.message());
+    return r;
+  }
   {
+    errno = 0;
     std::ofstream plan(abs_run + "/plan.json");
     plan << compile_plan(s, dry_run).dump() << "\n";  // one line: $NANCHAOS_PLAN reads well
+    plan.close();
+    if (!plan) {
+      JobResult r;
+      r.launch_error = fmt::format("cannot write {}/plan.json: {}", abs_run,
+                                   std::strerror(errno ? errno : EIO));
+      return r;
+    }
   }
   const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
                                    free_port(), python, seed);
@@ -615,11 +627,29 @@ int run_suite(const RunOptions& opts) {
     progress.start(index, s.name, trial, opts.trials);
     const std::string run_dir =
         opts.trials == 1 ? out + "/" + s.name : fmt::format("{}/{}/trial-{}", out, s.name, trial);
-    fs::create_directories(run_dir + "/events");
-    fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
     const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
     const auto seed = trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed);
     JobResult job;
+    try {
+      // A full disk or a read-only --out: this scenario is an error naming the path and errno;
+      // the suite goes on and the reports keep what was measured.
+      fs::create_directories(run_dir + "/events");
+      fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
+    } catch (const std::exception& e) {
+      job.launch_error = std::string("cannot prepare the run folder: ") + e.what();
+    }
+    if (!job.launch_error.empty()) {
+      results::ScenarioResult res;
+      res.name = s.name;
+      res.file = s.file;
+      res.seed = s.seed;
+      res.ranks = s.job.ranks;
+      res.run_dir = run_dir;
+      res.reason = job.launch_error;  // verdict stays "error"
+      res.trial = trial;
+      res.trial_count = opts.trials;
+      return res;
+    }
     if (s.job.external()) {
       job = run_external_job(launcher, s, opts.self_exe, run_dir, python.path, job_id, seed);
     } else {

@@ -13,6 +13,9 @@
 //   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
+// Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into
+// space reserved for them (see EventLog):
+//   log_error {path, errno, error, op}    log_dropped {count}  (events lost after log_error)
 // Thread-safety: one writer per file (the rank's thread).
 #pragma once
 
@@ -38,7 +41,15 @@ int64_t process_cpu_us();
 /// fails here and never as SIGBUS later) and cut to its written length by the destructor. A
 /// process that dies without it leaves NUL bytes after its last line: read_events() skips
 /// them and trim_event_log() (the controller, after each job) removes them. Where the file
-/// cannot be mapped or grown, the log falls back to one write(2) per event.
+/// cannot be mapped (a filesystem without shared mappings or fallocate), the log falls back to
+/// one write(2) per event.
+///
+/// Evidence that cannot be written is never lost silently: the last kReserveBytes of the
+/// mapping are kept for the log's own records. When a block cannot be allocated because the
+/// filesystem is full (ENOSPC, EDQUOT, EFBIG from posix_fallocate), `log_error` goes into that
+/// reserve, every later event is counted as dropped, and the destructor adds
+/// `log_dropped {count}`; a failed write(2) in the fallback mode is counted the same way. The
+/// judge makes such a scenario an `error` naming the path and errno (harness/judge.cpp).
 class EventLog {
  public:
   EventLog() = default;
@@ -57,13 +68,26 @@ class EventLog {
   /// (bench/README.md).
   void write_line(std::string_view line);
   bool is_open() const { return fd_ >= 0; }
+  /// Events that could not be written (0 while the file could grow).
+  int64_t dropped() const { return dropped_; }
+  /// errno of the first failed allocation or write (0: none).
+  int error() const { return errno_; }
+
+  /// Bytes at the end of the mapping kept for `log_error` and `log_dropped` (2 x 2 KiB).
+  static constexpr size_t kReserveBytes = 4096;
 
  private:
   void append(std::string_view line);  // line + '\n'
-  bool grow(size_t need);              // false: mapping given up, write(2) from now on
+  bool grow(size_t need);              // false: no room for `need` bytes (full or write mode)
+  void put_reserved(std::string_view line);  // into the reserve; never fails silently
+  void lose(int err, const char* op);  // first loss: log_error into the reserve
+  std::string path_;
   int fd_ = -1;
   char* map_ = nullptr;  // nullptr: write(2) mode
   size_t cap_ = 0, len_ = 0;
+  bool full_ = false;    // the filesystem refused a block: events are counted, not written
+  int64_t dropped_ = 0;
+  int errno_ = 0;
 };
 
 /// Cuts the NUL bytes a killed writer left after the last complete line of an event log (see

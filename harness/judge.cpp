@@ -2,6 +2,7 @@
 #include "harness/judge.h"
 
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cmath>
@@ -41,6 +42,8 @@ struct RankLog {
   std::map<int64_t, int64_t> coll_failed_t;  // external: seq -> t_us of a leave with an error
   std::optional<std::string> exception;      // external: the first uncaught exception's text
   json start_ev;  // external: the modules (and probes that ran) and parameters the agent found
+  std::optional<json> log_error;  // the log could not grow: events after it were lost
+  std::optional<int64_t> log_dropped;  // how many (written when the rank closed its log)
 };
 
 RankLog read_rank(const std::string& run_dir, int rank) {
@@ -58,6 +61,10 @@ RankLog read_rank(const std::string& run_dir, int rank) {
       r.exception = e.value("message", std::string("an exception"));
     else if (ev == "agent")
       r.agent = true;
+    else if (ev == "log_error" && !r.log_error)
+      r.log_error = e;
+    else if (ev == "log_dropped")
+      r.log_dropped = e.value("count", int64_t(0));
     else if (ev == "attach_error" && !r.attach_error)
       r.attach_error = e.value("reason", std::string("attach_error"));
     else if (ev == "final") {
@@ -222,6 +229,44 @@ json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
 }
 
 }  // namespace
+
+// Below this much free space in the run folder, a rank log without an exit record is taken as
+// evidence lost to a full disk rather than a crash: a 256-KiB block (events.h) cannot be had.
+constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
+
+// Why the evidence of a job is incomplete ("" when it is not): a rank's log that could not grow
+// (its own log_error, events/h), or a run folder on a filesystem with no room left while a
+// rank's log lacks its exit record (a log that could not even be created, an agent's writes
+// refused before any reserve existed). Adds the dropped-event count to `dropped`.
+std::string evidence_lost(const std::vector<RankLog>& logs, const std::string& run_dir,
+                          int64_t& dropped) {
+  std::string why;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    const auto& l = logs[r];
+    if (!l.log_error) continue;
+    if (l.log_dropped) dropped += *l.log_dropped;
+    if (!why.empty()) continue;  // name the first rank; count them all
+    const json& e = *l.log_error;
+    why = fmt::format("evidence lost: rank {}: cannot grow its event log {}: {} (errno {}, {}); {}",
+                      r, e.value("path", std::string("?")), e.value("error", std::string("?")),
+                      e.value("errno", 0), e.value("op", std::string("?")),
+                      l.log_dropped ? fmt::format("{} later event(s) dropped", *l.log_dropped)
+                                    : std::string("later events dropped (count unknown: the rank "
+                                                  "did not close its log)"));
+  }
+  if (!why.empty()) return why;
+  bool incomplete = false;
+  for (const auto& l : logs) incomplete = incomplete || !l.exit_code;
+  struct statvfs fs {};
+  if (incomplete && statvfs(run_dir.c_str(), &fs) == 0 &&
+      uint64_t(fs.f_bavail) * fs.f_frsize < kMinFreeBytes) {
+    return fmt::format(
+        "evidence lost: the filesystem of {} is full ({} bytes free) and a rank's event log has "
+        "no exit record",
+        run_dir, uint64_t(fs.f_bavail) * fs.f_frsize);
+  }
+  return "";
+}
 
 results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
   results::ScenarioResult res;
@@ -738,11 +783,16 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   }
   bool setup_failed = false;
   for (const auto& l : logs) setup_failed = setup_failed || !l.started;
+  const std::string lost = evidence_lost(logs, run_dir, res.dropped_events);
   const std::string err = first_error_line(run_dir + "/ranks.log");
   const std::string external_err = s.job.external() && setup_failed && res.outcome != "completed"
                                        ? external_setup_error(logs, job, run_dir)
                                        : "";
-  if (setup_failed && res.outcome != "completed") {
+  if (!lost.empty()) {
+    // Checks judged on a partial record mean nothing: neither pass nor fail.
+    res.verdict = "error";
+    res.reason = lost;
+  } else if (setup_failed && res.outcome != "completed") {
     res.verdict = "error";
     if (!external_err.empty()) {
       res.reason = external_err;

@@ -134,6 +134,7 @@ J scenario_json(const ScenarioResult& r) {
   }
   j["injections"] = std::move(injections);
   j["steps_completed"] = r.steps_completed;
+  j["dropped_events"] = r.dropped_events;
   j["final_loss"] = opt<J>(r.final_loss);
   j["run_dir"] = str_or_null<J>(r.run_dir);
   j["trial"] = r.trial;

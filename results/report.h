@@ -64,6 +64,9 @@ struct ScenarioResult {
   int64_t steps_completed = 0;       ///< steps every rank finished (min over ranks)
   std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
   std::string run_dir;               ///< folder with events/, per-rank logs
+  /// Events the ranks could not write (a full disk: harness/events.h `log_dropped`, summed over
+  /// ranks); > 0 only with verdict `error`.
+  int64_t dropped_events = 0;
   nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
   // --- repeated trials (`nanchaos run --trials N`; docs/scenario-format.md "Trials") ---
   int trial = 0;        ///< which trial the fields above describe (its seed is seed + trial)

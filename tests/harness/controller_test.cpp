@@ -553,3 +553,43 @@ TEST(LossScale, GrowthStopsAtMaxScaleOnEveryRank) {
     EXPECT_EQ(last, 4096.0) << "rank " << rank;
   }
 }
+
+// Issue 13 point 5: a run folder that fills up mid-job makes the scenario an error that names
+// the log and errno (never a verdict judged on half a record); the report counts what was lost.
+TEST(Controller, AFullDiskIsAnErrorNamingTheLogAndCountingDroppedEvents) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  // 700 KiB: both ranks' first 256-KiB blocks fit, their second ones do not.
+  if (run_cmd("mount -t tmpfs -o size=700k tmpfs " + out).code != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  }
+  const auto file = write_file(dir, "long.toml", R"(
+[scenario]
+name = "long"
+[job]
+workload = "mlp"
+steps = 2000
+[workload]
+hidden = 8
+features = 4
+batch_size = 4
+[expect]
+detected = false
+)");
+  auto r = run_cmd(kBin + " run " + file + " --out " + out + " --quiet");
+  json s;
+  try {
+    s = read_report(out)["scenarios"][0];
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what() << "\n" << r.output;
+  }
+  run_cmd("umount " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(s["verdict"], "error");
+  const std::string reason = s["reason"];
+  EXPECT_EQ(reason.rfind("evidence lost: rank ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("/events/rank-"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("No space left on device (errno 28, posix_fallocate)"), std::string::npos)
+      << reason;
+  EXPECT_GT(s["dropped_events"].get<int64_t>(), 0);
+}

@@ -1,13 +1,16 @@
 // The event log: lines readable while the writer runs, kept when it is killed, NUL tail trimmed,
-// growth past the first mapped block.
+// growth past the first mapped block, evidence that cannot be written recorded and counted.
 #include "harness/events.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -91,6 +94,81 @@ TEST(EventLog, GrowsPastItsFirstBlock) {
   ASSERT_EQ(events.size(), size_t(kLines));
   EXPECT_EQ(events.back()["i"], kLines - 1);
   EXPECT_EQ(slurp(path).find('\0'), std::string::npos);
+  fs::remove(path);
+}
+
+
+// Runs `body` in a child whose files may not grow past `limit` bytes (RLIMIT_FSIZE: the same
+// refusal as a full disk, EFBIG instead of ENOSPC, without root), SIGXFSZ ignored as a rank's
+// would not be. Returns the child's exit code.
+template <class Body>
+int with_file_size_limit(rlim_t limit, Body&& body) {
+  const pid_t child = fork();
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit rl{limit, limit};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(EventLog, AFullFileSystemIsRecordedAsLogErrorAndLaterEventsAreCounted) {
+  const std::string path = temp_path("full");
+  constexpr int kEvents = 20000;  // ~1.2 MiB of lines: well past the first 256-KiB block
+  const int rc = with_file_size_limit(300 << 10, [&] {
+    EventLog log(path);
+    for (int i = 0; i < kEvents; ++i) log.write("step_end", {{"step", i}, {"pad", "0123456789"}});
+    return log.error() == EFBIG && log.dropped() > 0 ? 0 : 1;
+  });
+  ASSERT_EQ(rc, 0);
+  const auto events = read_events(path);
+  ASSERT_GE(events.size(), 3u);
+  const auto& err = events[events.size() - 2];
+  EXPECT_EQ(err["ev"], "log_error");
+  EXPECT_EQ(err["path"], path);
+  EXPECT_EQ(err["errno"], EFBIG);
+  EXPECT_EQ(err["op"], "posix_fallocate");
+  EXPECT_EQ(err["error"], std::strerror(EFBIG));
+  const auto& dropped = events.back();
+  EXPECT_EQ(dropped["ev"], "log_dropped");
+  const int64_t written = int64_t(events.size()) - 2;
+  EXPECT_EQ(dropped["count"].get<int64_t>() + written, kEvents) << "every event written or counted";
+  EXPECT_EQ(events[size_t(written - 1)]["step"], written - 1) << "the record is a clean prefix";
+  EXPECT_EQ(slurp(path).find('\0'), std::string::npos);
+  fs::remove(path);
+}
+
+TEST(EventLog, NoRoomForTheFirstBlockStillRecordsTheLoss) {
+  const std::string path = temp_path("noblock");
+  const int rc = with_file_size_limit(16 << 10, [&] {  // room for the 4-KiB reserve only
+    EventLog log(path);
+    log.write("start", {{"rank", 0}});
+    return log.dropped() == 1 ? 0 : 1;
+  });
+  ASSERT_EQ(rc, 0);
+  const auto events = read_events(path);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["ev"], "log_error");
+  EXPECT_EQ(events[1]["ev"], "log_dropped");
+  EXPECT_EQ(events[1]["count"], 1);
+  fs::remove(path);
+}
+
+TEST(EventLog, NoRoomAtAllIsAnErrorNamingThePath) {
+  const std::string path = temp_path("noroom");
+  const int rc = with_file_size_limit(1000, [&] {
+    try {
+      EventLog log(path);
+    } catch (const std::runtime_error& e) {
+      const std::string want = "cannot allocate event log " + path + ": " + std::strerror(EFBIG);
+      return std::string(e.what()) == want ? 0 : 2;
+    }
+    return 1;
+  });
+  EXPECT_EQ(rc, 0);
   fs::remove(path);
 }
 

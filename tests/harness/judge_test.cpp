@@ -788,5 +788,47 @@ TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
   EXPECT_TRUE(r.extra["memory"].is_null()) << r.extra["memory"].dump();
 }
 
+
+// Issue 13 point 5: a rank whose log could not grow (events.h log_error / log_dropped).
+TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
+  RunDir d("evidence_lost");
+  d.start(0, 2);
+  d.start(1, 2);
+  int64_t seq0 = 0, seq1 = 0;
+  d.step(0, 0, 1000, &seq0);
+  d.step(1, 0, 1000, &seq1);
+  d.ev(1, "log_error", 1500,
+       {{"path", "/run/events/rank-1.jsonl"},
+        {"errno", 28},
+        {"error", "No space left on device"},
+        {"op", "posix_fallocate"}});
+  d.ev(1, "log_dropped", 9000, {{"count", 41}});
+  d.step(0, 1, 2000, &seq0);
+  d.final_ok(0, 2, 3000);
+  d.flush();
+  const Scenario s = Load("[expect]\ndetected = false\n", 2);
+  const auto r = judge(s, d.path(), Job());
+  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.reason,
+            "evidence lost: rank 1: cannot grow its event log /run/events/rank-1.jsonl: No space "
+            "left on device (errno 28, posix_fallocate); 41 later event(s) dropped");
+  EXPECT_EQ(r.dropped_events, 41);
+  EXPECT_EQ(results::to_json(r)["dropped_events"], 41);
+}
+
+TEST(JudgeEvidence, ALossWithoutACountSaysTheCountIsUnknown) {
+  RunDir d("evidence_lost_nocount");
+  CleanRun(d, 2, 2);
+  d.ev(0, "log_error", 9000,
+       {{"path", "p"}, {"errno", 27}, {"error", "File too large"}, {"op", "write"}});
+  d.flush();
+  const auto r = judge(Load("[expect]\ndetected = false\n", 2), d.path(), Job());
+  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.reason,
+            "evidence lost: rank 0: cannot grow its event log p: File too large (errno 27, "
+            "write); later events dropped (count unknown: the rank did not close its log)");
+  EXPECT_EQ(r.dropped_events, 0);
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

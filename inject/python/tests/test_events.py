@@ -1,0 +1,62 @@
+"""The agent's evidence writer on a filesystem that fills up (issue 13 point 5): the loss is on
+record as ``log_error`` and every later event is counted in ``log_dropped``, as the built-in ranks'
+``EventLog`` does (tests/harness/events_test.cpp)."""
+
+import errno
+import json
+import os
+import subprocess
+
+import pytest
+
+from nanchaos.events import EventLog
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 300-KiB tmpfs (needs root, as CI has); skipped where mounting is not allowed."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _lines(path):
+    with open(path, "rb") as f:
+        return [json.loads(l) for l in f.read().split(b"\n") if l.strip(b"\0")]
+
+
+def test_a_full_filesystem_is_recorded_and_every_later_event_counted(tiny_fs):
+    path = str(tiny_fs / "rank-0.jsonl")
+    with open(path, "w") as f:  # the exec-rank shim's line comes first
+        f.write('{"ev":"launch","t_us":1}\n')
+    log = EventLog(path, os.getpid())
+    n = 20000
+    for i in range(n):
+        log.write("step_end", step=i, pad="x" * 40)
+    assert log.error == errno.ENOSPC
+    log.close()
+    events = _lines(path)
+    assert events[0]["ev"] == "launch"
+    err, dropped = events[-2], events[-1]
+    assert err["ev"] == "log_error"
+    assert (err["path"], err["errno"], err["op"]) == (path, errno.ENOSPC, "fallocate")
+    assert err["error"] == os.strerror(errno.ENOSPC)
+    assert dropped["ev"] == "log_dropped"
+    written = len(events) - 3
+    assert written > 1000
+    assert dropped["count"] + written == n
+    assert [e["step"] for e in events[1:-2]] == list(range(written)), "a clean prefix"
+
+
+def test_without_a_loss_nothing_extra_is_written(tmp_path):
+    path = str(tmp_path / "rank-0.jsonl")
+    log = EventLog(path, os.getpid())
+    log.write("start", rank=0)
+    log.close()
+    assert [e["ev"] for e in _lines(path)] == ["start"]
+    assert os.path.getsize(path) == len(open(path, "rb").read().rstrip(b"\0"))
