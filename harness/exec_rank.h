@@ -1,5 +1,5 @@
 // `nanchaos exec-rank`: the shim that turns one launcher-started process into one rank of an
-// external job (SCENARIO_FORMAT.md "External jobs"). Runs in the rank's process, single-threaded,
+// external job (docs/scenario-format.md "External jobs"). Runs in the rank's process, one thread,
 // so setenv is safe; it ends in execvp (same pid), so the controller's pid watch that read the
 // `launch` line follows the job's own process.
 //

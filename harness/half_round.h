@@ -1,5 +1,5 @@
 // Half-precision emulation on CPU: precision = "fp16" / "bf16" rounds every named module's output
-// through the half type in forward and the incoming gradient in backward (SCENARIO_FORMAT.md
+// through the half type in forward and the incoming gradient in backward (docs/scenario-format.md
 // [job].precision). The conversion is c10::Half's / c10::BFloat16's: round to nearest even, values
 // whose magnitude rounds past the largest finite half (65504 for fp16) become +-inf, exactly as
 // an fp16 autocast kernel's output would.

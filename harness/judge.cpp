@@ -99,7 +99,7 @@ std::string last_nonempty_line(const std::string& log_path) {
   return last;
 }
 
-// Why an external job's rank never got to `start` (SCENARIO_FORMAT.md "External jobs").
+// Why an external job's rank never got to `start` (docs/scenario-format.md "External jobs").
 std::string external_setup_error(const std::vector<RankLog>& logs, const JobResult& job,
                                  const std::string& run_dir) {
   const std::string tail = last_nonempty_line(run_dir + "/ranks.log");

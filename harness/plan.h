@@ -1,5 +1,5 @@
 // The plan of an external job: the scenario compiled into the JSON the Python agent reads
-// (RUN/plan.json and $NANCHAOS_PLAN; SCENARIO_FORMAT.md "External jobs"). The agent only parses
+// (RUN/plan.json, $NANCHAOS_PLAN; docs/scenario-format.md "External jobs"). The agent only parses
 // JSON, never TOML, so every default is filled here.
 //
 //   {"version": 1, "scenario": "nan-x", "seed": 7, "steps": 30, "micro_batches": 1, "world": 2,

@@ -1,5 +1,5 @@
 // Scenario loader: toml++ parse, table-driven validation against the KeySpec tables, defaults,
-// typed model (see scenario.h; SCENARIO_FORMAT.md is the contract).
+// typed model (see scenario.h; docs/scenario-format.md is the contract).
 //
 // Validation walks each table's keys in file order (toml++ tables iterate alphabetically), so the
 // first error reported is the first one in the file. Every message has the form

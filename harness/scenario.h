@@ -1,4 +1,4 @@
-// The typed scenario model (SCENARIO_FORMAT.md) and its loader.
+// The typed scenario model (docs/scenario-format.md) and its loader.
 //
 // load_scenario() parses one TOML file with toml++, validates every table and key against the
 // declarations (scenario_schema.cpp for fixed tables, the fault-kind and detector registries for
@@ -36,7 +36,7 @@ enum class Optimizer { kSgd, kAdam, kAdamW };
 enum class Schedule { kConstant, kCosine };
 enum class Norm { kNone, kBatchNorm, kLayerNorm };
 enum class LossKind { kCrossEntropy, kNaiveLogSoftmax, kMse, kMaskedMse };
-/// kExternal: the user's own training command with the Python agent inside (SCENARIO_FORMAT.md
+/// kExternal: the user's own training command with the Python agent inside (docs/scenario-format.md
 /// "External jobs"); the job brings its own model and stack.
 enum class WorkloadKind { kMlp, kTransformer, kExternal };
 

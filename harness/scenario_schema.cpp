@@ -1,4 +1,4 @@
-// Key tables of the fixed scenario tables (SCENARIO_FORMAT.md is the contract; a change here that
+// Key tables of the fixed scenario tables (docs/scenario-format.md is the contract; a change that
 // alters the meaning of a listed key is a format break).
 #include "harness/scenario_schema.h"
 

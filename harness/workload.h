@@ -1,4 +1,4 @@
-// Workloads: the models a rank trains (SCENARIO_FORMAT.md [job].workload, [workload]).
+// Workloads: the models a rank trains (docs/scenario-format.md [job].workload, [workload]).
 //
 // Module and parameter names are part of the scenario contract and never change:
 //   mlp:         layers.I (Linear -> norm -> GELU; layers.I.linear, layers.I.norm), head

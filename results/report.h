@@ -1,4 +1,4 @@
-// The report model (report.json, the part others rely on: SCENARIO_FORMAT.md "Results") and its
+// The report model (report.json, the part others rely on: docs/scenario-format.md "Results"), its
 // writers: report.json, junit.xml, report.md and the console table.
 //
 // The judge (harness/judge.cpp) fills a ScenarioResult per scenario from the ranks' event logs;

@@ -1,4 +1,4 @@
-// External jobs in the scenario loader (SCENARIO_FORMAT.md "External jobs"): the keys, their
+// External jobs in the scenario loader (docs/scenario-format.md "External jobs"): the keys, their
 // defaults, and word-for-word refusals of what only the built-in job and stack have.
 #include <gtest/gtest.h>
 

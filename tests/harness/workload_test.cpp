@@ -1,4 +1,4 @@
-// Workloads: the contract names (SCENARIO_FORMAT.md), deterministic batches, probes in forward
+// Workloads: the contract names (docs/scenario-format.md), deterministic batches, probes in forward
 // order, the classic numeric traps (normalize_inputs, masked_mse, empty mask) and learnability.
 #include "harness/workload.h"
 

@@ -37,7 +37,7 @@ def report_detection(detector: str, *, layer: Optional[str] = None, cause: Optio
                      step: Optional[int] = None) -> None:
     """The job's stack caught something on this rank. ``detector`` is the stack's own name for the
     check (it becomes ``first_detector``); ``layer`` a module or parameter name (as in
-    ``nanchaos targets``), ``cause`` one of SCENARIO_FORMAT.md's causes (``data``, ``loss_math``,
+    ``nanchaos targets``), ``cause`` a docs/scenario-format.md cause (``data``, ``loss_math``,
     ``activation``, ``gradient``, ``parameter``, ``fp16_overflow``, ...); ``step`` defaults to the
     current iteration (0-based, the agent's step clock). Call it on the rank whose check fired."""
     a = _bootstrap.agent()

@@ -5,7 +5,7 @@ harness launched the process. It never adds a check of its own: it applies the p
 records what the job's stack did (steps, losses, updates or skips, the job's detections and
 decisions, collectives, exceptions, digests at exit) in the event schema of ``harness/events.h``.
 
-Attach (SCENARIO_FORMAT.md "The Python agent"): the model is the module a
+Attach (docs/scenario-format.md "The Python agent"): the model is the module a
 ``DistributedDataParallel`` wraps or else the module that owns every parameter of the first
 optimizer; it is decided at the first training-mode forward of a candidate, so a job that builds
 several models and then calls ``nanchaos.attach(model)`` is fine. Several candidates and no

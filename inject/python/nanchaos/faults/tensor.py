@@ -1,5 +1,5 @@
 """Fault kind ``tensor``: overwrites (or scales) elements of an activation, a parameter, a
-gradient or the local loss (SCENARIO_FORMAT.md, ``[[fault]]`` kinds). Twin of inject/tensor.cpp."""
+gradient or the local loss (docs/scenario-format.md, [[fault]] kinds). Twin of inject/tensor.cpp."""
 
 from __future__ import annotations
 
