@@ -164,6 +164,36 @@ TEST(ControllerDeath, SigkillDuringAHungJobLeavesNoProcessOfTheJob) {
                                           .count()));
 }
 
+// The same for an external PyTorch job: its ranks are Python processes (exec-rank's death
+// signal tied to mpirun, the agent's guard thread, guard.py), rank 1 hung forever and rank 0
+// blocked in the gradient all-reduce with a 10-minute process-group timeout.
+TEST(ControllerDeath, SigkillDuringAHungExternalJobLeavesNoProcessOfTheJob) {
+  const int64_t timeout_ms = 60000;
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const std::string script = std::string(NANCHAOS_SOURCE_DIR) + "/examples/pytorch/train_ddp.py";
+  const auto file = write_file(
+      dir, "ext.toml",
+      "[scenario]\nname = \"ext\"\n[job]\nworkload = \"external\"\ncommand = [\"python3\", \"" +
+          script +
+          "\", \"--stack\", \"synced\", \"--steps\", \"12\", \"--pg-timeout-s\", \"600\"]\n"
+          "ranks = 2\nsteps = 12\ntimeout_ms = " +
+          std::to_string(timeout_ms) +
+          "\nenv = { OMP_NUM_THREADS = \"1\" }\n[[fault]]\nkind = \"hang\"\nranks = [1]\n"
+          "step = 2\nduration_ms = \"forever\"\nwhere = \"before_grad_allreduce\"\n"
+          "[expect]\nrank = 1\ncause = \"hang\"\ndeadlock = false\n");
+  ChildProcess run =
+      nanchaos::test_util::start_run(kBin, {file, "--quiet", "--out", out}, out + "/console.log");
+  ASSERT_TRUE(wait_for_text(out + "/ext/events/rank-1.jsonl", "\"ev\":\"inject\"", 180s))
+      << read_text(out + "/console.log") << read_text(out + "/ext/ranks.log");
+  const auto before = jobs_of_controller(run.pid());
+  ASSERT_GE(before.size(), 3u) << describe(before);
+  ::kill(run.pid(), SIGKILL);
+  ASSERT_TRUE(run.wait_for(10s).has_value());
+  const auto left = wait_no_job_process(run.pid(), std::chrono::milliseconds(timeout_ms + 5000));
+  EXPECT_TRUE(left.empty()) << describe(left);
+}
+
 // The last line of defence alone: a rank whose controller and launcher live on ends itself at
 // its deadline (mpirun is started here by the test, so no death signal and no controller).
 TEST(ControllerDeath, ARankEndsItselfAtItsDeadline) {
