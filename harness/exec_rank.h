@@ -11,7 +11,8 @@
 // NANCHAOS_PLAN_FILE, NANCHAOS_EVENTS (RUN/events/rank-R.jsonl), NANCHAOS_RUN_DIR,
 // NANCHAOS_STEPS, NANCHAOS_SEED, PYTHONPATH (agent folder first), then [job].env. Before the
 // exec it writes the rank's first event, {"ev":"launch", rank, world, pid, command}; when the
-// exec fails, {"ev":"attach_error", reason} and exit 127.
+// exec fails, {"ev":"attach_error", reason} and exit 127. It also sets PR_SET_PDEATHSIG =
+// SIGKILL (kept across the exec), so the command dies with its launcher (job_guard.h).
 #pragma once
 
 #include <cstdint>
