@@ -157,7 +157,7 @@ MemoryEstimate estimate_rank_memory(const Scenario& s) {
   e.optimizer = w.optimizer == Optimizer::kSgd ? 0 : 8 * P;
   if (s.recovery.has(Policy::kRollback)) e.snapshot = e.parameters + e.optimizer;
   const double act_bytes = e.on_gpu && s.job.precision != DType::kFp32 ? 2 : 4;
-  e.activations = 2 * act_bytes * count_activations(s.job.workload, w);
+  e.activations = act_bytes * count_activations(s.job.workload, w);
   return e;
 }
 

@@ -16,8 +16,8 @@
 //                   0 for sgd                  the harness's SGD has no momentum (momentum = 0;
 //                                              with momentum it would be 4 P)
 //   rollback        4 (P + Bf) + optimizer     the in-memory snapshot, when policy has rollback
-//   activations     2 a A                      every module output kept for backward plus the
-//                                              backward pass's gradients of the same size;
+//   activations     a A                        every module output kept for backward (backward
+//                                              frees them as it makes their gradients);
 //                                              a = 2 for fp16/bf16 on cuda (autocast), else 4
 // with (B = batch_size, H = hidden, L = layers, F = features, C = classes, T = seq_len, V = vocab,
 // D = hidden, h = heads, n = 1 when norm != none):
@@ -27,10 +27,11 @@
 //                 A = 3 B T D + T D + L (19 B T D + 3 B h T^2) + 2 B T V
 // The process's own footprint (LibTorch, MPI, the event log: a few hundred MiB) is not counted:
 // the check refuses what surely cannot fit, it is no tight bound.
-// Caveats: measured on the 2-core test host (VmHWM, 2 ranks, 3 steps, batch 256), an mlp with
-// hidden = 2048 peaked 226 MiB above one with hidden = 128 where the estimate says 152 MiB: the
-// optimizer step's and backward's temporaries and allocator slack are not counted, so the
-// estimate is a lower bound by about 1.5x for parameter-heavy models. For device = "cuda" the model
+// Caveats: measured on the 2-core test host (VmHWM of 2 ranks against a tiny model of the same
+// workload): an mlp with hidden = 2048, batch 256 peaked 226 MiB above one with hidden = 128
+// where the estimate says 152 MiB (the optimizer step's temporaries and allocator slack are not
+// counted: about 1.5x low for parameter-heavy models); a transformer with hidden = 256, 2 layers,
+// seq_len 128, batch 8 peaked 81.8 MiB above a tiny one, estimate 82 MiB. For device = "cuda" the model
 // is built on the host and then moved, so the host must hold the parameters; the rest lives on
 // the GPU, whose memory the torch-free controller does not query (the estimate is still shown).
 //
@@ -50,10 +51,10 @@
 // Errors (ScenarioError, at the key to change):
 //   "x.toml:8:10: error: [workload] hidden = 2000000000: one rank needs ~111.0 EiB (parameters
 //    27.8 EiB, gradients 27.8 EiB, optimizer state 55.5 EiB (adam: 2 moments), activations
-//    2.8 TiB), this host has 23.1 GiB available (MemAvailable); --no-host-limits skips this check"
+//    1.4 TiB), this host has 23.1 GiB available (MemAvailable); --no-host-limits skips this check"
 //   "x.toml:6:9: error: [job] ranks = 100000: more ranks than this host can run (limit 64 =
-//    max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~83.8 GiB (100000
-//    ranks x 879.2 KiB per rank), this host has 23.1 GiB available (MemAvailable); with a real
+//    max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~73.7 GiB (100000
+//    ranks x 772.7 KiB per rank), this host has 23.1 GiB available (MemAvailable); with a real
 //    hostfile, raise the limit with --max-ranks N or lift the host checks with --no-host-limits"
 #pragma once
 

@@ -50,7 +50,7 @@ TEST(HostLimits, DefaultMlpEstimateByPart) {
   EXPECT_EQ(e.gradients, 4 * 42634);
   EXPECT_EQ(e.optimizer, 8 * 42634);  // adam: two fp32 moments
   EXPECT_EQ(e.snapshot, 0);
-  EXPECT_EQ(e.activations, 2 * 4 * 27264);
+  EXPECT_EQ(e.activations, 4 * 27264);
   EXPECT_FALSE(e.on_gpu);
   EXPECT_EQ(e.host(), e.total());
 }
@@ -67,7 +67,7 @@ TEST(HostLimits, EstimateFollowsOptimizerWireRollbackAndDevice) {
   s = Load("device = \"cuda\"\nprecision = \"fp16\"\n");
   e = estimate_rank_memory(s);
   EXPECT_TRUE(e.on_gpu);
-  EXPECT_EQ(e.activations, 2 * 2 * 27264);  // autocast keeps fp16 activations
+  EXPECT_EQ(e.activations, 2 * 27264);  // autocast keeps fp16 activations
   EXPECT_EQ(e.host(), e.parameters);
 }
 
@@ -84,7 +84,7 @@ TEST(HostLimits, OneRankTooBigNamesTheKeyTheEstimateAndTheLimit) {
   EXPECT_EQ(ErrorOf(s),
             "h.toml:8:10: error: [workload] hidden = 2000000000: one rank needs ~111.0 EiB "
             "(parameters 27.8 EiB, gradients 27.8 EiB, optimizer state 55.5 EiB (adam: 2 moments), "
-            "activations 2.8 TiB), this host has 23.1 GiB available (MemAvailable); "
+            "activations 1.4 TiB), this host has 23.1 GiB available (MemAvailable); "
             "--no-host-limits skips this check");
 }
 
@@ -100,8 +100,8 @@ TEST(HostLimits, TooManyRanksGivesLimitAndEstimate) {
   const Scenario s = Load("ranks = 100000\n");
   EXPECT_EQ(ErrorOf(s),
             "h.toml:6:9: error: [job] ranks = 100000: more ranks than this host can run (limit 64 "
-            "= max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~83.8 GiB "
-            "(100000 ranks x 879.2 KiB per rank), this host has 23.1 GiB available (MemAvailable); "
+            "= max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~73.7 GiB "
+            "(100000 ranks x 772.7 KiB per rank), this host has 23.1 GiB available (MemAvailable); "
             "with a real hostfile, raise the limit with --max-ranks N or lift the host checks with "
             "--no-host-limits");
 }
@@ -115,12 +115,12 @@ TEST(HostLimits, SixtyFourRanksRunOnTwoCores) {
 }
 
 TEST(HostLimits, JobTotalBlamesRanks) {
-  // ~523 MiB per rank fits; 64 of them do not.
+  // ~520 MiB per rank fits; 64 of them do not.
   const Scenario s = Load("ranks = 64\n", "hidden = 4096\n");
   EXPECT_EQ(ErrorOf(s),
-            "h.toml:6:9: error: [job] ranks = 64: the job needs ~32.7 GiB on this host (64 ranks "
-            "x 522.8 MiB: parameters 129.2 MiB, gradients 129.2 MiB, optimizer state 258.4 MiB "
-            "(adam: 2 moments), activations 6.0 MiB), this host has 23.1 GiB available "
+            "h.toml:6:9: error: [job] ranks = 64: the job needs ~32.5 GiB on this host (64 ranks "
+            "x 519.8 MiB: parameters 129.2 MiB, gradients 129.2 MiB, optimizer state 258.4 MiB "
+            "(adam: 2 moments), activations 3.0 MiB), this host has 23.1 GiB available "
             "(MemAvailable); with a real hostfile, raise the limit with --max-ranks N or lift the "
             "host checks with --no-host-limits");
 }
@@ -143,8 +143,8 @@ TEST(HostLimits, UnknownMemorySkipsOnlyTheMemoryChecks) {
   EXPECT_EQ(ErrorOf(Load("", "hidden = 2000000000\n"), {}, blind), "no error");
   EXPECT_EQ(ErrorOf(Load("ranks = 100000\n"), {}, blind),
             "h.toml:6:9: error: [job] ranks = 100000: more ranks than this host can run (limit 64 "
-            "= max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~83.8 GiB "
-            "(100000 ranks x 879.2 KiB per rank); with a real hostfile, raise the limit with "
+            "= max(64, 8 x 2 cores); mpirun oversubscribes the cores); the job needs ~73.7 GiB "
+            "(100000 ranks x 772.7 KiB per rank); with a real hostfile, raise the limit with "
             "--max-ranks N or lift the host checks with --no-host-limits");
 }
 
@@ -154,7 +154,7 @@ TEST(HostLimits, CudaJobChecksTheHostPartOnly) {
             "h.toml:8:10: error: [workload] hidden = 2000000000: one rank needs ~27.8 EiB of host "
             "memory (the parameters, built on the host before they move to the GPU; ~111.0 EiB in "
             "all on the GPU) (parameters 27.8 EiB, gradients 27.8 EiB, optimizer state 55.5 EiB "
-            "(adam: 2 moments), activations 2.8 TiB), this host has 23.1 GiB available "
+            "(adam: 2 moments), activations 1.4 TiB), this host has 23.1 GiB available "
             "(MemAvailable); --no-host-limits skips this check");
 }
 
@@ -227,7 +227,7 @@ TEST(HostLimitsCli, ValidateExitsTwoOnHundredThousandRanks) {
                               "run (limit "),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("the job needs ~83.8 GiB (100000 ranks x 879.2 KiB per rank)"),
+  EXPECT_NE(r.output.find("the job needs ~73.7 GiB (100000 ranks x 772.7 KiB per rank)"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(run_cmd(kBin + " validate --max-ranks 100000 --no-host-limits " + f).code, 0);
