@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/host_limits.h"
 #include "harness/scenario.h"
 
 namespace nanchaos::harness {
@@ -30,6 +31,8 @@ struct RunOptions {
   int trials = 1;
   /// A `skipped` scenario makes the run exit 1 (as a failure would; errors still exit 2).
   bool fail_on_skip = false;
+  /// --no-host-limits / --max-ranks: every scenario passes check_host_limits() before any job.
+  HostLimitOptions host_limits;
 };
 
 /// How a launched job ended, as the controller saw it.
