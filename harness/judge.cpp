@@ -223,7 +223,10 @@ json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
 
 }  // namespace
 
-results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
+namespace {
+
+results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
+                                   const JobResult& job) {
   results::ScenarioResult res;
   res.name = s.name;
   res.file = s.file;
@@ -283,11 +286,15 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   int64_t first_gap_seq = -1;
   std::vector<int64_t> absent;
   {
-    int64_t max_seq = -1;
+    // Only sequence numbers some rank entered can be a gap (one no rank entered is not): walking
+    // 0..max seq instead hung on a corrupted `"seq": 1e15` (found by nanchaos_fuzz_report).
+    std::set<int64_t> seqs;
     for (const auto& l : logs) {
-      if (!l.coll_enter.empty()) max_seq = std::max(max_seq, l.coll_enter.rbegin()->first);
+      for (const auto& entry : l.coll_enter) {
+        if (entry.first >= 0) seqs.insert(entry.first);
+      }
     }
-    for (int64_t k = 0; k <= max_seq && first_gap_seq < 0; ++k) {
+    for (int64_t k : seqs) {
       std::vector<int64_t> missing;
       for (int r = 0; r < world; ++r) {
         if (!logs[r].coll_enter.count(k)) missing.push_back(r);
@@ -295,6 +302,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       if (!missing.empty() && int(missing.size()) < world) {
         first_gap_seq = k;
         absent = missing;
+        break;
       }
     }
     for (int r = 0; r < world; ++r) {
@@ -569,14 +577,18 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   bool eval_finite = all_final, params_finite = all_final, diverged = false;
   std::optional<bool> consistent;
   if (all_final) {
+    // value(), not operator[]: a const json's [] on a missing key is undefined behaviour (a
+    // `final` event without eval_loss read freed memory; found by nanchaos_fuzz_report).
     const json& f0 = logs[0].final_ev;
-    if (finite_json(f0["eval_loss"]))
-      res.final_loss = f0["eval_loss"].get<double>();
+    const json eval0 = f0.value("eval_loss", json()),
+               initial0 = f0.value("initial_eval_loss", json());
+    if (finite_json(eval0))
+      res.final_loss = eval0.get<double>();
     else
       res.final_loss = std::numeric_limits<double>::quiet_NaN();
     bool same = true;
     for (const auto& l : logs) {
-      eval_finite = eval_finite && finite_json(l.final_ev["eval_loss"]);
+      eval_finite = eval_finite && finite_json(l.final_ev.value("eval_loss", json()));
       params_finite = params_finite && l.final_ev.value("params_finite", false);
       same = same && l.final_ev.value("params_hash", "") == f0.value("params_hash", "") &&
              l.final_ev.value("optim_hash", "") == f0.value("optim_hash", "") &&
@@ -584,8 +596,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
              l.actions == logs[0].actions;
     }
     consistent = same;
-    if (eval_finite && finite_json(f0["initial_eval_loss"])) {
-      diverged = *res.final_loss > 1.5 * f0["initial_eval_loss"].get<double>();
+    if (eval_finite && finite_json(initial0)) {
+      diverged = *res.final_loss > 1.5 * initial0.get<double>();
     }
   }
   const bool recovered = res.outcome == "completed" && res.steps_completed == s.job.steps &&
@@ -771,6 +783,29 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     res.reason = failed;
   }
   return res;
+}
+
+}  // namespace
+
+// An event whose field has the wrong type (`"step": "x"`: a corrupted or foreign log) makes
+// nlohmann's value() throw; the scenario is then an error naming the folder, never a crash of
+// the run (found by nanchaos_fuzz_report, docs/fuzzing.md).
+results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
+  try {
+    return judge_logs(s, run_dir, job);
+  } catch (const nlohmann::json::exception& e) {
+    results::ScenarioResult res;
+    res.name = s.name;
+    res.file = s.file;
+    res.seed = s.seed;
+    res.ranks = s.job.ranks;
+    res.run_dir = run_dir;
+    res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
+    res.verdict = "error";
+    res.reason = fmt::format(
+        "cannot judge: an event in {}/events has a field of the wrong type: {}", run_dir, e.what());
+    return res;
+  }
 }
 
 }  // namespace nanchaos::harness

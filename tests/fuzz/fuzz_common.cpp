@@ -44,16 +44,21 @@ void register_snapshot() {
 }
 
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  // Never destroyed (a leaked pointer), so the atexit hook can still read it.
+  static const std::string* dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string d =
-        std::string(tmp && *tmp ? tmp : "/tmp") + "/nanchaos-fuzz-" + std::to_string(getpid());
+    auto* d = new std::string(std::string(tmp && *tmp ? tmp : "/tmp") + "/nanchaos-fuzz-" +
+                              std::to_string(getpid()));
     std::error_code ec;
-    std::filesystem::create_directories(d + "/events", ec);
-    if (ec) die("cannot create " + d + ": " + ec.message());
+    std::filesystem::create_directories(*d + "/events", ec);
+    if (ec) die("cannot create " + *d + ": " + ec.message());
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(scratch_dir(), ignored);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 }  // namespace nanchaos::fuzz

@@ -10,7 +10,8 @@ namespace nanchaos::fuzz {
 /// $NANCHAOS_REGISTRY_JSON). Aborts with a message when it cannot be read.
 void register_snapshot();
 
-/// A folder of this process's own under $TMPDIR (or /tmp), made on first use.
+/// A folder of this process's own under $TMPDIR (or /tmp), made on first use and removed at
+/// exit (a crash leaves it behind).
 const std::string& scratch_dir();
 
 /// Writes `bytes` to `path`, replacing it; aborts when it cannot (a harness problem, not a find).

@@ -2,7 +2,7 @@
 //
 // Byte 0 picks the reader (even: report, odd: event logs):
 // - report: the rest is a report.json as `nanchaos compare` reads it (load_report), then compared
-//   with itself and with the committed baseline both ways, rendered in every format, and the
+//   with a baseline (a cut of the committed one) both ways, rendered in every format, and the
 //   whole command (run_compare). Campaign files do not exist yet; compare's input is all there is.
 // - event logs: byte 1 picks a shipped scenario, byte 2 how the job ended (exit status, timeout);
 //   the rest is split at form feeds ('\f') into events/rank-<r>.jsonl of a run folder, which the
@@ -45,18 +45,14 @@ void fuzz_report(const std::string& bytes) {
   for (const auto& s : report["scenarios"]) (void)results::scenario_side(s);
   results::CompareOptions common;
   common.common_only = true;
-  for (const auto& c :
-       {results::compare_reports(report, report), results::compare_reports(g_baseline, report),
-        results::compare_reports(report, g_baseline, common)}) {
+  for (const auto& c : {results::compare_reports(g_baseline, report),
+                        results::compare_reports(report, g_baseline, common)}) {
     (void)results::format_markdown(c);
     (void)results::format_text(c);
     (void)results::format_json(c).dump();
   }
   std::ostringstream out, err;
-  for (const char* format : {"md", "json"}) {
-    (void)results::run_compare(g_baseline_path, path, {}, format, out, err);
-    (void)results::run_compare(path, path, {}, format, out, err);
-  }
+  (void)results::run_compare(g_baseline_path, path, {}, "md", out, err);
 }
 
 void fuzz_events(const uint8_t* data, size_t size) {
@@ -94,7 +90,9 @@ void fuzz_events(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fuzz::register_snapshot();
-  g_baseline_path = std::string(NANCHAOS_SOURCE_DIR) + "/results/baselines/cpu-suite.json";
+  // A small cut of results/baselines/cpu-suite.json: the whole one (850 KB) would make every
+  // run parse and compare 49 scenarios.
+  g_baseline_path = std::string(NANCHAOS_SOURCE_DIR) + "/tests/fuzz/seeds/report-2.json";
   g_baseline = results::load_report(g_baseline_path);
   for (const auto& f :
        harness::expand_scenario_paths({std::string(NANCHAOS_SOURCE_DIR) + "/scenarios"})) {
