@@ -23,6 +23,19 @@ using nlohmann::json;
 using results::Check;
 using results::Detection;
 
+// An integer field of an event, or `def` when absent or null. A float is accepted when it fits:
+// nlohmann's value<int64_t>() of 2e120 is undefined behaviour (found by nanchaos_fuzz_report).
+// Other types throw json::type_error as value() does (judge() turns that into an error verdict).
+int64_t int_field(const json& e, const char* key, int64_t def) {
+  auto it = e.find(key);
+  if (it == e.end() || it->is_null()) return def;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
+  }
+  return e.value(key, def);
+}
+
 struct RankLog {
   std::vector<json> events;
   bool started = false;
@@ -48,7 +61,7 @@ RankLog read_rank(const std::string& run_dir, int rank) {
   r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
   for (const auto& e : r.events) {
     const std::string ev = e.value("ev", "");
-    r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
+    r.last_t = std::max<int64_t>(r.last_t, int_field(e, "t_us", 0));
     if (ev == "start") {
       r.started = true;
       r.start_ev = e;
@@ -66,18 +79,18 @@ RankLog read_rank(const std::string& run_dir, int rank) {
     } else if (ev == "abort")
       r.abort_ev = e;
     else if (ev == "exit") {
-      r.exit_code = e.value("code", -1);
-      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = e.value("vm_hwm_kib", int64_t(0));
+      r.exit_code = int(int_field(e, "code", -1));
+      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = int_field(e, "vm_hwm_kib", 0);
     } else if (ev == "step_end") {
-      const int64_t st = e.value("step", int64_t(0));
+      const int64_t st = int_field(e, "step", 0);
       r.steps_done = std::max(r.steps_done, st + 1);
       r.actions[st] = e.value("action", "");
     } else if (ev == "coll_enter")
-      r.coll_enter[e.value("seq", int64_t(0))] = e;
+      r.coll_enter[int_field(e, "seq", 0)] = e;
     else if (ev == "coll_leave") {
-      r.coll_left.insert(e.value("seq", int64_t(0)));
+      r.coll_left.insert(int_field(e, "seq", 0));
       if (e.value("status", "ok") == "error")
-        r.coll_failed_t[e.value("seq", int64_t(0))] = e.value("t_us", int64_t(0));
+        r.coll_failed_t[int_field(e, "seq", 0)] = int_field(e, "t_us", 0);
     }
   }
   return r;
@@ -264,16 +277,16 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
     for (const auto& e : logs[r].events) {
       if (e.value("ev", "") != "inject") continue;
       results::Injection inj;
-      inj.fault = e.value("fault", 0);
+      inj.fault = int(int_field(e, "fault", 0));
       inj.kind = e.value("kind", "");
       inj.rank = r;
-      inj.step = e.value("step", int64_t(0));
+      inj.step = int_field(e, "step", 0);
       inj.target = e.value("target", "");
-      inj.t_ms = ms_since_start(e.value("t_us", int64_t(0)));
+      inj.t_ms = ms_since_start(int_field(e, "t_us", 0));
       inj.replay = e.value("replay", false);
       fired.insert(inj.fault);
       if (!first_fault_step || inj.step < *first_fault_step) first_fault_step = inj.step;
-      const int64_t t = e.value("t_us", int64_t(0));
+      const int64_t t = int_field(e, "t_us", 0);
       if (!first_inject_t || t < *first_inject_t) first_inject_t = t;
       res.injections.push_back(inj);
     }
@@ -314,7 +327,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
       const auto& [seq, e] = *l.coll_enter.rbegin();
       last_coll[std::to_string(r)] = {{"seq", seq},
                                       {"name", e.value("name", "")},
-                                      {"step", e.value("step", int64_t(0))},
+                                      {"step", int_field(e, "step", 0)},
                                       {"left", l.coll_left.count(seq) > 0}};
     }
   }
@@ -327,7 +340,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
       auto it = l.coll_enter.find(k);
       if (it == l.coll_enter.end()) continue;
       any = true;
-      seen.insert({it->second.value("step", int64_t(0)), it->second.value("name", "")});
+      seen.insert({int_field(it->second, "step", 0), it->second.value("name", "")});
     }
     if (!any) break;
     if (seen.size() > 1) {
@@ -336,7 +349,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
         auto it = logs[r].coll_enter.find(k);
         if (it != logs[r].coll_enter.end()) {
           ranks.push_back({{"rank", r},
-                           {"step", it->second.value("step", int64_t(0))},
+                           {"step", int_field(it->second, "step", 0)},
                            {"name", it->second.value("name", "")}});
         }
       }
@@ -399,7 +412,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
       const int64_t end = l.coll_left.count(seq) ? failed->second
                           : l.exit_code          ? l.last_t
                                                  : job.t_end_us;
-      const double waited = double(end - e.value("t_us", int64_t(0))) / 1000.0;
+      const double waited = double(end - int_field(e, "t_us", 0)) / 1000.0;
       longest_wait_ms = std::max(longest_wait_ms, waited);
       if (waited > double(s.detectors.collective_timeout_ms) + 1000.0) deadlock = true;
     }
@@ -419,8 +432,8 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   auto external_evidence = [&](int r, const json& e) {
     const std::string ev = e.value("ev", "");
     const std::string source = e.value("source", "");
-    const int64_t step = e.value("step", int64_t(-1));
-    const int64_t t = e.value("t_us", int64_t(0));
+    const int64_t step = int_field(e, "step", -1);
+    const int64_t t = int_field(e, "t_us", 0);
     if (ev == "decision") {
       if (source != "stack") return;
       last_decision_t[step] = std::max(last_decision_t[step], t);
@@ -445,8 +458,8 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   for (int r = 0; r < world; ++r) {
     for (const auto& e : logs[r].events) {
       const std::string ev = e.value("ev", "");
-      const int64_t step = e.value("step", int64_t(-1));
-      const int64_t t = e.value("t_us", int64_t(0));
+      const int64_t step = int_field(e, "step", -1);
+      const int64_t t = int_field(e, "t_us", 0);
       if (ev == "detect") {
         auto it = first_detect_t.find(step);
         if (it == first_detect_t.end() || t < it->second) first_detect_t[step] = t;
@@ -490,7 +503,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
     // detect event.
     if (d.layer.empty() && !d.ranks.empty() && d.ranks[0] < world) {
       for (const auto& e : logs[size_t(d.ranks[0])].events) {
-        if (e.value("ev", "") == "detect" && e.value("step", int64_t(-1)) == d.step &&
+        if (e.value("ev", "") == "detect" && int_field(e, "step", -1) == d.step &&
             e.value("detector", "") == d.detector && !e.value("layer", "").empty()) {
           d.layer = e.value("layer", "");
           break;

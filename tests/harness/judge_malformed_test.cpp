@@ -147,5 +147,21 @@ TEST(JudgeMalformedLogs, AFinalEventWithoutEvalLossIsNotReadOutOfBounds) {
   EXPECT_EQ(res.steps_completed, 4);
 }
 
+TEST(JudgeMalformedLogs, AnIntegerFieldWrittenAsAHugeFloatIsIgnored) {
+  // crash-f23ff3ba (fuzz, UBSan): value<int64_t>() of "seq": 2.2e120 converted a double that
+  // int64 cannot hold (undefined behaviour). Such a field now counts as absent; a float that
+  // fits is taken.
+  EventLogDir d("nanchaos_judge_malformed", "huge_float");
+  clean_run(d);
+  d.raw(0,
+        "{\"ev\":\"coll_enter\",\"seq\":2.2e120,\"t_us\":1000000200}\n"
+        "{\"ev\":\"step_end\",\"step\":2.5e120,\"t_us\":1000000300}\n");
+  d.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto res = judge(s, d.path(), clean_job());
+  EXPECT_EQ(res.steps_completed, 4);
+  EXPECT_EQ(res.extra["first_gap_collective"], 0);  // seq counted as 0, which rank 1 never entered
+}
+
 }  // namespace
 }  // namespace nanchaos::harness
