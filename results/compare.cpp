@@ -122,6 +122,9 @@ json load_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw CompareInputError(
         fmt::format("{}: not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {
+    // e.g. out_of_range.406 for a number like 1e400 (found by nanchaos_fuzz_report)
+    throw CompareInputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   if (!j.is_object() || !j.contains("scenarios") || !j["scenarios"].is_array()) {
     throw CompareInputError(

@@ -2,7 +2,10 @@
 // (docs/fuzzing.md).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
 
 #include "results/compare.h"
 
@@ -19,6 +22,24 @@ TEST(CompareMalformedReports, CountsOutsideAnyRangeFallBackToOneTrial) {
       R"({"name": "x", "verdict": "fail", "stats": {"trials": 3, "passed": 2}})"));
   EXPECT_EQ(ok.trials, 3);
   EXPECT_EQ(ok.passed, 2);
+}
+
+TEST(CompareMalformedReports, ANumberTooLargeForADoubleIsAnInputError) {
+  // crash-f05509df (fuzz): json::parse threw out_of_range.406 for 1e400, which load_report did
+  // not catch: `nanchaos compare` died in std::terminate instead of exiting 2.
+  const std::string path = ::testing::TempDir() + "/nanchaos_compare_1e400.json";
+  { std::ofstream(path) << R"({"scenarios": [], "x": 1e400})"; }
+  try {
+    load_report(path);
+    FAIL() << "no error";
+  } catch (const CompareInputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ": not valid JSON: [json.exception.out_of_range.406] number overflow "
+                  "parsing '1e400'");
+  }
+  std::ostringstream out, err;
+  EXPECT_EQ(run_compare(path, path, {}, "md", out, err), 2);
 }
 
 }  // namespace
