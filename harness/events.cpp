@@ -196,7 +196,7 @@ std::vector<nlohmann::json> read_events(const std::string& path) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded()) out.push_back(std::move(j));
+    if (!j.is_discarded() && j.is_object()) out.push_back(std::move(j));  // events are objects
   }
   return out;
 }

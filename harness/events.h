@@ -12,6 +12,7 @@
 //   decision {step, detector, ranks, layer, cause, action, flagged}
 //   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
+//         (params_hash/optim_hash: XXH3-64 digests, harness/digest.h)
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into
 // space reserved for them (see EventLog):

@@ -24,6 +24,19 @@ using nlohmann::json;
 using results::Check;
 using results::Detection;
 
+// An integer field of an event, or `def` when absent or null. A float is accepted when it fits:
+// nlohmann's value<int64_t>() of 2e120 is undefined behaviour (found by nanchaos_fuzz_report).
+// Other types throw json::type_error as value() does (judge() turns that into an error verdict).
+int64_t int_field(const json& e, const char* key, int64_t def) {
+  auto it = e.find(key);
+  if (it == e.end() || it->is_null()) return def;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
+  }
+  return e.value(key, def);
+}
+
 struct RankLog {
   std::vector<json> events;
   bool started = false;
@@ -51,7 +64,7 @@ RankLog read_rank(const std::string& run_dir, int rank) {
   r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
   for (const auto& e : r.events) {
     const std::string ev = e.value("ev", "");
-    r.last_t = std::max<int64_t>(r.last_t, e.value("t_us", int64_t(0)));
+    r.last_t = std::max<int64_t>(r.last_t, int_field(e, "t_us", 0));
     if (ev == "start") {
       r.started = true;
       r.start_ev = e;
@@ -64,7 +77,7 @@ RankLog read_rank(const std::string& run_dir, int rank) {
     else if (ev == "log_error" && !r.log_error)
       r.log_error = e;
     else if (ev == "log_dropped")
-      r.log_dropped = e.value("count", int64_t(0));
+      r.log_dropped = int_field(e, "count", 0);
     else if (ev == "attach_error" && !r.attach_error)
       r.attach_error = e.value("reason", std::string("attach_error"));
     else if (ev == "final") {
@@ -73,18 +86,18 @@ RankLog read_rank(const std::string& run_dir, int rank) {
     } else if (ev == "abort")
       r.abort_ev = e;
     else if (ev == "exit") {
-      r.exit_code = e.value("code", -1);
-      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = e.value("vm_hwm_kib", int64_t(0));
+      r.exit_code = int(int_field(e, "code", -1));
+      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = int_field(e, "vm_hwm_kib", 0);
     } else if (ev == "step_end") {
-      const int64_t st = e.value("step", int64_t(0));
+      const int64_t st = int_field(e, "step", 0);
       r.steps_done = std::max(r.steps_done, st + 1);
       r.actions[st] = e.value("action", "");
     } else if (ev == "coll_enter")
-      r.coll_enter[e.value("seq", int64_t(0))] = e;
+      r.coll_enter[int_field(e, "seq", 0)] = e;
     else if (ev == "coll_leave") {
-      r.coll_left.insert(e.value("seq", int64_t(0)));
+      r.coll_left.insert(int_field(e, "seq", 0));
       if (e.value("status", "ok") == "error")
-        r.coll_failed_t[e.value("seq", int64_t(0))] = e.value("t_us", int64_t(0));
+        r.coll_failed_t[int_field(e, "seq", 0)] = int_field(e, "t_us", 0);
     }
   }
   return r;
@@ -230,6 +243,8 @@ json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
 
 }  // namespace
 
+namespace {
+
 // Below this much free space in the run folder, a rank log without an exit record is taken as
 // evidence lost to a full disk rather than a crash: a 256-KiB block (events.h) cannot be had.
 constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
@@ -249,7 +264,7 @@ std::string evidence_lost(const std::vector<RankLog>& logs, const std::string& r
     const json& e = *l.log_error;
     why = fmt::format("evidence lost: rank {}: cannot grow its event log {}: {} (errno {}, {}); {}",
                       r, e.value("path", std::string("?")), e.value("error", std::string("?")),
-                      e.value("errno", 0), e.value("op", std::string("?")),
+                      int_field(e, "errno", 0), e.value("op", std::string("?")),
                       l.log_dropped ? fmt::format("{} later event(s) dropped", *l.log_dropped)
                                     : std::string("later events dropped (count unknown: the rank "
                                                   "did not close its log)"));
@@ -268,7 +283,8 @@ std::string evidence_lost(const std::vector<RankLog>& logs, const std::string& r
   return "";
 }
 
-results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
+results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
+                                   const JobResult& job) {
   results::ScenarioResult res;
   res.name = s.name;
   res.file = s.file;
@@ -306,16 +322,16 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     for (const auto& e : logs[r].events) {
       if (e.value("ev", "") != "inject") continue;
       results::Injection inj;
-      inj.fault = e.value("fault", 0);
+      inj.fault = int(int_field(e, "fault", 0));
       inj.kind = e.value("kind", "");
       inj.rank = r;
-      inj.step = e.value("step", int64_t(0));
+      inj.step = int_field(e, "step", 0);
       inj.target = e.value("target", "");
-      inj.t_ms = ms_since_start(e.value("t_us", int64_t(0)));
+      inj.t_ms = ms_since_start(int_field(e, "t_us", 0));
       inj.replay = e.value("replay", false);
       fired.insert(inj.fault);
       if (!first_fault_step || inj.step < *first_fault_step) first_fault_step = inj.step;
-      const int64_t t = e.value("t_us", int64_t(0));
+      const int64_t t = int_field(e, "t_us", 0);
       if (!first_inject_t || t < *first_inject_t) first_inject_t = t;
       res.injections.push_back(inj);
     }
@@ -328,11 +344,15 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   int64_t first_gap_seq = -1;
   std::vector<int64_t> absent;
   {
-    int64_t max_seq = -1;
+    // Only sequence numbers some rank entered can be a gap (one no rank entered is not): walking
+    // 0..max seq instead hung on a corrupted `"seq": 1e15` (found by nanchaos_fuzz_report).
+    std::set<int64_t> seqs;
     for (const auto& l : logs) {
-      if (!l.coll_enter.empty()) max_seq = std::max(max_seq, l.coll_enter.rbegin()->first);
+      for (const auto& entry : l.coll_enter) {
+        if (entry.first >= 0) seqs.insert(entry.first);
+      }
     }
-    for (int64_t k = 0; k <= max_seq && first_gap_seq < 0; ++k) {
+    for (int64_t k : seqs) {
       std::vector<int64_t> missing;
       for (int r = 0; r < world; ++r) {
         if (!logs[r].coll_enter.count(k)) missing.push_back(r);
@@ -340,6 +360,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       if (!missing.empty() && int(missing.size()) < world) {
         first_gap_seq = k;
         absent = missing;
+        break;
       }
     }
     for (int r = 0; r < world; ++r) {
@@ -351,7 +372,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       const auto& [seq, e] = *l.coll_enter.rbegin();
       last_coll[std::to_string(r)] = {{"seq", seq},
                                       {"name", e.value("name", "")},
-                                      {"step", e.value("step", int64_t(0))},
+                                      {"step", int_field(e, "step", 0)},
                                       {"left", l.coll_left.count(seq) > 0}};
     }
   }
@@ -364,7 +385,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       auto it = l.coll_enter.find(k);
       if (it == l.coll_enter.end()) continue;
       any = true;
-      seen.insert({it->second.value("step", int64_t(0)), it->second.value("name", "")});
+      seen.insert({int_field(it->second, "step", 0), it->second.value("name", "")});
     }
     if (!any) break;
     if (seen.size() > 1) {
@@ -373,7 +394,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
         auto it = logs[r].coll_enter.find(k);
         if (it != logs[r].coll_enter.end()) {
           ranks.push_back({{"rank", r},
-                           {"step", it->second.value("step", int64_t(0))},
+                           {"step", int_field(it->second, "step", 0)},
                            {"name", it->second.value("name", "")}});
         }
       }
@@ -436,7 +457,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
       const int64_t end = l.coll_left.count(seq) ? failed->second
                           : l.exit_code          ? l.last_t
                                                  : job.t_end_us;
-      const double waited = double(end - e.value("t_us", int64_t(0))) / 1000.0;
+      const double waited = double(end - int_field(e, "t_us", 0)) / 1000.0;
       longest_wait_ms = std::max(longest_wait_ms, waited);
       if (waited > double(s.detectors.collective_timeout_ms) + 1000.0) deadlock = true;
     }
@@ -456,8 +477,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   auto external_evidence = [&](int r, const json& e) {
     const std::string ev = e.value("ev", "");
     const std::string source = e.value("source", "");
-    const int64_t step = e.value("step", int64_t(-1));
-    const int64_t t = e.value("t_us", int64_t(0));
+    const int64_t step = int_field(e, "step", -1);
+    const int64_t t = int_field(e, "t_us", 0);
     if (ev == "decision") {
       if (source != "stack") return;
       last_decision_t[step] = std::max(last_decision_t[step], t);
@@ -482,8 +503,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   for (int r = 0; r < world; ++r) {
     for (const auto& e : logs[r].events) {
       const std::string ev = e.value("ev", "");
-      const int64_t step = e.value("step", int64_t(-1));
-      const int64_t t = e.value("t_us", int64_t(0));
+      const int64_t step = int_field(e, "step", -1);
+      const int64_t t = int_field(e, "t_us", 0);
       if (ev == "detect") {
         auto it = first_detect_t.find(step);
         if (it == first_detect_t.end() || t < it->second) first_detect_t[step] = t;
@@ -527,7 +548,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     // detect event.
     if (d.layer.empty() && !d.ranks.empty() && d.ranks[0] < world) {
       for (const auto& e : logs[size_t(d.ranks[0])].events) {
-        if (e.value("ev", "") == "detect" && e.value("step", int64_t(-1)) == d.step &&
+        if (e.value("ev", "") == "detect" && int_field(e, "step", -1) == d.step &&
             e.value("detector", "") == d.detector && !e.value("layer", "").empty()) {
           d.layer = e.value("layer", "");
           break;
@@ -614,14 +635,18 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   bool eval_finite = all_final, params_finite = all_final, diverged = false;
   std::optional<bool> consistent;
   if (all_final) {
+    // value(), not operator[]: a const json's [] on a missing key is undefined behaviour (a
+    // `final` event without eval_loss read freed memory; found by nanchaos_fuzz_report).
     const json& f0 = logs[0].final_ev;
-    if (finite_json(f0["eval_loss"]))
-      res.final_loss = f0["eval_loss"].get<double>();
+    const json eval0 = f0.value("eval_loss", json()),
+               initial0 = f0.value("initial_eval_loss", json());
+    if (finite_json(eval0))
+      res.final_loss = eval0.get<double>();
     else
       res.final_loss = std::numeric_limits<double>::quiet_NaN();
     bool same = true;
     for (const auto& l : logs) {
-      eval_finite = eval_finite && finite_json(l.final_ev["eval_loss"]);
+      eval_finite = eval_finite && finite_json(l.final_ev.value("eval_loss", json()));
       params_finite = params_finite && l.final_ev.value("params_finite", false);
       same = same && l.final_ev.value("params_hash", "") == f0.value("params_hash", "") &&
              l.final_ev.value("optim_hash", "") == f0.value("optim_hash", "") &&
@@ -629,8 +654,8 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
              l.actions == logs[0].actions;
     }
     consistent = same;
-    if (eval_finite && finite_json(f0["initial_eval_loss"])) {
-      diverged = *res.final_loss > 1.5 * f0["initial_eval_loss"].get<double>();
+    if (eval_finite && finite_json(initial0)) {
+      diverged = *res.final_loss > 1.5 * initial0.get<double>();
     }
   }
   const bool recovered = res.outcome == "completed" && res.steps_completed == s.job.steps &&
@@ -821,6 +846,29 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
     res.reason = failed;
   }
   return res;
+}
+
+}  // namespace
+
+// An event whose field has the wrong type (`"step": "x"`: a corrupted or foreign log) makes
+// nlohmann's value() throw; the scenario is then an error naming the folder, never a crash of
+// the run (found by nanchaos_fuzz_report, docs/fuzzing.md).
+results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
+  try {
+    return judge_logs(s, run_dir, job);
+  } catch (const nlohmann::json::exception& e) {
+    results::ScenarioResult res;
+    res.name = s.name;
+    res.file = s.file;
+    res.seed = s.seed;
+    res.ranks = s.job.ranks;
+    res.run_dir = run_dir;
+    res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
+    res.verdict = "error";
+    res.reason = fmt::format(
+        "cannot judge: an event in {}/events has a field of the wrong type: {}", run_dir, e.what());
+    return res;
+  }
 }
 
 }  // namespace nanchaos::harness

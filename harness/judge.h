@@ -12,6 +12,9 @@
 
 namespace nanchaos::harness {
 
+/// Never throws on what the logs hold: lines that are not JSON objects are skipped (read_events),
+/// and an event with a field of the wrong type makes the result verdict `error`, reason
+/// "cannot judge: an event in RUN/events has a field of the wrong type: ...".
 results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job);
 
 }  // namespace nanchaos::harness

@@ -18,6 +18,7 @@
 #include "harness/host_limits.h"
 #include "harness/judge.h"
 #include "harness/keys_doc.h"
+#include "harness/registry_json.h"
 #include "harness/runner.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
@@ -253,6 +254,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"md", "text", "json"}));
 
   auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
+  std::string keys_format = "md";
+  keys->add_option("--format", keys_format,
+                   "md (docs/keys.md) or json (the registry snapshot of torch-free builds, "
+                   "tests/fuzz/registry.json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"md", "json"}));
 
   std::string rank_scenario, rank_dir;
   uint64_t rank_seed = 0;
@@ -298,7 +305,10 @@ int main(int argc, char** argv) {
                                           std::cerr);
   }
   if (*keys) {
-    std::cout << keys_markdown();
+    if (keys_format == "json")
+      std::cout << nanchaos::harness::registry_json().dump(2) << "\n";
+    else
+      std::cout << keys_markdown();
     return 0;
   }
   if (*rank) {

@@ -2,9 +2,11 @@
 #include "harness/plan.h"
 
 #include <cmath>
+#include <optional>
 #include <variant>
 
 #include "harness/registry.h"
+#include "inject/rng.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -71,6 +73,51 @@ ordered_json compile_plan(const Scenario& s, bool dry_run) {
     plan["faults"].push_back(std::move(j));
   }
   return plan;
+}
+
+int64_t fault_element_count(const FaultSpec& f, int64_t numel) {
+  std::optional<int64_t> count;
+  std::optional<double> fraction;
+  if (f.params.given("fraction")) {
+    fraction = f.params.get_float("fraction");
+  } else if (f.params.has("count")) {
+    count = f.params.get_int("count");
+  }
+  return inject::element_count(numel, count, fraction);
+}
+
+ordered_json plan_draws(const Scenario& s, int64_t numel) {
+  ordered_json out;
+  out["scenario"] = s.name;
+  out["seed"] = s.seed;
+  out["numel"] = numel;
+  out["faults"] = ordered_json::array();
+  for (const auto& f : s.faults) {
+    bool picks = false;
+    auto kind = fault_kinds().find(f.kind);
+    if (kind != fault_kinds().end()) {
+      for (const auto& spec : kind->second.keys) picks = picks || spec.name == "count";
+    }
+    ordered_json fires = ordered_json::array();
+    for (int64_t step = 0; step < s.job.steps; ++step) {
+      if (!f.in_window(step)) continue;
+      std::vector<int64_t> ranks;
+      for (int64_t r = 0; r < s.job.ranks; ++r) {
+        if (f.ranks.contains(r) && inject::fires(s.seed, f.index, step, r, f.probability)) {
+          ranks.push_back(r);
+        }
+      }
+      if (ranks.empty()) continue;
+      ordered_json at = {{"step", step}, {"ranks", ranks}};
+      if (picks) {
+        at["elements"] =
+            inject::pick_elements(s.seed, f.index, step, numel, fault_element_count(f, numel));
+      }
+      fires.push_back(std::move(at));
+    }
+    out["faults"].push_back({{"index", f.index}, {"kind", f.kind}, {"fires", std::move(fires)}});
+  }
+  return out;
 }
 
 }  // namespace nanchaos::harness

@@ -24,4 +24,22 @@ namespace nanchaos::harness {
 /// probe job, which the agent ends at the start of iteration 1.
 nlohmann::ordered_json compile_plan(const Scenario& s, bool dry_run = false);
 
+/// Elements fault `f` hits in a tensor of `numel` elements (inject/rng.h element_count): its
+/// `fraction` when written, else its `count` (1 when the kind has no `count` key).
+int64_t fault_element_count(const FaultSpec& f, int64_t numel);
+
+/// The random half of a plan, resolved for targets of `numel` elements (docs/generator.md):
+/// for each fault, every step in [0, [job].steps) at which it fires on some rank of
+/// [0, [job].ranks) (window, ranks and probability draw), the ranks it fires on, and, for kinds
+/// that pick elements (those declaring `count`), the ascending flat indices it hits there.
+/// First executions only: after a rollback a persistent fault repeats the same draws.
+///
+///   {"scenario": "x", "seed": 7, "numel": 64,
+///    "faults": [{"index": 0, "kind": "tensor", "fires": [{"step": 3, "ranks": [1],
+///                                                         "elements": [17]}]}]}
+///
+/// The same on every compiler and standard library (a CI step compares a g++ and a clang++
+/// build: tests/fuzz/plan_tool.cpp, .ci/fuzz-short).
+nlohmann::ordered_json plan_draws(const Scenario& s, int64_t numel);
+
 }  // namespace nanchaos::harness

@@ -10,13 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <string_view>
 
 #include "detectors/detector.h"
 #include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
 #include "harness/cuda_scan.h"
+#include "harness/digest.h"
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 #include "harness/half_round.h"
@@ -83,10 +83,10 @@ void torch_warning(const std::string& msg) {
   }
 }
 
-uint64_t hash_bytes(uint64_t h, const torch::Tensor& t) {
+// One tensor into a digest (harness/digest.h): its contiguous CPU bytes as one framed piece.
+void digest_tensor(Digest& d, const torch::Tensor& t) {
   auto c = t.contiguous().cpu();
-  std::string_view bytes(static_cast<const char*>(c.data_ptr()), c.nbytes());
-  return h * 1099511628211ull ^ std::hash<std::string_view>{}(bytes);
+  d.add_bytes(c.data_ptr(), c.nbytes());
 }
 
 class RankRunner {
@@ -860,24 +860,28 @@ class RankRunner {
 
   void write_final(int64_t steps_completed) {
     const double ev = eval_loss();
-    uint64_t ph = 1469598103934665603ull, oh = ph;
+    // params_hash: every parameter (registration order), then every buffer; optim_hash: per
+    // parameter with state, Adam/AdamW's exp_avg, exp_avg_sq and step, SGD's momentum buffer.
+    Digest ph, oh;
     bool finite = true;
     for (auto& p : fwd_params_) {
-      ph = hash_bytes(ph, p.detach());
+      digest_tensor(ph, p.detach());
       finite = finite && torch::isfinite(p).all().item<bool>();
     }
-    for (auto& [name, b] : workload_->buffers()) ph = hash_bytes(ph, b);
+    for (auto& [name, b] : workload_->buffers()) digest_tensor(ph, b);
     for (auto& p : fwd_params_) {
       auto* st = compat::optimizer_state(*opt_, p);
       if (!st) continue;
       if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) {
-        oh = hash_bytes(hash_bytes(oh, a->exp_avg()), a->exp_avg_sq());
-        oh = oh * 31 + uint64_t(a->step());
+        digest_tensor(oh, a->exp_avg());
+        digest_tensor(oh, a->exp_avg_sq());
+        oh.add_u64(uint64_t(a->step()));
       } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) {
-        oh = hash_bytes(hash_bytes(oh, w->exp_avg()), w->exp_avg_sq());
-        oh = oh * 31 + uint64_t(w->step());
+        digest_tensor(oh, w->exp_avg());
+        digest_tensor(oh, w->exp_avg_sq());
+        oh.add_u64(uint64_t(w->step()));
       } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(st)) {
-        if (m->momentum_buffer().defined()) oh = hash_bytes(oh, m->momentum_buffer());
+        if (m->momentum_buffer().defined()) digest_tensor(oh, m->momentum_buffer());
       }
     }
     log_->write("final",
@@ -885,8 +889,8 @@ class RankRunner {
                  {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
                  {"eval_loss_str", fmt::format("{}", ev)},
                  {"initial_eval_loss", initial_eval_},
-                 {"params_hash", fmt::format("{:016x}", ph)},
-                 {"optim_hash", fmt::format("{:016x}", oh)},
+                 {"params_hash", ph.hex()},
+                 {"optim_hash", oh.hex()},
                  {"params_finite", finite},
                  {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "harness/plan.h"
 #include "inject/rng.h"
 
 namespace nanchaos::inject {
@@ -18,15 +19,8 @@ bool Injector::armed(const FaultContext& ctx) const {
 }
 
 std::vector<int64_t> Injector::pick_elements(int64_t numel, const FaultContext& ctx) const {
-  std::optional<int64_t> count;
-  std::optional<double> fraction;
-  if (spec_.params.given("fraction")) {
-    fraction = spec_.params.get_float("fraction");
-  } else if (spec_.params.has("count")) {
-    count = spec_.params.get_int("count");
-  }
   return inject::pick_elements(ctx.seed, spec_.index, ctx.step, numel,
-                               element_count(numel, count, fraction));
+                               harness::fault_element_count(spec_, numel));
 }
 }  // namespace nanchaos::inject
 

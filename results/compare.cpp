@@ -25,6 +25,10 @@ std::optional<double> num(const json& j, const char* key) {
   return it->get<double>();
 }
 
+// A count from a report (trials, passed): int(1e300) would be undefined behaviour, so a value
+// outside [0, 1e9] (or NaN) gives `def` instead.
+int count_of(std::optional<double> v, int def) { return v && *v >= 0 && *v <= 1e9 ? int(*v) : def; }
+
 // stats[field][key], e.g. stats.latency_ms.p50.
 std::optional<double> stat(const json& stats, const char* field, const char* key) {
   if (!stats.is_object()) return std::nullopt;
@@ -118,6 +122,9 @@ json load_report(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw CompareInputError(
         fmt::format("{}: not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {
+    // e.g. out_of_range.406 for a number like 1e400 (found by nanchaos_fuzz_report)
+    throw CompareInputError(fmt::format("{}: not valid JSON: {}", path, e.what()));
   }
   if (!j.is_object() || !j.contains("scenarios") || !j["scenarios"].is_array()) {
     throw CompareInputError(
@@ -153,8 +160,8 @@ ScenarioSide scenario_side(const json& s) {
   }
   const json& st = s.value("stats", json());
   if (st.is_object()) {
-    side.trials = int(num(st, "trials").value_or(1));
-    side.passed = int(num(st, "passed").value_or(side.verdict == "pass"));
+    side.trials = count_of(num(st, "trials"), 1);
+    side.passed = count_of(num(st, "passed"), side.verdict == "pass");
     side.steps_max = stat(st, "latency_steps", "max");
     side.ms_p50 = stat(st, "latency_ms", "p50");
     side.ms_p95 = stat(st, "latency_ms", "p95");

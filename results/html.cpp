@@ -307,7 +307,8 @@ std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(
     for (const auto& [det, dj] : s.stats["by_detector"].items()) {
       const json& lat = dj.value("latency_ms", json());
       if (!lat.is_object()) continue;
-      auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == det; });
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&name = det](const auto& p) { return p.first == name; });
       if (it == out.end()) {
         out.push_back({det, {}});
         it = out.end() - 1;

@@ -1,0 +1,167 @@
+// Regression tests for what nanchaos_fuzz_report found (docs/fuzzing.md): event logs the judge
+// reads must give a verdict or a clear error, never an exception out of judge().
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "harness/events.h"
+#include "harness/judge.h"
+#include "harness/scenario.h"
+#include "tests/harness/event_logs.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using test_util::EventLogDir;
+using test_util::kT0;
+
+const char* kScenario = R"([scenario]
+name = "judge-malformed"
+seed = 3
+[job]
+workload = "mlp"
+ranks = 2
+steps = 4
+[expect]
+detected = false
+)";
+
+JobResult clean_job() {
+  JobResult j;
+  j.exit_code = 0;
+  j.t0_us = kT0;
+  j.t_end_us = kT0 + 2'000'000;
+  return j;
+}
+
+// A clean two-rank run as the ranks log it.
+void clean_run(EventLogDir& d) {
+  for (int r = 0; r < 2; ++r) {
+    d.ev(r, "start", 10, {{"rank", r}, {"world", 2}, {"pid", 100 + r}, {"seed", 3}});
+    for (int st = 0; st < 4; ++st) {
+      d.ev(r, "step_begin", 100 + 100 * st, {{"step", st}});
+      d.ev(r, "step_end", 150 + 100 * st,
+           {{"step", st}, {"loss", 2.0 - 0.1 * st}, {"action", "update"}});
+    }
+    d.ev(r, "final", 600,
+         {{"steps_completed", 4},
+          {"eval_loss", 1.5},
+          {"initial_eval_loss", 2.0},
+          {"params_hash", "00000000000000aa"},
+          {"optim_hash", "00000000000000bb"},
+          {"params_finite", true}});
+    d.ev(r, "exit", 700, {{"code", 0}});
+  }
+}
+
+TEST(JudgeMalformedLogs, LinesThatAreNotObjectsAreSkipped) {
+  // crash-4ba8b1e2 (fuzz): a line that parses as a JSON number made e.value() throw
+  // type_error.306 out of the judge.
+  EventLogDir d("nanchaos_judge_malformed", "not_objects");
+  {
+    std::ofstream(d.path() + "/events/rank-0.jsonl")
+        << "12\n{\"ev\":\"start\",\"t_us\":1}\n[1,2]\n\"x\"\nnull\n";
+  }
+  const auto events = read_events(d.path() + "/events/rank-0.jsonl");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["ev"], "start");
+
+  EventLogDir plain("nanchaos_judge_malformed", "plain");
+  clean_run(plain);
+  plain.flush();
+  EventLogDir junk("nanchaos_judge_malformed", "junk");
+  clean_run(junk);
+  junk.raw(0, "7\n[\"step_end\"]\ntrue\n");
+  junk.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto a = judge(s, plain.path(), clean_job());
+  const auto b = judge(s, junk.path(), clean_job());
+  EXPECT_EQ(a.verdict, "pass") << a.reason;
+  EXPECT_EQ(b.verdict, "pass") << b.reason;
+  EXPECT_EQ(b.outcome, "completed");
+  EXPECT_EQ(b.steps_completed, 4);
+}
+
+TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
+  // crash-fcd4b7dc (fuzz): "step": "x" made e.value("step", int64_t) throw type_error.302.
+  EventLogDir d("nanchaos_judge_malformed", "wrong_type");
+  clean_run(d);
+  d.raw(1, "{\"ev\":\"step_end\",\"step\":\"x\",\"t_us\":1000000500}\n");
+  d.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto res = judge(s, d.path(), clean_job());
+  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(
+      res.reason.rfind("cannot judge: an event in " + d.path() +
+                           "/events has a field of the wrong type: [json.exception.type_error.302]",
+                       0),
+      0u)
+      << res.reason;
+  EXPECT_EQ(res.name, "judge-malformed");
+  EXPECT_EQ(res.ranks, 2);
+}
+
+TEST(JudgeMalformedLogs, AHugeCollectiveSequenceNumberIsJudgedAtOnce) {
+  // timeout-4c436c5c (fuzz): the first-gap search walked every number up to the highest `seq`
+  // any rank logged, so a corrupted "seq": 4e15 kept the judge busy for days.
+  const int64_t huge = 4'000'000'000'000'000;
+  EventLogDir both("nanchaos_judge_malformed", "huge_seq_both");
+  clean_run(both);
+  for (int r = 0; r < 2; ++r) {
+    both.ev(r, "coll_enter", 200, {{"seq", huge}, {"name", "grad_allreduce"}, {"step", 1}});
+    both.ev(r, "coll_leave", 210, {{"seq", huge}, {"name", "grad_allreduce"}, {"status", "ok"}});
+  }
+  both.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto a = judge(s, both.path(), clean_job());
+  EXPECT_TRUE(a.extra["first_gap_collective"].is_null());
+
+  EventLogDir one("nanchaos_judge_malformed", "huge_seq_one");
+  clean_run(one);
+  one.ev(0, "coll_enter", 200, {{"seq", huge}, {"name", "grad_allreduce"}, {"step", 1}});
+  one.flush();
+  const auto b = judge(s, one.path(), clean_job());
+  EXPECT_EQ(b.extra["first_gap_collective"], huge);
+}
+
+TEST(JudgeMalformedLogs, AFinalEventWithoutEvalLossIsNotReadOutOfBounds) {
+  // crash-0bb299fb (fuzz, ASan heap-use-after-free): const json operator[] on the missing key
+  // "eval_loss" of a `final` event read freed memory.
+  EventLogDir d("nanchaos_judge_malformed", "final_without_loss");
+  for (int r = 0; r < 2; ++r) {
+    d.ev(r, "start", 10, {{"rank", r}, {"world", 2}, {"pid", 100 + r}, {"seed", 3}});
+    for (int st = 0; st < 4; ++st) {
+      d.ev(r, "step_end", 150 + 100 * st, {{"step", st}, {"loss", 1.0}, {"action", "update"}});
+    }
+    d.ev(r, "final", 600, {{"steps_completed", 4}, {"params_hash", "aa"}, {"optim_hash", "bb"}});
+    d.ev(r, "exit", 700, {{"code", 0}});
+  }
+  d.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto res = judge(s, d.path(), clean_job());
+  ASSERT_TRUE(res.final_loss.has_value());
+  EXPECT_TRUE(std::isnan(*res.final_loss));
+  EXPECT_EQ(res.outcome, "completed");
+  EXPECT_EQ(res.steps_completed, 4);
+}
+
+TEST(JudgeMalformedLogs, AnIntegerFieldWrittenAsAHugeFloatIsIgnored) {
+  // crash-f23ff3ba (fuzz, UBSan): value<int64_t>() of "seq": 2.2e120 converted a double that
+  // int64 cannot hold (undefined behaviour). Such a field now counts as absent; a float that
+  // fits is taken.
+  EventLogDir d("nanchaos_judge_malformed", "huge_float");
+  clean_run(d);
+  d.raw(0,
+        "{\"ev\":\"coll_enter\",\"seq\":2.2e120,\"t_us\":1000000200}\n"
+        "{\"ev\":\"step_end\",\"step\":2.5e120,\"t_us\":1000000300}\n");
+  d.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto res = judge(s, d.path(), clean_job());
+  EXPECT_EQ(res.steps_completed, 4);
+  EXPECT_EQ(res.extra["first_gap_collective"], 0);  // seq counted as 0, which rank 1 never entered
+}
+
+}  // namespace
+}  // namespace nanchaos::harness

@@ -1,0 +1,82 @@
+// The registry snapshot of torch-free builds (harness/registry_json.h): every key of every
+// registered fault kind and detector survives JSON and back; bad snapshots name the entry.
+#include "harness/registry_json.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "harness/registry.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+
+TEST(RegistryJson, EveryKeyOfTheLiveRegistryRoundTrips) {
+  const json live = registry_json();
+  ASSERT_FALSE(live["fault_kinds"].empty());
+  ASSERT_FALSE(live["detectors"].empty());
+  // Register a renamed copy of everything, read it back, and compare entry by entry.
+  json copy = live;
+  for (const char* list : {"fault_kinds", "detectors"}) {
+    for (auto& e : copy[list]) e["name"] = "rt_" + e["name"].get<std::string>();
+  }
+  register_from_json(copy);
+  const json again = registry_json();
+  for (const char* list : {"fault_kinds", "detectors"}) {
+    size_t found = 0;
+    for (const auto& e : again[list]) {
+      const std::string name = e["name"];
+      if (name.rfind("rt_", 0) != 0) continue;
+      json back = e;
+      back["name"] = name.substr(3);
+      bool matched = false;
+      for (const auto& orig : live[list]) matched = matched || orig == back;
+      EXPECT_TRUE(matched) << list << " " << name << " differs after the round trip";
+      ++found;
+    }
+    EXPECT_EQ(found, live[list].size()) << list;
+  }
+  for (const auto& e : copy["fault_kinds"]) fault_kinds().erase(e["name"].get<std::string>());
+  for (const auto& e : copy["detectors"]) detectors().erase(e["name"].get<std::string>());
+}
+
+TEST(RegistryJson, AKindFromTheSnapshotValidatesItsKeysButBuildsNothing) {
+  register_from_json(json::parse(R"({"version": 1, "detectors": [], "fault_kinds": [
+      {"name": "rt_probe", "doc": "d", "not_implemented": "",
+       "keys": [{"name": "count", "type": "int", "required": false, "doc": "n",
+                 "default": {"int": 1}, "min": 1, "max": "inf", "min_exclusive": false}]}]})"));
+  const auto& info = fault_kinds().at("rt_probe");
+  ASSERT_EQ(info.keys.size(), 1u);
+  EXPECT_EQ(info.keys[0].type, KeyType::kInt);
+  EXPECT_EQ(std::get<int64_t>(*info.keys[0].default_value), 1);
+  EXPECT_EQ(info.keys[0].min, 1.0);
+  EXPECT_TRUE(std::isinf(info.keys[0].max));
+  EXPECT_FALSE(info.make);
+  EXPECT_FALSE(info.check);
+  fault_kinds().erase("rt_probe");
+}
+
+TEST(RegistryJson, MalformedSnapshotNamesTheEntry) {
+  const auto message = [](const char* text) {
+    try {
+      register_from_json(json::parse(text));
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(R"({"version": 2})"), "registry snapshot: document: not version 1");
+  EXPECT_EQ(message(R"({"version": 1, "detectors": []})"),
+            "registry snapshot: document: no \"fault_kinds\" array");
+  EXPECT_EQ(message(R"({"version": 1, "detectors": [], "fault_kinds": [
+      {"name": "rt_bad", "keys": [{"name": "k", "type": "nope"}]}]})"),
+            "registry snapshot: fault kind rt_bad.k: unknown type nope");
+  EXPECT_EQ(fault_kinds().count("rt_bad"), 0u);
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
