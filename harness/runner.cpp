@@ -108,7 +108,7 @@ class RankRunner {
     }
     torch::set_num_threads(1);
     static compat::WarningSink quiet(&torch_warning);
-    c10::Warning::set_warning_handler(&quiet);
+    compat::set_warning_handler(&quiet);
     workload_ = make_workload(s_);
     if (s_.job.device == Device::kCuda) {
       // One GPU per rank: the communicator made the rank's device current.

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -15,12 +16,15 @@ namespace nanchaos::compat {
 inline at::Generator cpu_generator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
 
 /// The key of a parameter in Optimizer::state(): 1.13 keys the map by the TensorImpl address
-/// printed as a string; 2.x by the address itself.
+/// printed as a string (c10::guts::to_string, i.e. `ostream << const void*`, which 2.x removed);
+/// 2.x by the address itself.
 template <typename Opt>
 auto optimizer_state_key(Opt& opt, const torch::Tensor& p) {
   using Key = typename std::decay_t<decltype(opt.state())>::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return Key(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    std::ostringstream os;
+    os << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return Key(os.str());
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
@@ -62,6 +66,33 @@ class WarningSink : public c10::WarningHandler {
   void (*sink_)(const std::string&);
 };
 
+/// Installs `h` as the process-wide c10 warning handler (not thread-safe; `h` must outlive its
+/// use). 1.13 has it in namespace c10::Warning; 2.x made Warning a class and moved it to
+/// c10::WarningUtils.
+inline void set_warning_handler(c10::WarningHandler* h) {
+#if TORCH_VERSION_MAJOR >= 2
+  c10::WarningUtils::set_warning_handler(h);
+#else
+  c10::Warning::set_warning_handler(h);
+#endif
+}
+
+/// Whether CUDA autocast is on in this thread, and the dtype it casts to (CudaAutocast's state).
+inline bool cuda_autocast_enabled() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+inline at::ScalarType cuda_autocast_dtype() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  return at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
 /// CUDA autocast (mixed precision) for the lifetime of the guard, like Python's
 /// `torch.autocast("cuda", dtype)`: matmuls and linears run in `dtype` (kHalf or kBFloat16),
 /// reductions such as log_softmax in fp32. On exit the cast cache is cleared (the fp16 copies of
@@ -69,15 +100,12 @@ class WarningSink : public c10::WarningHandler {
 /// set_autocast_gpu_dtype; 2.4+ takes the device type. Not thread-safe (thread-local state).
 class CudaAutocast {
  public:
-  explicit CudaAutocast(at::ScalarType dtype) {
+  explicit CudaAutocast(at::ScalarType dtype)
+      : prev_enabled_(cuda_autocast_enabled()), prev_dtype_(cuda_autocast_dtype()) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
-    prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
     at::autocast::set_autocast_dtype(at::kCUDA, dtype);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
 #else
-    prev_enabled_ = at::autocast::is_enabled();
-    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
     at::autocast::set_autocast_gpu_dtype(dtype);
     at::autocast::set_enabled(true);
 #endif
