@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,9 +27,11 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/child_process.h"
 #include "harness/clock_sync.h"
 #include "harness/cuda_scan.h"
 #include "harness/events.h"
+#include "harness/job_guard.h"
 #include "harness/judge.h"
 #include "harness/plan.h"
 #include "harness/proc_status.h"
@@ -40,8 +43,6 @@
 #include "results/stats.h"
 
 namespace fs = std::filesystem;
-
-extern char** environ;  // NOLINT: POSIX
 
 namespace nanchaos::harness {
 namespace {
@@ -68,12 +69,6 @@ std::string which(const std::string& name) {
     if (access(full.c_str(), X_OK) == 0 && !fs::is_directory(full)) return full;
   }
   return "";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // What an external rank's log says so far about attaching (read incrementally, whole lines).
@@ -145,6 +140,63 @@ bool process_alive(int pid) {
   return rp == std::string::npos || rp + 2 >= line.size() || line[rp + 2] != 'Z';
 }
 
+// The first SIGINT/SIGTERM the controller got (0: none). A signal handler may only store to a
+// volatile sig_atomic_t; launch_job's poll loop and run_suite read it (issue 13, point 4).
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {  // a second one: die of it now (the ranks' guards end the job)
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// Catches SIGINT and SIGTERM for the lifetime of one run_suite call, then restores what was
+// there. A SIGINT ignored when the run starts (a background job of a non-interactive shell,
+// nohup) stays ignored, as the shell meant.
+class StopSignalHandlers {
+ public:
+  StopSignalHandlers() {
+    g_stop_signal = 0;
+    for (int i = 0; i < 2; ++i) {
+      struct sigaction sa {};
+      sa.sa_handler = &on_stop_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESTART;
+      sigaction(kSignals[i], nullptr, &old_[i]);
+      if (kSignals[i] == SIGINT && old_[i].sa_handler == SIG_IGN) continue;
+      sigaction(kSignals[i], &sa, nullptr);
+    }
+  }
+  ~StopSignalHandlers() {
+    for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignalHandlers(const StopSignalHandlers&) = delete;
+  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction old_[2]{};
+};
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+}
+
+// Open file descriptors of this process (/proc/self/fd, less the one reading it).
+int open_fd_count() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+    --n;
+  }
+  return n;
+}
+
 std::string suite_name(const std::vector<std::string>& paths) {
   if (paths.size() != 1) return "suite";
   fs::path p = fs::path(paths[0]).lexically_normal();
@@ -205,6 +257,11 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
     argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
                              "NANCHAOS_JOB_ID", "-x", "NANCHAOS_CLOCK", "--mca",
                              "mpi_yield_when_idle", "1"});
+    // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
+    for (const char* v : {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START",
+                          "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_DEADLINE_UNIX_MS"}) {
+      argv.insert(argv.end(), {"-x", v});
+    }
     if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
@@ -271,14 +328,18 @@ PythonInterpreter resolve_python(const std::vector<std::string>& candidates) {
       continue;
     }
     if (!probed.insert(fs::weakly_canonical(full).string()).second) continue;
-    FILE* p = popen((shell_quote(full) + " -c 'import torch' 2>&1").c_str(), "r");
     std::string text, last;
-    if (p) {
-      char buf[4096];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
+    int st = -1;
+    try {
+      SpawnOptions probe;
+      probe.argv = {full, "-c", "import torch"};
+      probe.capture_output = true;  // stdout and stderr: the last line says why not
+      ChildProcess py = ChildProcess::spawn(probe);
+      text = py.read_output(std::chrono::seconds(120));  // then killed: a hung import
+      st = py.wait().code();
+    } catch (const SpawnError& e) {
+      text = e.what();
     }
-    const int st = p ? pclose(p) : -1;
     if (st == 0) {
       out.path = full;
       return out;
@@ -369,43 +430,32 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   r.host = this_host();
   r.real_minus_mono_us = real_minus_mono_us();
   const ClockServer clock;  // answers the ranks' clock exchanges until the job is reaped
-  // Everything the child needs is built before fork: between fork and exec it only calls
-  // async-signal-safe functions (no setenv, no allocation).
-  const std::map<std::string, std::string> ours = {{"NANCHAOS_JOB_ID", job_id},
-                                                   {"NANCHAOS_CLOCK", clock.spec()},
-                                                   {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
-                                                   {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
-  std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string entry(*e);
-    if (!ours.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
-  }
-  for (const auto& [k, v] : ours) env_strings.push_back(k + "=" + v);
-  std::vector<char*> cenv;
-  for (auto& e : env_strings) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    r.launch_error = std::string("fork failed: ") + std::strerror(errno);
+  // The launcher's environment: ours, the job id that marks every process of the job, what
+  // its ranks need to end themselves should this controller die (job_guard.h), and where the
+  // controller's clock service is (clock_sync.h).
+  std::map<std::string, std::string> ours = job_guard_env(timeout_ms);
+  ours.insert({{"NANCHAOS_JOB_ID", job_id},
+               {"NANCHAOS_CLOCK", clock.spec()},
+               {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+               {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}});
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.env = env_with(ours);
+  spawn.stdout_path = log_path;  // stderr too
+  spawn.new_session = true;      // own process group: the whole tree can be signalled at once
+  // Defence 1 of job_guard.h: the launcher gets SIGTERM when this (main) thread ends, and tears
+  // its ranks down. run_suite launches from the main thread only.
+  spawn.death_signal = SIGTERM;
+  ChildProcess launcher;
+  try {
+    launcher = ChildProcess::spawn(spawn);
+  } catch (const SpawnError& e) {
+    r.launch_error = e.what();
+    r.t_end_us = now_us();
     return r;
   }
-  if (pid == 0) {
-    setsid();  // own process group: the whole tree can be signalled at once
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-    }
-    execvpe(cargv[0], cargv.data(), cenv.data());
-    std::fprintf(stderr, "nanchaos: cannot execute %s: %s\n", cargv[0], std::strerror(errno));
-    _exit(127);
-  }
+  const pid_t pid = launcher.pid();
   const int64_t deadline = r.t0_us + timeout_ms * 1000;
-  int status = 0;
   std::map<int, int> rank_pid;        // rank -> pid, once its start (or launch) event is there
   std::map<int, AttachWatch> attach;  // external ranks that have not written `start` yet
   int64_t attach_kill_at = 0;         // > 0: a rank never attached; kill the job then
@@ -471,33 +521,44 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
       }
     }
   };
+  // Ends the job: SIGTERM to its group and to every process with its job id, 300 ms, SIGKILL.
+  auto end_job = [&] {
+    kill_job(pid, job_id, SIGTERM);
+    launcher.wait_for(std::chrono::milliseconds(300));
+    kill_job(pid, job_id, SIGKILL);
+    return launcher.wait();
+  };
+  ExitStatus status;
   for (;;) {
     sample_memory = polls++ % 25 == 0;
     watch_ranks();
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
+    if (auto st = launcher.poll()) {
+      status = *st;
+      break;
+    }
+    if (const int sig = stop_signal()) {  // SIGINT/SIGTERM on the controller (run_suite)
+      r.interrupted_by = sig;
+      status = end_job();
+      break;
+    }
     if (attach_kill_at > 0 && now_us() >= attach_kill_at) {
-      kill_job(pid, job_id, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      kill_job(pid, job_id, SIGKILL);
-      waitpid(pid, &status, 0);
+      status = end_job();
       break;
     }
     if (now_us() >= deadline) {
       r.timed_out = true;
-      kill_job(pid, job_id, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      kill_job(pid, job_id, SIGKILL);
-      waitpid(pid, &status, 0);
+      status = end_job();
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   r.t_end_us = now_us();
   for (const auto& [rank, rpid] : rank_pid) {
-    if (!r.rank_gone_us.count(rank) && !r.remote_ranks.count(rank)) r.rank_gone_us[rank] = r.t_end_us;
+    if (!r.rank_gone_us.count(rank) && !r.remote_ranks.count(rank)) {
+      r.rank_gone_us[rank] = r.t_end_us;
+    }
   }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = status.code();
   // No orphans: whatever of this job is still alive (a rank that outlived its launcher) dies now.
   for (int attempt = 0; attempt < 50; ++attempt) {
     auto left = job_processes(job_id);
@@ -509,7 +570,11 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   return r;
 }
 
+int stop_signal() { return g_stop_signal; }
+
 int run_suite(const RunOptions& opts) {
+  // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
+  StopSignalHandlers stop_handlers;
   // 1. Load everything first: a bad scenario never starts a job.
   std::vector<std::string> files;
   try {
@@ -685,13 +750,38 @@ int run_suite(const RunOptions& opts) {
       res.verdict = "error";
       res.reason = job.launch_error;
     }
+    if (job.interrupted_by != 0) {
+      // The evidence so far stays (outcome, events); the verdict cannot mean anything.
+      res.verdict = "error";
+      res.reason = "interrupted";
+      res.extra["interrupted_by"] = signal_name(job.interrupted_by);
+    }
     res.trial = trial;
     res.trial_count = opts.trials;
     res.extra["job_start_us"] = job.t0_us;  // the timeline's zero (CLOCK_MONOTONIC us)
+    // No orphans: what of this job is alive now, after launch_job's sweep (0, or a bug).
+    res.extra["orphans_left"] = job_processes(job_id).size();
+    // The controller's own footprint after each job (the soak test bounds its growth).
+    res.extra["controller"] = {{"vm_rss_kib", vm_rss_kib().value_or(0)},
+                               {"vm_hwm_kib", vm_hwm_kib().value_or(0)},
+                               {"fds", open_fd_count()}};
     return res;
   };
 
+  // A stop signal: the scenario it interrupted is an `error` (reason "interrupted"), the ones
+  // after it are listed as not run, and the reports say so at the top level.
+  auto note_interruption = [&](size_t first_not_run) {
+    report.interrupted = true;
+    report.interrupt_signal = signal_name(stop_signal());
+    for (size_t i = first_not_run; i < scenarios.size(); ++i) {
+      report.not_run.push_back(scenarios[i].name);
+    }
+  };
   for (size_t index = 0; index < scenarios.size(); ++index) {
+    if (stop_signal() != 0) {
+      note_interruption(index);
+      break;
+    }
     const auto& s = scenarios[index];
     results::ScenarioResult res;
     res.name = s.name;
@@ -725,8 +815,19 @@ int run_suite(const RunOptions& opts) {
       res.stats = not_run_stats(res);
     } else {
       std::vector<results::ScenarioResult> trials;
-      for (int t = 0; t < opts.trials; ++t) trials.push_back(run_trial(s, index, t));
+      for (int t = 0; t < opts.trials && (t == 0 || stop_signal() == 0); ++t) {
+        trials.push_back(run_trial(s, index, t));
+      }
+      // Cut short: a trial's job was interrupted, or the signal came between two trials.
+      const bool cut = stop_signal() != 0 && (trials.size() < size_t(opts.trials) ||
+                                              trials.back().reason == "interrupted");
       res = results::representative_trial(trials);
+      if (cut) {
+        res = trials.back();
+        res.verdict = "error";
+        res.reason = "interrupted";
+        res.extra["interrupted_by"] = signal_name(stop_signal());
+      }
       res.stats = results::scenario_stats(trials);
       if (opts.trials > 1) res.trials = std::move(trials);
     }
@@ -734,11 +835,22 @@ int run_suite(const RunOptions& opts) {
     report.scenarios.push_back(res);
     progress.finish(index, res);
     if (!opts.quiet) std::cout << results::console_row(res) << std::flush;
+    if (stop_signal() != 0) note_interruption(index + 1);
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
+    if (report.interrupted) break;
   }
+  if (stop_signal() != 0 && !report.interrupted) note_interruption(scenarios.size());
   progress.done();
   report.detector_stats = results::suite_detector_stats(report);
   write_reports();
+  if (report.interrupted) {
+    // No report.html: gnuplot would keep a person who pressed Ctrl-C waiting.
+    std::cerr << fmt::format(
+        "nanchaos run: interrupted by {}: {} scenario(s) judged, {} not run; reports: "
+        "{}/report.json, junit.xml, report.md\n",
+        report.interrupt_signal, report.scenarios.size(), report.not_run.size(), out);
+    return 128 + stop_signal();
+  }
   const std::string html_note = results::write_html(report, out + "/report.html");
   if (!opts.quiet) {
     std::cout << results::console_footer(report);

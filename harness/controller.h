@@ -40,7 +40,10 @@ struct JobResult {
   int64_t t0_us = 0;         ///< launch time (CLOCK_MONOTONIC us, as in events.h)
   int64_t t_end_us = 0;      ///< launcher reaped
   int orphans_killed = 0;    ///< job processes still alive after the launcher was reaped
-  std::string launch_error;  ///< fork/exec failure text
+  std::string launch_error;  ///< the launcher could not start: "cannot execute mpirun: ..."
+  /// SIGINT or SIGTERM when the controller got one while the job ran (0: not interrupted); the
+  /// job was then ended like a timed-out one (its process group and job id, SIGTERM, SIGKILL).
+  int interrupted_by = 0;
   /// Post-mortem of process exit states (single host): for each rank whose pid the controller saw
   /// (from its `start` event), when the controller first saw that process gone (CLOCK_MONOTONIC
   /// us). Polled every 10 ms while the job runs. Ranks on other hosts are absent here.
@@ -99,7 +102,12 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
 /// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
 /// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind (on
 /// this host: processes on other hosts are the launcher's to end, as mpirun ends its orteds).
-/// A ClockServer runs for the job's duration; its address is in the child's $NANCHAOS_CLOCK.
+/// The launcher is a ChildProcess (child_process.h) in its own session with the death signal
+/// SIGTERM, and gets the NANCHAOS_CONTROLLER_* / NANCHAOS_DEADLINE_UNIX_MS variables of
+/// job_guard.h: if this process dies, the job ends by itself. Call it from the main thread (the
+/// death signal is tied to the calling thread). A stop signal (stop_signal()) ends the job at
+/// the next 10-ms poll and sets JobResult::interrupted_by. A ClockServer runs for the job's
+/// duration; its address is in the child's $NANCHAOS_CLOCK (clock_sync.h).
 /// When `events_dir` is given, the ranks' pids are read from their first event (`start`, or an
 /// external rank's `launch`) and watched. `attach_timeout_ms` > 0 (external jobs) also ends the
 /// job early when a rank never attaches (JobResult::attach_failure).
@@ -150,7 +158,15 @@ std::string default_launcher(const std::string& given = "");
 std::vector<int> job_processes(const std::string& job_id);
 
 /// `nanchaos run`: returns the exit status (0 all passed or skipped, 1 a check failed,
-/// 2 a scenario or usage error).
+/// 2 a scenario or usage error), or 128 + the signal when SIGINT or SIGTERM interrupted it (then
+/// the running job was ended, the interrupted scenario is an `error` with reason "interrupted",
+/// the rest are listed in report.json's `not_run`, and the reports carry "interrupted": true;
+/// the caller re-raises the signal, as main() does, so a shell sees the death it expects). While
+/// it runs, SIGINT and SIGTERM are caught (a second one kills at once); a SIGINT ignored at the
+/// start stays ignored.
 int run_suite(const RunOptions& opts);
+
+/// The SIGINT/SIGTERM run_suite has caught (0: none). Async-signal-safe to read.
+int stop_signal();
 
 }  // namespace nanchaos::harness

@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +20,7 @@
 
 #include "harness/clock_sync.h"
 #include "harness/events.h"
+#include "harness/job_guard.h"
 #include "harness/rank_host.h"
 #include "harness/scenario.h"
 
@@ -102,6 +105,7 @@ int exec_rank(const ExecRankOptions& opts) {
                  "set\n";
     return 2;
   }
+  const pid_t launcher = getppid();
   const std::string plan_file = opts.run_dir + "/plan.json";
   std::ifstream in(plan_file, std::ios::binary);
   std::ostringstream plan;
@@ -173,6 +177,12 @@ int exec_rank(const ExecRankOptions& opts) {
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  // Kept across the exec: the job's process dies with its launcher (the thread of it that
+  // started this process; Open MPI's launch thread lives as long as the job). Together with the
+  // agent's guard (guard.py) and the launcher's own death signal (job_guard.h), no rank outlives
+  // a dead controller, Python or not.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(kJobGuardExit);  // it died before prctl
   execvp(cargv[0], cargv.data());
   const int err = errno;
   const std::string reason = fmt::format("cannot execute {}: {}", argv[0], std::strerror(err));

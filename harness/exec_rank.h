@@ -12,7 +12,9 @@
 // NANCHAOS_STEPS, NANCHAOS_SEED, PYTHONPATH (agent folder first), then [job].env. Before the
 // exec it writes the rank's first event, {"ev":"launch", rank, world, pid, host, pidns, command},
 // then (when $NANCHAOS_CLOCK is set) its `clock` event (clock_sync.h: measured here for any
-// command); when the exec fails, {"ev":"attach_error", reason} and exit 127.
+// command); when the exec fails, {"ev":"attach_error", reason} and exit 127. It also sets
+// PR_SET_PDEATHSIG = SIGKILL (kept across the exec), so the command dies with its launcher
+// (job_guard.h).
 #pragma once
 
 #include <cstdint>

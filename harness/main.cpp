@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -264,7 +265,14 @@ int main(int argc, char** argv) {
 
   if (*run) {
     run_opts.self_exe = self_exe(argv[0]);
-    return run_suite(run_opts);
+    const int rc = run_suite(run_opts);
+    if (const int sig = stop_signal()) {
+      // Interrupted: die of the signal (the shell's and CI's convention), after the reports.
+      std::cout.flush();
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+    return rc;
   }
   if (*validate) return cmd_validate(validate_paths);
   if (*compare) {

@@ -16,5 +16,7 @@ namespace nanchaos::harness {
 /// nullopt when the process is gone (or a zombie, which has no memory left), or the field is
 /// absent (not Linux).
 std::optional<int64_t> vm_hwm_kib(int pid = 0);
+/// Resident set size now (VmRSS) in KiB; as vm_hwm_kib otherwise.
+std::optional<int64_t> vm_rss_kib(int pid = 0);
 
 }  // namespace nanchaos::harness

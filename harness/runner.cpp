@@ -21,6 +21,7 @@
 #include "harness/events.h"
 #include "harness/fused_scan.h"
 #include "harness/half_round.h"
+#include "harness/job_guard.h"
 #include "harness/loss_scaler.h"
 #include "harness/nccl_communicator.h"
 #include "harness/proc_status.h"
@@ -985,6 +986,11 @@ std::unique_ptr<Communicator> make_communicator(const Scenario& s) {
 
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
              std::optional<uint64_t> seed) {
+  // Before anything can hang (MPI_Init included): this rank ends itself if the controller or
+  // the launcher dies, or the job outlives its deadline (job_guard.h).
+  const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!launcher_rank) launcher_rank = std::getenv("SLURM_PROCID");
+  start_job_guard(fmt::format("nanchaos rank {}", launcher_rank ? launcher_rank : "0"));
   std::unique_ptr<Communicator> comm;
   try {
     // The scenario picks the engine, so it loads first (every rank reads the same file, so a bad

@@ -3,7 +3,8 @@
 //
 // Exit codes of a rank process (documented in docs/architecture.md):
 //   0 completed every step; 3 clean coordinated abort (policy `abort`, max_consecutive);
-//   4 watchdog expiry (the rank takes the job down with MPI_Abort); 2 setup error.
+//   4 watchdog expiry (the rank takes the job down with MPI_Abort); 2 setup error;
+//   5 (kJobGuardExit, job_guard.h) the controller or the launcher is gone, or the deadline passed.
 #pragma once
 
 #include <cstdint>

@@ -5,11 +5,7 @@
 // (datablocks), kept next to the page, so a person can re-render or tweak one by hand.
 #include "results/html.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,9 +21,8 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/child_process.h"
 #include "harness/events.h"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 
@@ -71,38 +66,26 @@ bool write_text(const std::string& path, const std::string& text) {
 // Returns "" on success, else why not; `missing` is set when the program could not be started.
 std::string run_gnuplot(const std::string& gnuplot, const std::string& script,
                         const std::string& log, bool& missing) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> argv{const_cast<char*>(gnuplot.c_str()), const_cast<char*>(script.c_str()),
-                          nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, gnuplot.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    missing = true;
-    return fmt::format("cannot run {}: {}", gnuplot, std::strerror(rc));
+  harness::SpawnOptions o;
+  o.argv = {gnuplot, script};
+  o.stdout_path = log;  // stderr too; stdin is /dev/null
+  harness::ChildProcess child;
+  try {
+    child = harness::ChildProcess::spawn(o);
+  } catch (const harness::SpawnError& e) {
+    missing = e.error_number() == ENOENT || e.error_number() == EACCES;
+    return e.what();
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  int status = 0;
-  for (;;) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (w < 0) return fmt::format("waiting for {}: {}", gnuplot, std::strerror(errno));
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return fmt::format("{} {} took longer than 60 s", gnuplot, script);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const auto status = child.wait_for(std::chrono::seconds(60));
+  if (!status) {
+    child.kill_group(std::chrono::milliseconds(0));
+    return fmt::format("{} {} took longer than 60 s", gnuplot, script);
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+  if (status->code() == 127) {
     missing = true;
     return fmt::format("{} not found", gnuplot);
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (status->code() != 0) {
     return fmt::format("{} {} failed (see {})", gnuplot, script, log);
   }
   return "";

@@ -172,6 +172,13 @@ J suite_json(const SuiteReport& r) {
   summary["errors"] = r.errors();
   summary["skipped"] = r.skipped();
   j["summary"] = std::move(summary);
+  j["interrupted"] = r.interrupted;
+  if (r.interrupted) {
+    j["interrupt_signal"] = r.interrupt_signal;
+    J not_run = J::array();
+    for (const auto& n : r.not_run) not_run.push_back(n);
+    j["not_run"] = std::move(not_run);
+  }
   return j;
 }
 
@@ -265,9 +272,15 @@ std::string plural(int n, const char* one, const char* many) {
 }
 
 std::string summary_text(const SuiteReport& r) {
-  return fmt::format("{}: {} passed, {} failed, {}, {} skipped",
-                     plural(static_cast<int>(r.scenarios.size()), "scenario", "scenarios"),
-                     r.passed(), r.failed(), plural(r.errors(), "error", "errors"), r.skipped());
+  std::string text =
+      fmt::format("{}: {} passed, {} failed, {}, {} skipped",
+                  plural(static_cast<int>(r.scenarios.size()), "scenario", "scenarios"), r.passed(),
+                  r.failed(), plural(r.errors(), "error", "errors"), r.skipped());
+  if (r.interrupted) {
+    text += fmt::format("; INTERRUPTED by {}: {} not run", r.interrupt_signal, r.not_run.size());
+    if (!r.not_run.empty()) text += fmt::format(" ({})", fmt::join(r.not_run, ", "));
+  }
+  return text;
 }
 
 // Compact rendering of a check value for humans ("-" when the run gave none).
@@ -398,8 +411,14 @@ void write_junit(const SuiteReport& r, const std::string& path) {
   x += fmt::format(
       "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
       "time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
-      xml_escape(r.suite), r.scenarios.size(), r.failed(), r.errors(), r.skipped(),
-      total_ms / 1000.0, xml_escape(r.started), xml_escape(r.host));
+      xml_escape(r.suite), r.scenarios.size() + r.not_run.size(), r.failed(), r.errors(),
+      r.skipped() + int(r.not_run.size()), total_ms / 1000.0, xml_escape(r.started),
+      xml_escape(r.host));
+  if (r.interrupted) {
+    x += fmt::format(
+        "  <properties>\n    <property name=\"interrupted\" value=\"{}\"/>\n  </properties>\n",
+        xml_escape(r.interrupt_signal));
+  }
   for (const auto& s : r.scenarios) {
     const double secs = std::isfinite(s.wall_ms) ? s.wall_ms / 1000.0 : 0.0;
     x += fmt::format("  <testcase classname=\"nanchaos.{}\" name=\"{}\"", xml_escape(r.suite),
@@ -430,6 +449,13 @@ void write_junit(const SuiteReport& r, const std::string& path) {
                        xml_text(s.run_dir), s.seed);
     }
     x += "  </testcase>\n";
+  }
+  // Never started because the run was interrupted: skipped, saying why.
+  for (const auto& name : r.not_run) {
+    x += fmt::format(
+        "  <testcase classname=\"nanchaos.{}\" name=\"{}\" time=\"0.000\">\n    <skipped "
+        "message=\"not run: the run was interrupted by {}\"/>\n  </testcase>\n",
+        xml_escape(r.suite), xml_escape(name), xml_escape(r.interrupt_signal));
   }
   x += "</testsuite>\n";
   write_file(path, [&](std::ofstream& out) { out << x; });

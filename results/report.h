@@ -84,6 +84,12 @@ struct SuiteReport {
   std::vector<ScenarioResult> scenarios;
   int trials = 1;                 ///< --trials N of the run
   nlohmann::json detector_stats;  ///< suite_detector_stats() (results/stats.h); null: not computed
+  /// SIGINT/SIGTERM stopped the run (report.json "interrupted", always written): the scenario
+  /// it stopped is an `error` with reason "interrupted", and `not_run` names, in suite order,
+  /// those never started.
+  bool interrupted = false;
+  std::string interrupt_signal;  ///< "SIGINT", "SIGTERM" ("" when not interrupted)
+  std::vector<std::string> not_run;
   int passed() const;
   int failed() const;
   int errors() const;

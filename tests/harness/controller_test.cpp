@@ -113,8 +113,9 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
   }
   auto strip = [](json s) {
     // Measurements, not results: times and the ranks' peak memory.
-    for (const char* k : {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms",
-                          "abort_latency_ms", "launcher_exit_code", "memory", "job_start_us"}) {
+    for (const char* k :
+         {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms", "abort_latency_ms",
+          "launcher_exit_code", "memory", "job_start_us", "controller"}) {
       s.erase(k);
     }
     for (const char* k : {"latency_ms", "decision_us", "abort_latency_ms", "wall_ms"}) {
