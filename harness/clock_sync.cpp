@@ -128,8 +128,8 @@ nlohmann::json ClockMeasurement::to_json() const {
 namespace {
 
 // One exchange with `to`: true and the four times when an answer came within timeout_ms.
-bool exchange(int fd, const sockaddr_in& to, uint32_t seq, int timeout_ms, int64_t& t1,
-              int64_t& t2, int64_t& t3, int64_t& t4) {
+bool exchange(int fd, const sockaddr_in& to, uint32_t seq, int timeout_ms, int64_t& t1, int64_t& t2,
+              int64_t& t3, int64_t& t4) {
   Packet pk{kMagic, seq, 0, 0, 0};
   t1 = realtime_us();
   pk.t1 = t1;

@@ -1,13 +1,14 @@
 // Clock offsets (clock_sync.h), rank locality (rank_host.h) and the judge on ranks that ran on
 // another host: their events moved onto the controller's timeline, no pid watch, blame from the
 // logs. The same paths with real hosts are tests/multinode/.
+#include "harness/clock_sync.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/clock_sync.h"
 #include "harness/controller.h"
 #include "harness/judge.h"
 #include "harness/rank_host.h"
@@ -68,7 +69,7 @@ TEST(ClockSync, ErrorsNameWhatWasTried) {
 TEST(ClockSync, TimelineShiftComposesTheThreeClocks) {
   // Rank: realtime = mono + 5000; controller realtime = rank realtime + 300;
   // controller: realtime = mono + 1000. Rank mono t -> controller mono t + 5000 + 300 - 1000.
-  const json clock = {{"ev", "clock"}, {"offset_us", 300}, {"rtt_us", 40},
+  const json clock = {{"ev", "clock"}, {"offset_us", 300},     {"rtt_us", 40},
                       {"samples", 8},  {"server", "10.0.0.1"}, {"real_minus_mono_us", 5000}};
   EXPECT_EQ(timeline_shift_us(clock, 1000), 4300);
   EXPECT_FALSE(timeline_shift_us({{"error", "no answer"}, {"real_minus_mono_us", 5}}, 0));
@@ -107,15 +108,22 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
     // far: realtime = its mono + 2'000'000 + kSkew; controller: realtime = mono + 2'000'000
     // (controller real - far real = 0: NTP-synced hosts, different boot times).
     d.at(r, "clock", 20,
-         {{"offset_us", 0}, {"rtt_us", 80}, {"samples", 8}, {"server", "10.77.0.1"},
+         {{"offset_us", 0},
+          {"rtt_us", 80},
+          {"samples", 8},
+          {"server", "10.77.0.1"},
           {"real_minus_mono_us", 2'000'000 + (r == 1 ? RemoteRun::kSkewUs : 0)}});
     d.at(r, "step_begin", 1000, {{"step", 0}});
     d.at(r, "coll_enter", 1010,
          {{"seq", 0}, {"name", "grad_allreduce"}, {"step", 0}, {"count", 4}, {"dtype", "f"}});
     if (r == 1) {
       d.at(r, "inject", 1015,
-           {{"fault", 0}, {"kind", "crash"}, {"step", 0}, {"target", ""},
-            {"detail", json::object()}, {"replay", false}});
+           {{"fault", 0},
+            {"kind", "crash"},
+            {"step", 0},
+            {"target", ""},
+            {"detail", json::object()},
+            {"replay", false}});
     }
   }
   d.flush();
@@ -166,16 +174,16 @@ TEST(JudgeRemoteRanks, MemoryFromExitEventsSaysHowEachRankWasMeasured) {
   job.host = "ctl";
   job.remote_ranks = {1, 2};
   job.rank_vm_hwm_kib = {{0, 4096}};
-  const auto r = judge(load_scenario_string(
-                           "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 3\n",
-                           "m.toml"),
-                       d.path(), job);
+  const auto r = judge(
+      load_scenario_string(
+          "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 3\n", "m.toml"),
+      d.path(), job);
   const json& m = r.extra["memory"];
   ASSERT_TRUE(m.is_object()) << r.extra.dump();
   EXPECT_EQ(m["ranks_measured"], 2);
-  EXPECT_EQ(m["measured_by"],
-            (json{{"0", "controller_sample"}, {"1", "exit_event"},
-                  {"2", "none (remote, no exit event)"}}));
+  EXPECT_EQ(m["measured_by"], (json{{"0", "controller_sample"},
+                                    {"1", "exit_event"},
+                                    {"2", "none (remote, no exit event)"}}));
   EXPECT_EQ(r.extra["clock_offsets"], nullptr);  // no rank logged a clock event
 }
 
