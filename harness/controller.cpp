@@ -594,9 +594,11 @@ int run_suite(const RunOptions& opts) {
   std::vector<Scenario> scenarios;
   bool bad = false;
   std::map<std::string, std::string> names;
+  const HostResources host = probe_host();
   for (const auto& f : files) {
     try {
       Scenario s = load_scenario(f);
+      check_host_limits(s, host, opts.host_limits);
       if (auto it = names.find(s.name); it != names.end()) {
         std::cerr << fmt::format("{}: error: [scenario].name \"{}\" is also used by {}\n", f,
                                  s.name, it->second);

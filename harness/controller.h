@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/host_limits.h"
 #include "harness/scenario.h"
 
 namespace nanchaos::harness {
@@ -31,6 +32,8 @@ struct RunOptions {
   int trials = 1;
   /// A `skipped` scenario makes the run exit 1 (as a failure would; errors still exit 2).
   bool fail_on_skip = false;
+  /// --no-host-limits / --max-ranks: every scenario passes check_host_limits() before any job.
+  HostLimitOptions host_limits;
 };
 
 /// How a launched job ended, as the controller saw it.

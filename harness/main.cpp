@@ -15,6 +15,7 @@
 #include "harness/controller.h"
 #include "harness/events.h"
 #include "harness/exec_rank.h"
+#include "harness/host_limits.h"
 #include "harness/judge.h"
 #include "harness/keys_doc.h"
 #include "harness/runner.h"
@@ -32,7 +33,8 @@ std::string self_exe(const char* argv0) {
   return argv0;
 }
 
-int cmd_validate(const std::vector<std::string>& paths) {
+int cmd_validate(const std::vector<std::string>& paths,
+                 const nanchaos::harness::HostLimitOptions& limits) {
   using namespace nanchaos::harness;
   std::vector<std::string> files;
   try {
@@ -43,9 +45,11 @@ int cmd_validate(const std::vector<std::string>& paths) {
   }
   int bad = 0;
   std::map<std::string, std::string> names;  // a suite's names must be unique (result folders)
+  const HostResources host = probe_host();
   for (const auto& f : files) {
     try {
       Scenario s = load_scenario(f);
+      check_host_limits(s, host, limits);
       if (auto [it, fresh] = names.emplace(s.name, f); !fresh) {
         std::cerr << fmt::format("{}: error: [scenario].name \"{}\" is also used by {}\n", f,
                                  s.name, it->second);
@@ -148,6 +152,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("nanchaos ") + NANCHAOS_VERSION + " (LibTorch " +
                                         NANCHAOS_TORCH_VERSION + ")");
   app.require_subcommand(1);
+  // The host checks (harness/host_limits.h), the same for run and validate.
+  auto add_host_limit_flags = [](CLI::App* cmd, HostLimitOptions& o) {
+    cmd->add_flag_function(
+        "--no-host-limits", [&o](int64_t) { o.enabled = false; },
+        "the ranks do not all run on this host (a launcher with a real hostfile, Slurm): skip the "
+        "rank limit and the memory checks");
+    cmd->add_option_function<int64_t>(
+           "--max-ranks", [&o](const int64_t& n) { o.max_ranks = n; },
+           "this host can run N ranks (default max(64, 8 x cores); mpirun oversubscribes)")
+        ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  };
 
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "run scenario files or folders and judge them");
@@ -166,10 +181,13 @@ int main(int argc, char** argv) {
                   "run each scenario N times (trial i uses seed + i); report.json gets "
                   "p50/p95/max per scenario and detector")
       ->check(CLI::Range(1, 10000));
+  add_host_limit_flags(run, run_opts.host_limits);
 
   std::vector<std::string> validate_paths;
+  HostLimitOptions validate_limits;
   auto* validate = app.add_subcommand("validate", "check scenario files without running them");
   validate->add_option("paths", validate_paths, "scenario files or folders")->required();
+  add_host_limit_flags(validate, validate_limits);
 
   std::string workload_name;
   Scenario tscen;
@@ -274,7 +292,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  if (*validate) return cmd_validate(validate_paths);
+  if (*validate) return cmd_validate(validate_paths, validate_limits);
   if (*compare) {
     return nanchaos::results::run_compare(cmp_base, cmp_new, cmp_opts, cmp_format, std::cout,
                                           std::cerr);

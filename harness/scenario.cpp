@@ -20,6 +20,7 @@
 #include <sstream>
 #include <utility>
 
+#include "harness/model_spec.h"
 #include "harness/registry.h"
 #include "harness/scenario_schema.h"
 
@@ -180,6 +181,8 @@ class Loader {
   void load_detectors(const toml::table& root, Scenario& s) const;
   void load_recovery(const toml::table& root, Scenario& s) const;
   void load_expect(const toml::table& root, Scenario& s) const;
+  /// Built-in workloads: [expect].layer must be a prefix of something the stack can blame.
+  void check_layer_exists(const std::string& layer, const SourcePos& pos, const Scenario& s) const;
   /// External jobs: the first key of `t` (in file order) not in `allowed` is an error.
   void refuse_for_external(const toml::table* t, const std::string& label,
                            const std::set<std::string>& allowed) const;
@@ -525,7 +528,10 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
       scenario_error(at(*n), "[job]." + name + ": " + external_refusal());
     }
   }
-  if (!j.external()) return;
+  if (!j.external()) {
+    j.params = std::move(p);
+    return;
+  }
   if (!p.has("command")) {
     scenario_error(at(*t),
                    "[job]: missing required key \"command\" for workload = \"external\" "
@@ -546,6 +552,7 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   }
   j.micro_batches = p.get_int("micro_batches");
   j.attach_timeout_ms = p.get_int("attach_timeout_ms");
+  j.params = std::move(p);
 }
 
 void Loader::load_workload(const toml::table& root, Scenario& s) const {
@@ -598,6 +605,7 @@ void Loader::load_workload(const toml::table& root, Scenario& s) const {
                    "[workload].norm: \"" + p.get_string("norm") +
                        "\" needs workload = \"mlp\" (the transformer has LayerNorm)");
   }
+  w.params = std::move(p);
 }
 
 void Loader::load_faults(const toml::table& root, Scenario& s) const {
@@ -808,7 +816,10 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("detected")) x.detected = p.get_bool("detected");
   if (p.has("within_steps")) x.within_steps = p.get_int("within_steps");
   if (p.has("within_ms")) x.within_ms = p.get_float("within_ms");
-  if (p.has("layer")) x.layer = p.get_string("layer");
+  if (p.has("layer")) {
+    x.layer = p.get_string("layer");
+    check_layer_exists(*x.layer, p.pos("layer"), s);
+  }
   if (p.has("cause")) x.cause = p.get_string("cause");
   if (p.has("transient")) x.transient = p.get_bool("transient");
   if (p.has("outcome")) x.outcome = p.get_string("outcome");
@@ -820,6 +831,42 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("fault_outcome")) x.fault_outcome = p.get_string("fault_outcome");
   x.max_false_positives = p.get_int("max_false_positives");
   x.params = std::move(p);
+  // A fault nobody judges passes whatever the stack does: a forgotten assertion would be green.
+  if (!s.faults.empty() && (t == nullptr || t->empty())) {
+    const std::string what = s.faults.size() == 1
+                                 ? std::string("the scenario's fault")
+                                 : fmt::format("the scenario's {} faults", s.faults.size());
+    const std::string fix =
+        "say what the stack must do (e.g. detected = true, outcome = \"completed\"), even if only "
+        "deadlock = false";
+    if (t == nullptr) {
+      scenario_error(s.faults.front().pos,
+                     fmt::format("{} has no [expect] to judge it; add an [expect] table and {}",
+                                 fault_label(s.faults.front()), fix));
+    }
+    scenario_error(at(*t), fmt::format("[expect] is empty, so nothing judges {}; {}", what, fix));
+  }
+}
+
+void Loader::check_layer_exists(const std::string& layer, const SourcePos& pos,
+                                const Scenario& s) const {
+  const std::optional<ModelSpec> model = listed_model(s);
+  if (!model) return;  // an external job's stack names its own layers
+  // What a detection can blame: a module, a parameter, the loss or the batch (detectors/*.cpp),
+  // or, for the anomaly detector, the autograd op that produced the NaN ("MulBackward0").
+  static const std::regex backward_op("[A-Za-z0-9_]+Backward[0-9]*");
+  if (std::regex_match(layer, backward_op)) return;
+  std::vector<std::string> names = {"loss", "inputs", "labels"};
+  names.insert(names.end(), model->modules.begin(), model->modules.end());
+  for (const auto& p : model->parameters) names.push_back(p.name);
+  for (const auto& n : names) {
+    if (n.rfind(layer, 0) == 0) return;  // the judge's prefix match
+  }
+  names.erase(names.begin(), names.begin() + 3);
+  scenario_error(pos, fmt::format("[expect].layer: \"{}\" is no module or parameter of the {} "
+                                  "workload (nor loss, inputs, labels){}",
+                                  layer, workload_name(s.job.workload),
+                                  name_hint(layer, names, "", "names", s)));
 }
 
 void Loader::refuse_for_external(const toml::table* t, const std::string& label,

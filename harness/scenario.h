@@ -57,6 +57,7 @@ struct JobConfig {
   std::vector<std::pair<std::string, std::string>> env;  ///< added to every rank, file order
   int64_t micro_batches = 1;                             ///< root forwards per iteration
   int64_t attach_timeout_ms = 30000;  ///< launch -> `agent` event deadline, else the job is killed
+  Params params;  ///< the [job] keys as written and defaulted (positions for later checks)
   bool external() const { return workload == WorkloadKind::kExternal; }
 };
 
@@ -77,6 +78,7 @@ struct WorkloadConfig {
   Norm norm = Norm::kNone;
   LossKind loss = LossKind::kCrossEntropy;
   bool normalize_inputs = false;
+  Params params;  ///< the [workload] keys as written and defaulted (empty for external jobs)
 };
 
 /// One [[fault]] entry. Common keys are typed fields; kind-specific keys live in `params`

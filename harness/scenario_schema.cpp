@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <limits>
+#include <regex>
 #include <string>
+
+#include "harness/model_spec.h"
 
 namespace nanchaos::harness {
 
@@ -413,6 +416,57 @@ void check_exclusive(const FaultSpec& fault, const std::string& a, const std::st
                    fmt::format("{}: `{}` and `{}` are exclusive; write one of them",
                                fault_label(fault), a, b));
   }
+}
+
+std::string name_hint(const std::string& name, const std::vector<std::string>& names,
+                      const std::string& prefix, const std::string& label, const Scenario& s) {
+  // A block index past the end: say how many there are rather than guess a neighbour.
+  static const std::regex indexed(R"(^(layers|blocks)\.([0-9]+)(\..*)?$)");
+  const std::string blocks = s.job.workload == WorkloadKind::kTransformer ? "blocks" : "layers";
+  std::smatch m;
+  if (std::regex_match(name, m, indexed) && m[1] == blocks && m[2].length() < 18 &&
+      std::stoll(m[2]) >= s.workload.layers) {
+    return fmt::format("; [workload].layers = {} gives {}.0 .. {}.{}", s.workload.layers, blocks,
+                       blocks, s.workload.layers - 1);
+  }
+  constexpr size_t kShown = 24;
+  const std::string near = nearest(name, names);
+  std::string out = near.empty() ? ";" : "; did you mean \"" + prefix + near + "\"?";
+  std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+  out += " " + label + ": " + join(shown);
+  if (names.size() > kShown) {
+    out += fmt::format(", ... ({} more; `nanchaos targets {}` lists them)", names.size() - kShown,
+                       s.file);
+  }
+  return out;
+}
+
+void check_target_exists(const FaultSpec& fault, const std::string& key, const Scenario& s) {
+  if (!fault.params.has(key)) return;
+  const std::string& target = fault.params.get_string(key);
+  const auto colon = target.find(':');
+  if (colon == std::string::npos) return;  // "loss"
+  const std::optional<ModelSpec> model = listed_model(s);
+  if (!model) return;
+  const std::string where = target.substr(0, colon), pattern = target.substr(colon + 1);
+  std::vector<std::string> names;
+  if (where == "activation") {
+    names = model->modules;
+  } else if (where == "parameter" || where == "gradient") {
+    for (const auto& p : model->parameters) names.push_back(p.name);
+  } else {
+    return;  // check_target refuses other prefixes
+  }
+  for (const auto& n : names) {
+    if (match_target(pattern, n)) return;
+  }
+  const bool module = where == "activation";
+  scenario_error(fault.params.pos(key),
+                 fmt::format("{}.{}: \"{}\" names no {} of the {} workload{}", fault_label(fault),
+                             key, target, module ? "module" : "parameter",
+                             workload_name(s.job.workload),
+                             name_hint(pattern, names, where + ":",
+                                       module ? "modules" : "parameters", s)));
 }
 
 bool match_target(const std::string& pattern, const std::string& name) {

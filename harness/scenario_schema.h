@@ -81,6 +81,20 @@ std::string fault_label(const FaultSpec& fault);
 /// ("activation", "parameter", "gradient", "loss").
 void check_target(const FaultSpec& fault, const std::string& key,
                   const std::vector<std::string>& allowed);
+/// Built-in workloads: throws a ScenarioError at params.pos(key) when the target
+/// "activation:PATTERN" matches no module, or "parameter:PATTERN" / "gradient:PATTERN" no
+/// parameter, of the model the scenario's [workload] configures (harness/model_spec.h; matching
+/// as match_target). The message gives did-you-mean from the model's own names:
+///   x.toml:11:10: error: [[fault]] #1.target: "activation:layer.1" names no module of the mlp
+///   workload; did you mean "activation:layers.1"? modules: layers.0.linear, layers.0, ...
+/// "loss", an unset key and external jobs pass: an external job's names are known only once it
+/// attaches (the judge's run-time hint covers them).
+void check_target_exists(const FaultSpec& fault, const std::string& key, const Scenario& s);
+/// The tail of a "names nothing" message: "; did you mean \"<prefix>x\"? <label>: a, b, ..." (at
+/// most 24 names, then how many more and where to list them), or, for a layer index past
+/// [workload].layers, "; [workload].layers = 3 gives layers.0 .. layers.2".
+std::string name_hint(const std::string& name, const std::vector<std::string>& names,
+                      const std::string& prefix, const std::string& label, const Scenario& s);
 /// True when `name` matches the target pattern `pattern`, where `*` matches any run of characters
 /// within one dot-separated segment ("blocks.*.attn.qkv.weight").
 bool match_target(const std::string& pattern, const std::string& name);

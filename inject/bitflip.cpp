@@ -66,6 +66,10 @@ FaultKindInfo bitflip_kind() {
   info.check = [](const FaultSpec& f) {
     harness::check_target(f, "target", {"activation", "parameter", "gradient", "loss"});
   };
+  // The target must name something of the configured built-in workload (did-you-mean).
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    harness::check_target_exists(f, "target", s);
+  };
   return info;
 }
 

@@ -48,6 +48,10 @@ FaultKindInfo overflow_kind() {
     return std::make_unique<OverflowInjector>(f);
   };
   info.check = [](const FaultSpec& f) { harness::check_target(f, "target", {"activation"}); };
+  // The target must name something of the configured built-in workload (did-you-mean).
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    harness::check_target_exists(f, "target", s);
+  };
   return info;
 }
 

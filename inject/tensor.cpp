@@ -71,6 +71,10 @@ FaultKindInfo tensor_kind() {
     harness::check_exclusive(f, "value", "factor");
     harness::check_exclusive(f, "count", "fraction");
   };
+  // The target must name something of the configured built-in workload (did-you-mean).
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    harness::check_target_exists(f, "target", s);
+  };
   return info;
 }
 

@@ -189,30 +189,39 @@ TEST(Controller, CudaScenarioIsSkippedOnAHostWithoutAGpu) {
   EXPECT_EQ(read_report(out)["summary"]["skipped"], 1);
 }
 
-TEST(Controller, FaultThatNeverFiresIsAnErrorNotAPass) {
+// A target that names no module of a built-in workload can no longer reach a job: the loader
+// refuses it (issue 13 point 10), so no job starts. A fault that never fired at run time is still
+// `error` ("injection not verified"): JudgeVerification.FaultThatNeverFiredIsError and the
+// external-job tests cover that path.
+TEST(Controller, TargetNamingNoModuleNeverStartsAJob) {
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
   std::string text = kActivation2;
   text.replace(text.find("activation:layers.1"), 19, "activation:layers.9");  // no such module
   const auto file = write_file(dir, "n.toml", text);
   auto r = run_cmd(kBin + " run " + file + " --out " + out);
-  EXPECT_EQ(r.code, 2);
-  const json s = read_report(out)["scenarios"][0];
-  EXPECT_EQ(s["verdict"], "error");
-  EXPECT_EQ(s["reason"].get<std::string>().rfind("injection not verified", 0), 0u) << s["reason"];
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("\"activation:layers.9\" names no module of the mlp workload; "
+                          "[workload].layers = 3 gives layers.0 .. layers.2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("no job started"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/report.json"));
 }
 
 TEST(Controller, JobTimeoutKillsEveryProcessAndReportsHung) {
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
-  // A job far too long for its 3 s limit: the controller must kill it and leave nothing behind.
+  // A job far too long for its 8 s limit: the controller must kill it and leave nothing behind.
+  // (8 s, not less: every rank must have started, and a LibTorch rank takes 3-5 s to start on
+  // a loaded 2-core host.)
   const auto file = write_file(dir, "slow.toml", R"(
 [scenario]
 name = "slow"
 [job]
 workload = "transformer"
 steps = 100000
-timeout_ms = 3000
+timeout_ms = 8000
 [workload]
 hidden = 64
 layers = 2
@@ -223,7 +232,7 @@ outcome = "completed"
   EXPECT_EQ(r.code, 1) << r.output;  // outcome "completed" expected, "hung" seen
   const json s = read_report(out)["scenarios"][0];
   EXPECT_EQ(s["outcome"], "hung");
-  EXPECT_LT(s["wall_ms"].get<double>(), 3000 + 5000);
+  EXPECT_LT(s["wall_ms"].get<double>(), 8000 + 5000);
   // "[n]" keeps pgrep from matching its own shell's command line.
   auto left = run_cmd("pgrep -f '[n]anchaos rank --scenario " + file + "' | wc -l");
   EXPECT_EQ(left.output, "0\n");

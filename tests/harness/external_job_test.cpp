@@ -194,7 +194,8 @@ TEST(ExternalJob, TargetsListsTheNamesTheAgentSawInADryRun) {
   const auto file =
       write_file(dir, "fake.toml",
                  head("ext-targets", "command = [\"sh\", \"fake_agent.sh\"]\n") +
-                     "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\nstep = 1\n");
+                     "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\nstep = 1\n"
+                     "[expect]\ndeadlock = false\n");
   auto r = run_cmd(kBin + " targets " + file);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output,

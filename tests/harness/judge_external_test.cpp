@@ -96,7 +96,9 @@ Scenario Load(const std::string& body, int64_t steps = 4) {
   return load_scenario_string(
       "[scenario]\nname = \"t\"\n[job]\nworkload = \"external\"\ncommand = [\"python3\", "
       "\"t.py\"]\nsteps = " +
-          std::to_string(steps) + "\nranks = 2\n" + body,
+          std::to_string(steps) + "\nranks = 2\n" + body +
+          // The loader refuses a fault with no [expect]; deadlock = false is checked anyway.
+          (body.find("[expect]") == std::string::npos ? "[expect]\ndeadlock = false\n" : ""),
       "judge.toml");
 }
 

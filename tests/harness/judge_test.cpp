@@ -75,7 +75,10 @@ JobResult Job(int exit_code = 0, int64_t t_end = 5'000'000, bool timed_out = fal
 Scenario Load(const std::string& body, int64_t steps = 4, int64_t ranks = 2) {
   const std::string text =
       "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = " + std::to_string(steps) +
-      "\nranks = " + std::to_string(ranks) + "\n" + body;
+      "\nranks = " + std::to_string(ranks) + "\n" + body +
+      // The loader refuses a fault with no [expect]; deadlock = false is what the judge checks
+      // anyway, so these fixtures keep their meaning.
+      (body.find("[expect]") == std::string::npos ? "[expect]\ndeadlock = false\n" : "");
   return load_scenario_string(text, "judge.toml");
 }
 
@@ -390,7 +393,7 @@ TEST(JudgeVerification, FaultThatNeverFiredIsError) {
   CleanRun(d, 2, 4);
   d.flush();
   const Scenario s = Load(
-      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:nope\"\nranks = [1]\nstep = 2\n"
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:layers.1\"\nranks = [1]\nstep = 2\n"
       "[expect]\ndetected = false\n");
   const auto r = judge(s, d.path(), Job());
   EXPECT_EQ(r.verdict, "error");

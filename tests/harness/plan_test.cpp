@@ -33,6 +33,8 @@ step = 12
 repeat = "forever"
 probability = 0.5
 duration_ms = "forever"
+[expect]
+deadlock = false
 )";
 
 TEST(Plan, CompilesEveryFaultWithDefaultsFilledAndWhatWasWritten) {
@@ -63,7 +65,7 @@ TEST(Plan, InfinitiesAndNumbersKeepTheirForm) {
       "[scenario]\nname = \"p\"\n[job]\nworkload = \"external\"\ncommand = [\"x\"]\nsteps = 5\n"
       "[[fault]]\nkind = \"tensor\"\ntarget = \"loss\"\nstep = 1\nvalue = \"-inf\"\n"
       "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:w\"\nstep = 1\nfactor = 1e3\n"
-      "fraction = 0.25\n",
+      "fraction = 0.25\n[expect]\ndeadlock = false\n",
       "x.toml");
   const auto plan = compile_plan(s);
   EXPECT_EQ(plan["faults"][0]["params"]["value"], "-inf");

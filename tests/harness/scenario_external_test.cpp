@@ -141,7 +141,7 @@ TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
   Scenario s = load_scenario_string(
       External(kCommand, fault + "kind = \"tensor\"\ntarget = \"activation:net.1\"\n" +
                              "[[fault]]\nkind = \"batch\"\nmode = \"constant_column\"\n"
-                             "column = 500\nstep = 1\n"),
+                             "column = 500\nstep = 1\n[expect]\ndeadlock = false\n"),
       "x.toml");
   EXPECT_EQ(s.faults.size(), 2u);
 }

@@ -226,7 +226,9 @@ TEST(ScenarioLoaderErrors, HangDurationForeverOrInteger) {
             "x.toml:9:15: error: [[fault]] #1.duration_ms: expected integer >= 1 or \"forever\", "
             "got \"long\"");
   Scenario s = load_scenario_string(
-      WithHead("[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = \"forever\"\n"), "x.toml");
+      WithHead("[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = \"forever\"\n"
+               "[expect]\ndeadlock = false\n"),
+      "x.toml");
   EXPECT_EQ(s.faults[0].params.get_int("duration_ms"), -1);
 }
 
@@ -375,7 +377,7 @@ TEST(ScenarioLoader, RankSetForms) {
                                              "[[fault]]\nkind = \"lr\"\nfactor = 10\nstep = 1\n"
                                              "ranks = \"all\"\nrepeat = \"forever\"\n"
                                              "[[fault]]\nkind = \"comm\"\nstep = 2\nranks = 3\n"
-                                             "bit = 30\n"),
+                                             "bit = 30\n[expect]\ndeadlock = false\n"),
                                     "x.toml");
   ASSERT_EQ(s.faults.size(), 2u);
   EXPECT_TRUE(s.faults[0].ranks.all);
@@ -400,6 +402,114 @@ TEST(ScenarioLoader, PresetDetectors) {
   EXPECT_EQ(preset_detectors(Preset::kNaive, DType::kFp32),
             (std::vector<std::string>{"loss", "grad"}));
   EXPECT_TRUE(preset_detectors(Preset::kNone, DType::kFp16).empty());
+}
+
+// --- names the workload does not have, faults nobody judges (issue 13 point 10) ----------------
+
+// A fault on lines 6-9 with `target`, then [expect] on line 10.
+std::string TargetFault(const std::string& target, const std::string& kind = "tensor") {
+  return WithHead("[[fault]]\n"                      // 6
+                  "kind = \"" + kind + "\"\n"        // 7
+                  "target = \"" + target + "\"\n"    // 8
+                  "step = 1\n"                       // 9
+                  "[expect]\n"                       // 10
+                  "detected = true\n");              // 11
+}
+
+TEST(ScenarioLoaderNames, ActivationTargetTypoSuggestsTheModule) {
+  EXPECT_EQ(ErrorOf(TargetFault("activation:layer.1")),
+            "x.toml:8:10: error: [[fault]] #1.target: \"activation:layer.1\" names no module of "
+            "the mlp workload; did you mean \"activation:layers.1\"? modules: layers.0.linear, "
+            "layers.0, layers.1.linear, layers.1, layers.2.linear, layers.2, head");
+}
+
+TEST(ScenarioLoaderNames, LayerIndexPastTheEndSaysHowManyThereAre) {
+  EXPECT_EQ(ErrorOf(TargetFault("activation:layers.99", "overflow")),
+            "x.toml:8:10: error: [[fault]] #1.target: \"activation:layers.99\" names no module "
+            "of the mlp workload; [workload].layers = 3 gives layers.0 .. layers.2");
+}
+
+TEST(ScenarioLoaderNames, GradientTargetTypoSuggestsTheParameter) {
+  EXPECT_EQ(ErrorOf(TargetFault("gradient:layers.1.linear.wieght", "bitflip")),
+            "x.toml:8:10: error: [[fault]] #1.target: \"gradient:layers.1.linear.wieght\" names "
+            "no parameter of the mlp workload; did you mean "
+            "\"gradient:layers.1.linear.weight\"? parameters: layers.0.linear.weight, "
+            "layers.0.linear.bias, layers.1.linear.weight, layers.1.linear.bias, "
+            "layers.2.linear.weight, layers.2.linear.bias, head.weight, head.bias");
+  // A module name is not a parameter name.
+  EXPECT_NE(ErrorOf(TargetFault("parameter:layers.1")).find("names no parameter"),
+            std::string::npos);
+}
+
+TEST(ScenarioLoaderNames, LongNameListsAreCut) {
+  const std::string text =
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"transformer\"\nsteps = 3\n"  // 1-5
+      "[[fault]]\nkind = \"overflow\"\n"                                            // 6-7
+      "target = \"activation:blocks.1.mlp.fc3\"\n"                                  // 8
+      "step = 1\n[expect]\ndetected = true\n";
+  EXPECT_EQ(ErrorOf(text),
+            "x.toml:8:10: error: [[fault]] #1.target: \"activation:blocks.1.mlp.fc3\" names no "
+            "module of the transformer workload; did you mean \"activation:blocks.1.mlp.fc1\"? "
+            "modules: embed, pos, blocks.0.ln1, blocks.0.attn.qkv, blocks.0.attn.proj, "
+            "blocks.0.attn, blocks.0.ln2, blocks.0.mlp.fc1, blocks.0.mlp.fc2, blocks.0.mlp, "
+            "blocks.0, blocks.1.ln1, blocks.1.attn.qkv, blocks.1.attn.proj, blocks.1.attn, "
+            "blocks.1.ln2, blocks.1.mlp.fc1, blocks.1.mlp.fc2, blocks.1.mlp, blocks.1, "
+            "blocks.2.ln1, blocks.2.attn.qkv, blocks.2.attn.proj, blocks.2.attn, ... (7 more; "
+            "`nanchaos targets x.toml` lists them)");
+}
+
+TEST(ScenarioLoaderNames, TargetsThatNameSomethingLoad) {
+  for (const char* t : {"activation:layers.1", "activation:layers.*", "activation:head",
+                        "parameter:head.bias", "gradient:layers.*.linear.weight", "loss"}) {
+    EXPECT_EQ(ErrorOf(TargetFault(t)), "no error") << t;
+  }
+  // The norm's names exist only with a norm.
+  EXPECT_NE(ErrorOf(TargetFault("activation:layers.0.norm")).find("names no module"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(WithHead("[workload]\nnorm = \"layernorm\"\n[[fault]]\nkind = \"tensor\"\n"
+                             "target = \"activation:layers.0.norm\"\nstep = 1\n[expect]\n"
+                             "detected = true\n")),
+            "no error");
+}
+
+TEST(ScenarioLoaderNames, ExpectLayerMustNameSomethingTheStackCanBlame) {
+  auto with_layer = [](const std::string& layer) {
+    return WithHead("[expect]\n"                             // 6
+                    "layer = \"" + layer + "\"\n");          // 7
+  };
+  EXPECT_EQ(ErrorOf(with_layer("layers.99")),
+            "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module or parameter of the "
+            "mlp workload (nor loss, inputs, labels); [workload].layers = 3 gives layers.0 .. "
+            "layers.2");
+  EXPECT_EQ(ErrorOf(with_layer("heads")),
+            "x.toml:7:9: error: [expect].layer: \"heads\" is no module or parameter of the mlp "
+            "workload (nor loss, inputs, labels); did you mean \"head\"? names: "
+            "layers.0.linear, layers.0, layers.1.linear, layers.1, layers.2.linear, layers.2, "
+            "head, layers.0.linear.weight, layers.0.linear.bias, layers.1.linear.weight, "
+            "layers.1.linear.bias, layers.2.linear.weight, layers.2.linear.bias, head.weight, "
+            "head.bias");
+  // Prefixes of module or parameter names, the loss, the batch and autograd ops are fine.
+  for (const char* ok : {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs",
+                         "LogBackward0"}) {
+    EXPECT_EQ(ErrorOf(with_layer(ok)), "no error") << ok;
+  }
+}
+
+TEST(ScenarioLoaderNames, FaultWithoutExpectIsRefused) {
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"crash\"\nstep = 1\n")),
+            "x.toml:6:1: error: [[fault]] #1 has no [expect] to judge it; add an [expect] table "
+            "and say what the stack must do (e.g. detected = true, outcome = \"completed\"), even "
+            "if only deadlock = false");
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"crash\"\nstep = 1\n"
+                             "[[fault]]\nkind = \"crash\"\nstep = 2\n[expect]\n")),
+            "x.toml:12:1: error: [expect] is empty, so nothing judges the scenario's 2 faults; say "
+            "what the stack must do (e.g. detected = true, outcome = \"completed\"), even if "
+            "only deadlock = false");
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"crash\"\nstep = 1\n[expect]\n"
+                             "deadlock = false\n")),
+            "no error");
+  // No fault, nothing to judge: a clean run needs no [expect].
+  EXPECT_EQ(ErrorOf(WithHead("")), "no error");
 }
 
 // --- the cases from real reports ---------------------------------------------------------------
@@ -442,7 +552,7 @@ TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
 TEST(ScenarioLoader, CudaWithDeviceStallHangIsBuilt) {
   Scenario s = load_scenario_string(
       WithHead("device = \"cuda\"\n[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = "
-               "\"forever\"\nstall = \"device\"\n"),
+               "\"forever\"\nstall = \"device\"\n[expect]\ndeadlock = false\n"),
       "x.toml");
   EXPECT_EQ(s.faults[0].params.get_string("stall"), "device");
   EXPECT_TRUE(unimplemented_features(s).empty());

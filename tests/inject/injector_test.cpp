@@ -36,12 +36,14 @@ class InjectorTest : public ::testing::Test {
   void SetUp() override { torch::set_num_threads(1); }
 
   // Loads a 4-rank scenario whose only [[fault]] table is `fault` (after the tables in `before`)
-  // and builds its injector.
+  // and builds its injector. Targets name the configured mlp's parameters: the loader checks.
   std::unique_ptr<Injector> Make(const std::string& fault, uint64_t seed = 7,
                                  const std::string& before = "") {
     const std::string text = "[scenario]\nname = \"t\"\nseed = " + std::to_string(seed) +
                              "\n[job]\nworkload = \"mlp\"\nsteps = 20\nranks = 4\n" + before +
-                             "[[fault]]\n" + fault;
+                             "[[fault]]\n" + fault +
+                             // The loader refuses a fault with no [expect].
+                             "[expect]\ndeadlock = false\n";
     scenario_ = harness::load_scenario_string(text, "inj.toml");
     const auto& spec = scenario_.faults.at(0);
     return harness::fault_kinds().at(spec.kind).make(spec, scenario_);
@@ -186,8 +188,8 @@ TEST_F(InjectorTest, ElementChoiceSameAcrossRanksDifferentAcrossSteps) {
 
 TEST_F(InjectorTest, ElementChoiceDependsOnSeed) {
   auto pick = [&](uint64_t seed) {
-    auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:w\"\nstep = 0\ncount = 4\n", seed);
-    NamedTensors grads = {{"w", torch::zeros({1000})}};
+    auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nstep = 0\ncount = 4\n", seed);
+    NamedTensors grads = {{"head.weight", torch::zeros({1000})}};
     auto ctx = Ctx(0, 0);
     inj->on_gradients(ctx, grads);
     return NanIndices(grads[0].second);
@@ -240,19 +242,19 @@ TEST_F(InjectorTest, TensorGradientIgnoresOtherHooks) {
 
 TEST_F(InjectorTest, TensorWildcardHitsEveryMatch) {
   auto inj = Make(
-      "kind = \"tensor\"\ntarget = \"gradient:blocks.*.attn.qkv.weight\"\nvalue = \"inf\"\n"
+      "kind = \"tensor\"\ntarget = \"gradient:layers.*.linear.weight\"\nvalue = \"inf\"\n"
       "step = 0\n");
-  NamedTensors grads = {{"blocks.0.attn.qkv.weight", torch::zeros({4, 4})},
-                        {"blocks.0.attn.proj.weight", torch::zeros({4, 4})},
-                        {"blocks.1.attn.qkv.weight", torch::zeros({4, 4})}};
+  NamedTensors grads = {{"layers.0.linear.weight", torch::zeros({4, 4})},
+                        {"layers.0.linear.bias", torch::zeros({4, 4})},
+                        {"layers.1.linear.weight", torch::zeros({4, 4})}};
   auto ctx = Ctx(0, 0);
   inj->on_gradients(ctx, grads);
   EXPECT_EQ(torch::isinf(grads[0].second).sum().item<int64_t>(), 1);
   EXPECT_EQ(torch::isinf(grads[1].second).sum().item<int64_t>(), 0);
   EXPECT_EQ(torch::isinf(grads[2].second).sum().item<int64_t>(), 1);
   ASSERT_EQ(fired_.size(), 2u);
-  EXPECT_EQ(fired_[0].target, "gradient:blocks.0.attn.qkv.weight");
-  EXPECT_EQ(fired_[1].target, "gradient:blocks.1.attn.qkv.weight");
+  EXPECT_EQ(fired_[0].target, "gradient:layers.0.linear.weight");
+  EXPECT_EQ(fired_[1].target, "gradient:layers.1.linear.weight");
 }
 
 TEST_F(InjectorTest, TensorFactorMultipliesParameters) {
@@ -278,8 +280,8 @@ TEST_F(InjectorTest, TensorFactorMultipliesParameters) {
 }
 
 TEST_F(InjectorTest, TensorFractionHitsShareOfElements) {
-  auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:w\"\nfraction = 0.25\nstep = 0\n");
-  NamedTensors grads = {{"w", torch::zeros({40})}};
+  auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nfraction = 0.25\nstep = 0\n");
+  NamedTensors grads = {{"head.weight", torch::zeros({40})}};
   auto ctx = Ctx(0, 0);
   inj->on_gradients(ctx, grads);
   EXPECT_EQ(NanIndices(grads[0].second).size(), 10u);
@@ -354,10 +356,10 @@ TEST_F(InjectorTest, BitflipFlipsExactlyBit30ByDefault) {
 
 TEST_F(InjectorTest, BitflipOtherBitAndSignBit) {
   for (int bit : {0, 31}) {
-    auto inj = Make("kind = \"bitflip\"\ntarget = \"parameter:p\"\nbit = " + std::to_string(bit) +
+    auto inj = Make("kind = \"bitflip\"\ntarget = \"parameter:head.bias\"\nbit = " + std::to_string(bit) +
                     "\nstep = 0\n");
     auto before = torch::full({10}, 1.25f);
-    NamedTensors params = {{"p", before.clone()}};
+    NamedTensors params = {{"head.bias", before.clone()}};
     auto ctx = Ctx(0, 0);
     inj->on_parameters(ctx, params);
     int flipped = 0;
@@ -388,7 +390,7 @@ TEST_F(InjectorTest, LrFactorOnlyOnArmedSteps) {
 }
 
 TEST_F(InjectorTest, NonLrKindsLeaveLrAlone) {
-  auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:w\"\nstep = 0\n");
+  auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nstep = 0\n");
   auto ctx = Ctx(0, 0);
   EXPECT_DOUBLE_EQ(inj->lr_factor(ctx), 1.0);
 }
