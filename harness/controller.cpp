@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "harness/child_process.h"
+#include "harness/clock_sync.h"
 #include "harness/cuda_scan.h"
 #include "harness/events.h"
 #include "harness/job_guard.h"
@@ -35,6 +36,7 @@
 #include "harness/plan.h"
 #include "harness/proc_status.h"
 #include "harness/progress.h"
+#include "harness/rank_host.h"
 #include "nanchaos/config.h"
 #include "results/html.h"
 #include "results/report.h"
@@ -72,6 +74,7 @@ std::string which(const std::string& name) {
 // What an external rank's log says so far about attaching (read incrementally, whole lines).
 struct AttachWatch {
   int64_t launch_t = 0;
+  int64_t seen_us = 0;  // remote ranks: when the controller first read the `launch` line
   bool agent = false, start = false;
   std::string attach_error;
   std::streamoff offset = 0;
@@ -252,7 +255,8 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
     argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
   } else {  // Open MPI's mpirun (or orterun/mpiexec)
     argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
-                             "NANCHAOS_JOB_ID", "--mca", "mpi_yield_when_idle", "1"});
+                             "NANCHAOS_JOB_ID", "-x", "NANCHAOS_CLOCK", "--mca",
+                             "mpi_yield_when_idle", "1"});
     // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
     for (const char* v : {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START",
                           "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_DEADLINE_UNIX_MS"}) {
@@ -423,10 +427,15 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                      int world, int64_t attach_timeout_ms) {
   JobResult r;
   r.t0_us = now_us();
-  // The launcher's environment: ours, the job id that marks every process of the job, and what
-  // its ranks need to end themselves should this controller die (job_guard.h).
+  r.host = this_host();
+  r.real_minus_mono_us = real_minus_mono_us();
+  const ClockServer clock;  // answers the ranks' clock exchanges until the job is reaped
+  // The launcher's environment: ours, the job id that marks every process of the job, what
+  // its ranks need to end themselves should this controller die (job_guard.h), and where the
+  // controller's clock service is (clock_sync.h).
   std::map<std::string, std::string> ours = job_guard_env(timeout_ms);
   ours.insert({{"NANCHAOS_JOB_ID", job_id},
+               {"NANCHAOS_CLOCK", clock.spec()},
                {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
                {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}});
   SpawnOptions spawn;
@@ -464,16 +473,24 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
           const std::string ev = e.is_object() ? e.value("ev", "") : "";
-          if (ev == "start" || ev == "launch") rank_pid[rank] = e.value("pid", 0);
+          if (ev == "start" || ev == "launch") {
+            rank_pid[rank] = e.value("pid", 0);
+            if (!rank_is_local(e)) r.remote_ranks.insert(rank);  // its pid is not in our /proc
+          }
           if (ev == "launch" && attach_timeout_ms > 0) attach[rank] = AttachWatch{};
         }
         continue;
       }
       if (auto a = attach.find(rank); a != attach.end() && r.attach_failure.empty()) {
         // Alive first, then the log: a line written just before the process ended is seen.
-        const bool alive = process_alive(rank_pid[rank]);
+        // A remote rank's end is the launcher's to report; its attach deadline runs from when
+        // the controller saw its `launch` line (its t_us is another host's clock).
+        const bool remote = r.remote_ranks.count(rank) > 0;
+        const bool alive = remote || process_alive(rank_pid[rank]);
         AttachWatch& w = a->second;
         scan_attach(fmt::format("{}/rank-{}.jsonl", events_dir, rank), w);
+        if (remote && w.launch_t > 0 && w.seen_us == 0) w.seen_us = now_us();
+        const int64_t launched = remote ? w.seen_us : w.launch_t;
         const std::string never = fmt::format(
             "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a "
             "Python program or its interpreter did not run the bootstrap",
@@ -482,7 +499,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
           r.attach_failure = fmt::format("rank {}: {}", rank, w.attach_error);
         } else if (!w.agent && !alive) {
           r.attach_failure = never;
-        } else if (!w.agent && w.launch_t > 0 && now_us() - w.launch_t > attach_timeout_ms * 1000) {
+        } else if (!w.agent && launched > 0 && now_us() - launched > attach_timeout_ms * 1000) {
           r.attach_failure =
               never + fmt::format(" (attach_timeout_ms = {} ms passed)", attach_timeout_ms);
         }
@@ -494,6 +511,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
           attach.erase(a);  // attached: the rest is the ordinary watch
         }
       }
+      if (r.remote_ranks.count(rank)) continue;
       if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
         r.rank_gone_us[rank] = now_us();
       } else if (sample_memory && !r.rank_gone_us.count(rank)) {
@@ -536,7 +554,9 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   }
   r.t_end_us = now_us();
   for (const auto& [rank, rpid] : rank_pid) {
-    if (!r.rank_gone_us.count(rank)) r.rank_gone_us[rank] = r.t_end_us;
+    if (!r.rank_gone_us.count(rank) && !r.remote_ranks.count(rank)) {
+      r.rank_gone_us[rank] = r.t_end_us;
+    }
   }
   r.exit_code = status.code();
   // No orphans: whatever of this job is still alive (a rank that outlived its launcher) dies now.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,15 @@ struct JobResult {
   /// from /proc while it was alive (every ~250 ms). A rank's own `exit` event, when it writes
   /// one, carries the exact figure; this covers ranks that never write it (hung, killed).
   std::map<int, int64_t> rank_vm_hwm_kib;
+  /// Ranks whose first event says they run on another host or in another PID namespace
+  /// (rank_host.h): never pid-watched nor memory-sampled (absent from rank_gone_us and
+  /// rank_vm_hwm_kib); their post-mortem comes from their event logs and the launcher's status.
+  std::set<int> remote_ranks;
+  /// The controller's host name and CLOCK_REALTIME - CLOCK_MONOTONIC (us) at launch: with each
+  /// rank's `clock` event they put remote ranks' events on the controller's timeline
+  /// (clock_sync.h). Empty / 0 (a JobResult not made by launch_job): no rank's times are shifted.
+  std::string host;
+  int64_t real_minus_mono_us = 0;
   /// External jobs: why the controller ended the job early because a rank never attached ("" when
   /// it did not): "rank 1: cannot execute ./x: ..." (its attach_error, once its process was
   /// gone), or "rank 0: the nanchaos agent never loaded (no `agent` event): ..." (its process gone
@@ -81,7 +91,8 @@ std::string gpu_skip_reason(const Scenario& s, const GpuHost& host);
 std::string gpu_skip_reason(const Scenario& s);
 
 /// Builds the launcher command for `s` (argv), e.g.
-/// mpirun -np 4 --oversubscribe --bind-to none [--allow-run-as-root] -x NANCHAOS_JOB_ID ...
+/// mpirun -np 4 --oversubscribe --bind-to none [--allow-run-as-root] -x NANCHAOS_JOB_ID
+/// -x NANCHAOS_CLOCK ...
 /// <self_exe> rank --scenario FILE --run-dir DIR [--seed N]
 /// `seed` overrides the scenario file's seed (a repeated trial); nullopt keeps the file's.
 /// One rank over NCCL runs without a launcher: <self_exe> rank --scenario FILE --run-dir DIR
@@ -92,12 +103,14 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
                                        std::optional<uint64_t> seed = std::nullopt);
 
 /// Launches one job and waits for it (at most timeout_ms, then kills its process tree).
-/// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind.
+/// `job_id` marks every process of the job (NANCHAOS_JOB_ID) so none can be left behind (on
+/// this host: processes on other hosts are the launcher's to end, as mpirun ends its orteds).
 /// The launcher is a ChildProcess (child_process.h) in its own session with the death signal
 /// SIGTERM, and gets the NANCHAOS_CONTROLLER_* / NANCHAOS_DEADLINE_UNIX_MS variables of
 /// job_guard.h: if this process dies, the job ends by itself. Call it from the main thread (the
 /// death signal is tied to the calling thread). A stop signal (stop_signal()) ends the job at
-/// the next 10-ms poll and sets JobResult::interrupted_by.
+/// the next 10-ms poll and sets JobResult::interrupted_by. A ClockServer runs for the job's
+/// duration; its address is in the child's $NANCHAOS_CLOCK (clock_sync.h).
 /// When `events_dir` is given, the ranks' pids are read from their first event (`start`, or an
 /// external rank's `launch`) and watched. `attach_timeout_ms` > 0 (external jobs) also ends the
 /// job early when a rank never attaches (JobResult::attach_failure).

@@ -3,8 +3,12 @@
 // mid-step still leaves its evidence.
 //
 // Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
-// ranks of one host and the controller share. Event types written by the rank runner:
-//   start {rank, world, pid, host}
+// ranks of one host and the controller share; the judge moves the times of ranks on other hosts
+// onto the controller's clock with their `clock` event (clock_sync.h). Event types written by the
+// rank runner:
+//   start {rank, world, pid, host, pidns}   (pidns: readlink /proc/self/ns/pid, rank_host.h)
+//   clock {offset_us, rtt_us, samples, server, real_minus_mono_us} or clock {error, ...}
+//                                         (when $NANCHAOS_CLOCK is set; clock_sync.h)
 //   step_begin {step, cpu_us}             step_end {step, loss, action, lr, cpu_us}
 //   (cpu_us: process_cpu_us() at that moment)
 //   inject {fault, kind, step, target, detail, replay}

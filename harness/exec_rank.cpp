@@ -18,8 +18,10 @@
 #include <sstream>
 #include <vector>
 
+#include "harness/clock_sync.h"
 #include "harness/events.h"
 #include "harness/job_guard.h"
+#include "harness/rank_host.h"
 #include "harness/scenario.h"
 
 #ifndef NANCHAOS_AGENT_DIR
@@ -163,7 +165,15 @@ int exec_rank(const ExecRankOptions& opts) {
                   {"rank", id.rank},
                   {"world", id.world},
                   {"pid", getpid()},
+                  {"host", this_host()},
+                  {"pidns", this_pid_namespace()},
                   {"command", argv}});
+  // Measured here, once, for any command (the Python agent need not): see clock_sync.h.
+  log_clock_from_env([&](nlohmann::json fields) {
+    fields["ev"] = "clock";
+    fields["t_us"] = now_us();
+    write_line(fd, fields);
+  });
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);

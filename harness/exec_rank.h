@@ -10,9 +10,11 @@
 // ($NANCHAOS_MASTER_ADDR or 127.0.0.1), MASTER_PORT, NANCHAOS_PLAN (the plan JSON text),
 // NANCHAOS_PLAN_FILE, NANCHAOS_EVENTS (RUN/events/rank-R.jsonl), NANCHAOS_RUN_DIR,
 // NANCHAOS_STEPS, NANCHAOS_SEED, PYTHONPATH (agent folder first), then [job].env. Before the
-// exec it writes the rank's first event, {"ev":"launch", rank, world, pid, command}; when the
-// exec fails, {"ev":"attach_error", reason} and exit 127. It also sets PR_SET_PDEATHSIG =
-// SIGKILL (kept across the exec), so the command dies with its launcher (job_guard.h).
+// exec it writes the rank's first event, {"ev":"launch", rank, world, pid, host, pidns, command},
+// then (when $NANCHAOS_CLOCK is set) its `clock` event (clock_sync.h: measured here for any
+// command); when the exec fails, {"ev":"attach_error", reason} and exit 127. It also sets
+// PR_SET_PDEATHSIG = SIGKILL (kept across the exec), so the command dies with its launcher
+// (job_guard.h).
 #pragma once
 
 #include <cstdint>

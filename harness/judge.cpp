@@ -13,6 +13,7 @@
 #include <set>
 #include <tuple>
 
+#include "harness/clock_sync.h"
 #include "harness/events.h"
 #include "harness/keys.h"
 #include "harness/scenario_schema.h"
@@ -57,11 +58,65 @@ struct RankLog {
   json start_ev;  // external: the modules (and probes that ran) and parameters the agent found
   std::optional<json> log_error;  // the log could not grow: events after it were lost
   std::optional<int64_t> log_dropped;  // how many (written when the rank closed its log)
+  std::string host;                    // from its first event
+  json clock;                          // its `clock` event (null: none)
+  std::optional<int64_t> shift_us;     // added to its t_us (a rank on another host)
 };
 
-RankLog read_rank(const std::string& run_dir, int rank) {
+// A rank on another host than the controller writes times on that host's CLOCK_MONOTONIC: move
+// them onto the controller's with the offset it measured at start (clock_sync.h). Ranks on the
+// controller's host share its clock and are left as they are (the measurement would only add its
+// own error, up to rtt/2). A remote rank with no usable `clock` event keeps its times (and
+// clock_offsets says so).
+void place_on_controller_timeline(std::vector<json>& events, const JobResult& job,
+                                  std::string& host, json& clock, std::optional<int64_t>& shift) {
+  for (const auto& e : events) {
+    const std::string ev = e.value("ev", "");
+    if (host.empty() && (ev == "launch" || ev == "start")) host = e.value("host", std::string());
+    if (ev == "clock" && clock.is_null()) clock = e;
+  }
+  if (job.host.empty() || host.empty() || host == job.host) return;
+  shift = timeline_shift_us(clock, job.real_minus_mono_us);
+  if (!shift) return;
+  for (auto& e : events) {
+    if (e.contains("t_us") && e["t_us"].is_number_integer()) {
+      e["t_us"] = e["t_us"].get<int64_t>() + *shift;
+    }
+  }
+}
+
+// report.json `clock_offsets`: per rank that logged a `clock` event, what it measured and the
+// shift the judge applied (null: its events were left on their own clock).
+json clock_offsets_json(const std::vector<RankLog>& logs) {
+  json out = json::object();
+  for (size_t r = 0; r < logs.size(); ++r) {
+    const auto& c = logs[r].clock;
+    if (!c.is_object()) continue;
+    json one = {{"host", logs[r].host},
+                {"applied_shift_us", logs[r].shift_us ? json(*logs[r].shift_us) : json(nullptr)}};
+    if (c.contains("error")) {
+      one["error"] = c["error"];
+    } else {
+      one["offset_us"] = c.value("offset_us", int64_t(0));
+      one["rtt_us"] = c.value("rtt_us", int64_t(0));
+      one["samples"] = c.value("samples", 0);
+    }
+    out[std::to_string(r)] = one;
+  }
+  return out.empty() ? json(nullptr) : out;
+}
+
+// A rank the controller could not pid-watch (on another host) whose last event is a `crash`
+// injection: it died there.
+bool died_by_crash_fault(const RankLog& l) {
+  return !l.events.empty() && l.events.back().value("ev", "") == "inject" &&
+         l.events.back().value("kind", "") == "crash";
+}
+
+RankLog read_rank(const std::string& run_dir, int rank, const JobResult& job) {
   RankLog r;
   r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
+  place_on_controller_timeline(r.events, job, r.host, r.clock, r.shift_us);
   for (const auto& e : r.events) {
     const std::string ev = e.value("ev", "");
     r.last_t = std::max<int64_t>(r.last_t, int_field(e, "t_us", 0));
@@ -215,15 +270,23 @@ json ranks_json(const std::vector<int64_t>& r) {
 bool finite_json(const json& j) { return j.is_number() && std::isfinite(j.get<double>()); }
 
 // Per-rank peak memory (VmHWM, proc_status.h): the rank's own exit-event figure, else the
-// controller's last sample of its /proc status. Null when no rank could be measured.
+// controller's last sample of its /proc status (ranks on its host only). `measured_by` says which
+// for each rank: "exit_event", "controller_sample", or why none ("remote, no exit event": a rank
+// on another host that did not reach its exit record). Null when no rank could be measured.
 json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
-  json per_rank = json::object();
+  json per_rank = json::object(), measured_by = json::object();
   double max_mib = 0, total_mib = 0;
   for (size_t r = 0; r < logs.size(); ++r) {
     int64_t kib = logs[r].vm_hwm_kib.value_or(0);
+    std::string how = kib > 0 ? "exit_event" : "";
     if (auto it = job.rank_vm_hwm_kib.find(int(r)); it != job.rank_vm_hwm_kib.end()) {
+      if (it->second > kib) how = "controller_sample";
       kib = std::max(kib, it->second);
     }
+    if (how.empty()) {
+      how = job.remote_ranks.count(int(r)) ? "none (remote, no exit event)" : "none";
+    }
+    measured_by[std::to_string(r)] = how;
     if (kib <= 0) continue;
     const double mib = double(kib) / 1024.0;
     per_rank[std::to_string(r)] = std::round(mib * 10) / 10;
@@ -238,7 +301,8 @@ json memory_json(const std::vector<RankLog>& logs, const JobResult& job) {
           {"per_rank_max_mib", round1(max_mib)},
           {"per_rank_mean_mib", round1(total_mib / double(n))},
           {"total_mib", round1(total_mib)},
-          {"per_rank_mib", per_rank}};
+          {"per_rank_mib", per_rank},
+          {"measured_by", measured_by}};
 }
 
 }  // namespace
@@ -294,7 +358,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
   const int world = int(s.job.ranks);
   std::vector<RankLog> logs;
-  for (int r = 0; r < world; ++r) logs.push_back(read_rank(run_dir, r));
+  for (int r = 0; r < world; ++r) logs.push_back(read_rank(run_dir, r, job));
   const double t0 = double(job.t0_us);
   auto ms_since_start = [&](int64_t t) { return (double(t) - t0) / 1000.0; };
 
@@ -417,10 +481,18 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
       if (it != job.rank_gone_us.end()) earliest = std::min(earliest, it->second);
     }
     constexpr int64_t kPollSlackUs = 5000;
+    // Remote ranks have no pid watch: a crash fault as their last words says who died; without
+    // one, they count as gone with the first (the collective record below narrows it down).
+    std::vector<int64_t> remote_crashed;
+    for (int64_t r : silent) {
+      if (job.remote_ranks.count(int(r)) && died_by_crash_fault(logs[size_t(r)]))
+        remote_crashed.push_back(r);
+    }
     for (int64_t r : silent) {
       auto it = job.rank_gone_us.find(int(r));
       if (it == job.rank_gone_us.end() || it->second <= earliest + kPollSlackUs) dead.push_back(r);
     }
+    if (!remote_crashed.empty()) dead = remote_crashed;
     if (dead.size() > 1 && !absent.empty()) {
       std::vector<int64_t> both;
       for (int64_t r : dead) {
@@ -441,7 +513,11 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
     for (int r = 0; r < world; ++r) {
       if (!logs[r].started || logs[r].exit_code || logs[r].abort_ev) continue;
       auto it = job.rank_gone_us.find(r);
-      if (it != job.rank_gone_us.end() && it->second + kPollUs < first_abort) dead.push_back(r);
+      if (it != job.rank_gone_us.end() && it->second + kPollUs < first_abort) {
+        dead.push_back(r);
+      } else if (job.remote_ranks.count(r) && died_by_crash_fault(logs[size_t(r)])) {
+        dead.push_back(r);  // not pid-watched (another host): its last words decide
+      }
     }
   }
   // Deadlock: some rank waited in a collective past collective_timeout_ms + 1 s.
@@ -708,6 +784,8 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   res.extra["launcher_exit_code"] = job.exit_code;
   res.extra["orphans_killed"] = job.orphans_killed;
   res.extra["memory"] = memory_json(logs, job);
+  res.extra["clock_offsets"] = clock_offsets_json(logs);
+  res.extra["remote_ranks"] = job.remote_ranks;
 
   // --- [expect] ------------------------------------------------------------------------------
   const auto& ex = s.expect;

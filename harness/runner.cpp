@@ -15,6 +15,7 @@
 #include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
+#include "harness/clock_sync.h"
 #include "harness/cuda_scan.h"
 #include "harness/digest.h"
 #include "harness/events.h"
@@ -24,6 +25,7 @@
 #include "harness/loss_scaler.h"
 #include "harness/nccl_communicator.h"
 #include "harness/proc_status.h"
+#include "harness/rank_host.h"
 #include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
@@ -97,11 +99,14 @@ class RankRunner {
     world_ = comm_->world_size();
     std::filesystem::create_directories(run_dir + "/events");
     log_ = std::make_unique<EventLog>(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank_));
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    log_->write(
-        "start",
-        {{"rank", rank_}, {"world", world_}, {"pid", getpid()}, {"host", host}, {"seed", s_.seed}});
+    log_->write("start", {{"rank", rank_},
+                          {"world", world_},
+                          {"pid", getpid()},
+                          {"host", this_host()},
+                          {"pidns", this_pid_namespace()},
+                          {"seed", s_.seed}});
+    // Against the controller's clock (clock_sync.h): ranks on other hosts are put on its timeline.
+    log_clock_from_env([&](nlohmann::json fields) { log_->write("clock", std::move(fields)); });
     if (world_ != s_.job.ranks) {
       throw std::runtime_error(fmt::format("{}: [job].ranks is {} but the job has {} ranks",
                                            s_.file, s_.job.ranks, world_));

@@ -112,10 +112,10 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
     reports[i] = read_report(out)["scenarios"][0];
   }
   auto strip = [](json s) {
-    // Measurements, not results: times and the ranks' peak memory.
+    // Measurements, not results: times, clock offsets and the ranks' peak memory.
     for (const char* k :
          {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms", "abort_latency_ms",
-          "launcher_exit_code", "memory", "job_start_us", "controller"}) {
+          "launcher_exit_code", "memory", "job_start_us", "controller", "clock_offsets"}) {
       s.erase(k);
     }
     for (const char* k : {"latency_ms", "decision_us", "abort_latency_ms", "wall_ms"}) {

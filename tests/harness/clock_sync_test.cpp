@@ -1,0 +1,191 @@
+// Clock offsets (clock_sync.h), rank locality (rank_host.h) and the judge on ranks that ran on
+// another host: their events moved onto the controller's timeline, no pid watch, blame from the
+// logs. The same paths with real hosts are tests/multinode/.
+#include "harness/clock_sync.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "harness/controller.h"
+#include "harness/judge.h"
+#include "harness/rank_host.h"
+#include "harness/scenario.h"
+#include "tests/harness/event_logs.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+using test_util::kT0;
+
+TEST(ClockSync, LoopbackMeasurementIsNearZeroWithinItsRoundTrip) {
+  ClockServer srv;
+  ASSERT_TRUE(srv.ok());
+  const std::string spec = srv.spec();
+  EXPECT_NE(spec.find("127.0.0.1:" + std::to_string(srv.port())), std::string::npos) << spec;
+  const ClockMeasurement m = measure_clock("127.0.0.1:" + std::to_string(srv.port()));
+  ASSERT_EQ(m.error, "");
+  EXPECT_EQ(m.samples, 8);
+  EXPECT_EQ(m.server, "127.0.0.1");
+  EXPECT_GE(m.rtt_us, 0);
+  // One clock on both ends: the true offset is 0, and NTP's estimate is within rtt/2 of the
+  // truth (+1 us of rounding).
+  EXPECT_LE(std::llabs(m.offset_us), m.rtt_us / 2 + 1) << m.to_json().dump();
+  const json e = m.to_json();
+  EXPECT_EQ(e["samples"], 8);
+  EXPECT_TRUE(e.contains("real_minus_mono_us"));
+}
+
+TEST(ClockSync, UnansweredAddressFallsBackToTheNext) {
+  ClockServer srv;
+  ASSERT_TRUE(srv.ok());
+  // 192.0.2.1 (TEST-NET-1) never answers; the loopback address after it does.
+  const ClockMeasurement m =
+      measure_clock("192.0.2.1,127.0.0.1:" + std::to_string(srv.port()), 3, 100);
+  ASSERT_EQ(m.error, "");
+  EXPECT_EQ(m.server, "127.0.0.1");
+  EXPECT_EQ(m.samples, 3);
+}
+
+TEST(ClockSync, ErrorsNameWhatWasTried) {
+  EXPECT_EQ(measure_clock("10.0.0.1").error,
+            "bad NANCHAOS_CLOCK '10.0.0.1' (want ADDR[,ADDR...]:PORT)");
+  int port = 0;
+  {
+    ClockServer gone;  // a port that was ours a moment ago: nothing answers there now
+    port = gone.port();
+  }
+  const ClockMeasurement m = measure_clock("nohost,127.0.0.1:" + std::to_string(port), 2, 50);
+  EXPECT_EQ(m.samples, 0);
+  EXPECT_EQ(m.error, "no answer from the controller's clock service on port " +
+                         std::to_string(port) +
+                         ": nohost (not an IPv4 address), 127.0.0.1 (no answer in 50 ms)");
+  EXPECT_EQ(m.to_json()["error"], m.error);
+}
+
+TEST(ClockSync, TimelineShiftComposesTheThreeClocks) {
+  // Rank: realtime = mono + 5000; controller realtime = rank realtime + 300;
+  // controller: realtime = mono + 1000. Rank mono t -> controller mono t + 5000 + 300 - 1000.
+  const json clock = {{"ev", "clock"}, {"offset_us", 300},     {"rtt_us", 40},
+                      {"samples", 8},  {"server", "10.0.0.1"}, {"real_minus_mono_us", 5000}};
+  EXPECT_EQ(timeline_shift_us(clock, 1000), 4300);
+  EXPECT_FALSE(timeline_shift_us({{"error", "no answer"}, {"real_minus_mono_us", 5}}, 0));
+  EXPECT_FALSE(timeline_shift_us({{"offset_us", 1}}, 0));
+  EXPECT_FALSE(timeline_shift_us(json(), 0));
+}
+
+TEST(RankHost, LocalOnlyOnTheSameHostAndPidNamespace) {
+  const std::string ns = "pid:[4026531836]";
+  EXPECT_TRUE(rank_is_local({{"host", "a"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
+  EXPECT_FALSE(rank_is_local({{"host", "nch2"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
+  EXPECT_FALSE(rank_is_local({{"host", "a"}, {"pidns", "pid:[4026532000]"}}, "a", ns));
+  EXPECT_TRUE(rank_is_local({{"pid", 5}}, "a", ns));  // an older rank's event: as before
+  EXPECT_TRUE(rank_is_local({{"host", "a"}}, "a", ns));
+  EXPECT_TRUE(rank_is_local(json{{"host", this_host()}, {"pidns", this_pid_namespace()}}));
+  EXPECT_NE(this_pid_namespace().rfind("pid:[", 0), std::string::npos) << this_pid_namespace();
+}
+
+// Two ranks of a crash scenario, rank 1 on host "far" whose monotonic clock is 7 s behind the
+// controller's (its clock event says so); the controller saw no process of it (remote).
+class RemoteRun : public test_util::EventLogDir {
+ public:
+  static constexpr int64_t kSkewUs = 7'000'000;  // far's monotonic = controller's - 7 s
+  RemoteRun() : EventLogDir("nanchaos_remote", "crash") {}
+  // `t` on the controller's timeline (us after kT0); a far rank's line carries its own clock.
+  void at(int rank, const std::string& type, int64_t t, json fields = json::object()) {
+    ev(rank, type, t - (rank == 1 ? kSkewUs : 0), std::move(fields));
+  }
+};
+
+TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromTheLog) {
+  RemoteRun d;
+  for (int r = 0; r < 2; ++r) {
+    const std::string host = r == 1 ? "far" : "ctl";
+    d.at(r, "start", 10, {{"rank", r}, {"world", 2}, {"pid", 5}, {"host", host}});
+    // far: realtime = its mono + 2'000'000 + kSkew; controller: realtime = mono + 2'000'000
+    // (controller real - far real = 0: NTP-synced hosts, different boot times).
+    d.at(r, "clock", 20,
+         {{"offset_us", 0},
+          {"rtt_us", 80},
+          {"samples", 8},
+          {"server", "10.77.0.1"},
+          {"real_minus_mono_us", 2'000'000 + (r == 1 ? RemoteRun::kSkewUs : 0)}});
+    d.at(r, "step_begin", 1000, {{"step", 0}});
+    d.at(r, "coll_enter", 1010,
+         {{"seq", 0}, {"name", "grad_allreduce"}, {"step", 0}, {"count", 4}, {"dtype", "f"}});
+    if (r == 1) {
+      d.at(r, "inject", 1015,
+           {{"fault", 0},
+            {"kind", "crash"},
+            {"step", 0},
+            {"target", ""},
+            {"detail", json::object()},
+            {"replay", false}});
+    }
+  }
+  d.flush();
+  // Rank 1's last line is the crash injection (written just before its SIGKILL); rank 0 was torn
+  // down by the launcher.
+  const Scenario s = load_scenario_string(
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 2\n"
+      "[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n"
+      "[expect]\nrank = 1\ncause = \"rank_failure\"\noutcome = \"crashed\"\n"
+      "abort_within_ms = 1000\n",
+      "remote.toml");
+  JobResult job;
+  job.exit_code = 137;
+  job.t0_us = kT0;
+  job.t_end_us = kT0 + 301'015;  // the launcher was reaped 300 ms after the injection
+  job.host = "ctl";
+  job.real_minus_mono_us = 2'000'000;
+  job.remote_ranks = {1};
+  job.rank_gone_us = {{0, kT0 + 300'000}};  // rank 0 is local and was seen going
+  const auto r = judge(s, d.path(), job);
+  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
+  ASSERT_EQ(r.injections.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 1.015);  // on the controller's timeline, not -6999 ms
+  EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), 300.0);
+  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  const json& c = r.extra["clock_offsets"];
+  EXPECT_EQ(c["1"]["host"], "far");
+  EXPECT_EQ(c["1"]["offset_us"], 0);
+  EXPECT_EQ(c["1"]["rtt_us"], 80);
+  EXPECT_EQ(c["1"]["applied_shift_us"], RemoteRun::kSkewUs);
+  EXPECT_EQ(c["0"]["applied_shift_us"], nullptr);  // the controller's own host: its clock
+  EXPECT_EQ(r.extra["remote_ranks"], json::array({1}));
+  EXPECT_EQ(r.extra["memory"], nullptr);  // nobody wrote an exit event, nobody was sampled
+}
+
+TEST(JudgeRemoteRanks, MemoryFromExitEventsSaysHowEachRankWasMeasured) {
+  test_util::EventLogDir d("nanchaos_remote", "memory");
+  for (int r = 0; r < 3; ++r) {
+    d.ev(r, "start", 10, {{"rank", r}, {"world", 3}, {"pid", 5}, {"host", r ? "far" : "ctl"}});
+    if (r < 2) d.ev(r, "exit", 100, {{"code", 1}, {"vm_hwm_kib", 2048}});
+  }
+  d.flush();
+  JobResult job;
+  job.exit_code = 1;
+  job.t0_us = kT0;
+  job.t_end_us = kT0 + 1000;
+  job.host = "ctl";
+  job.remote_ranks = {1, 2};
+  job.rank_vm_hwm_kib = {{0, 4096}};
+  const auto r = judge(
+      load_scenario_string(
+          "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 3\n", "m.toml"),
+      d.path(), job);
+  const json& m = r.extra["memory"];
+  ASSERT_TRUE(m.is_object()) << r.extra.dump();
+  EXPECT_EQ(m["ranks_measured"], 2);
+  EXPECT_EQ(m["measured_by"], (json{{"0", "controller_sample"},
+                                    {"1", "exit_event"},
+                                    {"2", "none (remote, no exit event)"}}));
+  EXPECT_EQ(r.extra["clock_offsets"], nullptr);  // no rank logged a clock event
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
