@@ -259,7 +259,8 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
                              "mpi_yield_when_idle", "1"});
     // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
     for (const char* v : {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START",
-                          "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_DEADLINE_UNIX_MS"}) {
+                          "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_CONTROLLER_PIDNS",
+                          "NANCHAOS_DEADLINE_UNIX_MS"}) {
       argv.insert(argv.end(), {"-x", v});
     }
     if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});

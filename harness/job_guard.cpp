@@ -1,6 +1,8 @@
 // The job's watch over its controller. See job_guard.h.
 #include "harness/job_guard.h"
 
+#include "harness/rank_host.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -57,6 +59,7 @@ std::map<std::string, std::string> job_guard_env(int64_t timeout_ms) {
   return {{"NANCHAOS_CONTROLLER_PID", std::to_string(getpid())},
           {"NANCHAOS_CONTROLLER_START", std::to_string(process_start_ticks().value_or(0))},
           {"NANCHAOS_CONTROLLER_HOST", host_name()},
+          {"NANCHAOS_CONTROLLER_PIDNS", this_pid_namespace()},
           {"NANCHAOS_DEADLINE_UNIX_MS", std::to_string(unix_ms() + timeout_ms + kJobGuardGraceMs)}};
 }
 
@@ -64,11 +67,14 @@ std::optional<JobGuardState> job_guard_from_env() {
   const char* pid = env_value("NANCHAOS_CONTROLLER_PID");
   const char* start = env_value("NANCHAOS_CONTROLLER_START");
   const char* host = env_value("NANCHAOS_CONTROLLER_HOST");
+  const char* pidns = env_value("NANCHAOS_CONTROLLER_PIDNS");
   const char* deadline = env_value("NANCHAOS_DEADLINE_UNIX_MS");
   if (!pid && !deadline) return std::nullopt;
   JobGuardState g;
-  // The controller's pid means something on its own host only.
-  if (pid && start && host && host_name() == host) {
+  // The controller's pid means something on its own host, in its own PID namespace, only (a
+  // host of the netns tests shares the hostname rule but not the pids: docs/multi-node.md).
+  const bool same_pidns = !pidns || this_pid_namespace() == pidns;
+  if (pid && start && host && host_name() == host && same_pidns) {
     g.controller_pid = std::atoi(pid);
     g.controller_start = std::strtoull(start, nullptr, 10);
   }

@@ -19,7 +19,9 @@
 //
 // Environment (set by the controller for the launcher, inherited or forwarded with -x):
 //   NANCHAOS_CONTROLLER_PID, NANCHAOS_CONTROLLER_START (field 22 of /proc/PID/stat, clock ticks
-//   since boot), NANCHAOS_CONTROLLER_HOST (gethostname), NANCHAOS_DEADLINE_UNIX_MS.
+//   since boot), NANCHAOS_CONTROLLER_HOST (gethostname), NANCHAOS_CONTROLLER_PIDNS (its PID
+//   namespace, harness/rank_host.h; the pid is watched only where host and namespace match),
+//   NANCHAOS_DEADLINE_UNIX_MS.
 // A process without these variables (a rank started by hand) has no guard.
 // Torch-free; never throws.
 #pragma once

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "harness/child_process.h"
+#include "harness/rank_host.h"
 
 using nanchaos::harness::ChildProcess;
 using nanchaos::harness::job_guard_reason;
@@ -65,4 +67,26 @@ TEST(JobGuard, ReasonNamesTheControllerTheLauncherOrTheDeadline) {
             "the controller (pid " + std::to_string(g.controller_pid) + ") is gone");
   JobGuardState none;  // nothing watched: never fires
   EXPECT_EQ(job_guard_reason(none, 1, 1LL << 50), "");
+}
+
+// The controller's pid is watched only on its host in its PID namespace (a netns host of the
+// multinode tests, or a container, has pids of its own).
+TEST(JobGuard, TheControllersPidIsWatchedOnlyInItsOwnPidNamespace) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  setenv("NANCHAOS_CONTROLLER_PID", "4242", 1);
+  setenv("NANCHAOS_CONTROLLER_START", "7", 1);
+  setenv("NANCHAOS_CONTROLLER_HOST", host, 1);
+  setenv("NANCHAOS_CONTROLLER_PIDNS", nanchaos::harness::this_pid_namespace().c_str(), 1);
+  auto same = nanchaos::harness::job_guard_from_env();
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(same->controller_pid, 4242);
+  setenv("NANCHAOS_CONTROLLER_PIDNS", "pid:[1]", 1);
+  auto other = nanchaos::harness::job_guard_from_env();
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->controller_pid, 0);
+  for (const char* v : {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START",
+                        "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_CONTROLLER_PIDNS"}) {
+    unsetenv(v);
+  }
 }

@@ -43,6 +43,14 @@ def process_start_ticks(pid: int) -> Optional[int]:
     return int(fields[19])  # field 22 overall; fields[0] is field 3
 
 
+def _pidns() -> str:
+    """This process's PID namespace, e.g. "pid:[4026531836]" (as harness/rank_host.h)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 class Guard:
     """The state read once at start; ``reason()`` says why the process must end ("" if not)."""
 
@@ -51,8 +59,10 @@ class Guard:
         self.controller_start = 0
         pid = environ.get("NANCHAOS_CONTROLLER_PID", "")
         host = environ.get("NANCHAOS_CONTROLLER_HOST", "")
+        pidns = environ.get("NANCHAOS_CONTROLLER_PIDNS", "")
         start = environ.get("NANCHAOS_CONTROLLER_START", "")
-        if pid and start and host == socket.gethostname():
+        # The pid means something only on the controller's host in its PID namespace.
+        if pid and start and host == socket.gethostname() and (not pidns or pidns == _pidns()):
             self.controller_pid = int(pid)
             self.controller_start = int(start)
         self.parent_pid = os.getppid()

@@ -36,6 +36,10 @@ def test_reason_names_the_controller_the_launcher_or_the_deadline():
             "the job")
         other_host = guard.Guard({**env, "NANCHAOS_CONTROLLER_HOST": "elsewhere"})
         assert other_host.controller_pid == 0  # a pid on another host means nothing here
+        other_ns = guard.Guard({**env, "NANCHAOS_CONTROLLER_PIDNS": "pid:[1]"})
+        assert other_ns.controller_pid == 0  # nor one in another PID namespace
+        same_ns = guard.Guard({**env, "NANCHAOS_CONTROLLER_PIDNS": os.readlink("/proc/self/ns/pid")})
+        assert same_ns.controller_pid == stand_in.pid
     finally:
         stand_in.kill()
         stand_in.wait()
