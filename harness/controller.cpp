@@ -254,13 +254,13 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
   if (tool == "srun") {
     argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
   } else {  // Open MPI's mpirun (or orterun/mpiexec)
-    argv.insert(argv.end(), {"-np", np, "--oversubscribe", "--bind-to", "none", "-x",
-                             "NANCHAOS_JOB_ID", "-x", "NANCHAOS_CLOCK", "--mca",
-                             "mpi_yield_when_idle", "1"});
+    argv.insert(argv.end(),
+                {"-np", np, "--oversubscribe", "--bind-to", "none", "-x", "NANCHAOS_JOB_ID", "-x",
+                 "NANCHAOS_CLOCK", "--mca", "mpi_yield_when_idle", "1"});
     // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
-    for (const char* v : {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START",
-                          "NANCHAOS_CONTROLLER_HOST", "NANCHAOS_CONTROLLER_PIDNS",
-                          "NANCHAOS_DEADLINE_UNIX_MS"}) {
+    for (const char* v :
+         {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START", "NANCHAOS_CONTROLLER_HOST",
+          "NANCHAOS_CONTROLLER_PIDNS", "NANCHAOS_DEADLINE_UNIX_MS"}) {
       argv.insert(argv.end(), {"-x", v});
     }
     if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});
@@ -384,8 +384,8 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
     plan.close();
     if (!plan) {
       JobResult r;
-      r.launch_error = fmt::format("cannot write {}/plan.json: {}", abs_run,
-                                   std::strerror(errno ? errno : EIO));
+      r.launch_error =
+          fmt::format("cannot write {}/plan.json: {}", abs_run, std::strerror(errno ? errno : EIO));
       return r;
     }
   }

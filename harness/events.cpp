@@ -121,13 +121,13 @@ void EventLog::lose(int err, const char* op) {
                "nanchaos: event log %s: %s failed: %s; later events are counted as dropped\n",
                path_.c_str(), op, std::strerror(err));
   if (map_ && !full_) {
-    put_reserved(nlohmann::json{{"ev", "log_error"},
-                                {"t_us", now_us()},
-                                {"path", path_},
-                                {"errno", err},
-                                {"error", std::strerror(err)},
-                                {"op", op}}
-                     .dump());
+    put_reserved(nlohmann::json{
+        {"ev", "log_error"},
+        {"t_us", now_us()},
+        {"path", path_},
+        {"errno", err},
+        {"error", std::strerror(err)},
+        {"op", op}}.dump());
   }
   full_ = true;
 }

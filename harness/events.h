@@ -82,15 +82,15 @@ class EventLog {
   static constexpr size_t kReserveBytes = 4096;
 
  private:
-  void append(std::string_view line);  // line + '\n'
-  bool grow(size_t need);              // false: no room for `need` bytes (full or write mode)
+  void append(std::string_view line);        // line + '\n'
+  bool grow(size_t need);                    // false: no room for `need` bytes (full or write mode)
   void put_reserved(std::string_view line);  // into the reserve; never fails silently
-  void lose(int err, const char* op);  // first loss: log_error into the reserve
+  void lose(int err, const char* op);        // first loss: log_error into the reserve
   std::string path_;
   int fd_ = -1;
   char* map_ = nullptr;  // nullptr: write(2) mode
   size_t cap_ = 0, len_ = 0;
-  bool full_ = false;    // the filesystem refused a block: events are counted, not written
+  bool full_ = false;  // the filesystem refused a block: events are counted, not written
   int64_t dropped_ = 0;
   int errno_ = 0;
 };

@@ -79,7 +79,7 @@ const char* optimizer_name(Optimizer o) {
 
 /// The [workload] keys that set a size, in documentation order.
 const std::vector<std::string>& size_keys() {
-  static const std::vector<std::string> keys = {"batch_size", "hidden", "layers", "heads",
+  static const std::vector<std::string> keys = {"batch_size", "hidden", "layers",   "heads",
                                                 "seq_len",    "vocab",  "features", "classes"};
   return keys;
 }
@@ -211,8 +211,9 @@ void check_host_limits(const Scenario& s, const HostResources& host, const HostL
   if (!opts.enabled) return;
   const bool builtin = !s.job.external();
   const bool know_memory = host.memory_bytes > 0;
-  const char* lift = "with a real hostfile, raise the limit with --max-ranks N or lift the host "
-                     "checks with --no-host-limits";
+  const char* lift =
+      "with a real hostfile, raise the limit with --max-ranks N or lift the host "
+      "checks with --no-host-limits";
   std::optional<MemoryEstimate> e;
   if (builtin) e = estimate_rank_memory(s);
 
@@ -222,17 +223,19 @@ void check_host_limits(const Scenario& s, const HostResources& host, const HostL
   // 1. One rank.
   if (builtin && know_memory && e->host() > host.memory_bytes) {
     const std::string key = culprit(s);
-    const SourcePos pos = key.empty() ? s.workload.params.pos("hidden") : s.workload.params.pos(key);
+    const SourcePos pos =
+        key.empty() ? s.workload.params.pos("hidden") : s.workload.params.pos(key);
     const std::string what = key.empty() ? "[workload]" : workload_label(key);
     const std::string gpu =
-        e->on_gpu ? fmt::format(" of host memory (the parameters, built on the host before they "
-                                "move to the GPU; ~{} in all on the GPU)",
-                                format_bytes(e->total()))
+        e->on_gpu ? fmt::format(
+                        " of host memory (the parameters, built on the host before they "
+                        "move to the GPU; ~{} in all on the GPU)",
+                        format_bytes(e->total()))
                   : "";
-    scenario_error(pos, fmt::format("{}: one rank needs ~{}{} ({}), {}; --no-host-limits skips "
-                                    "this check",
-                                    what, format_bytes(e->host()), gpu, parts(*e, s),
-                                    available(host)));
+    scenario_error(pos,
+                   fmt::format("{}: one rank needs ~{}{} ({}), {}; --no-host-limits skips "
+                               "this check",
+                               what, format_bytes(e->host()), gpu, parts(*e, s), available(host)));
   }
   // 2. Ranks.
   const int64_t limit = opts.max_ranks.value_or(default_max_ranks(host.cores));
@@ -242,13 +245,14 @@ void check_host_limits(const Scenario& s, const HostResources& host, const HostL
   const std::string per_rank =
       builtin ? fmt::format("{} ranks x {}", s.job.ranks, format_bytes(e->host())) : "";
   if (s.job.ranks > limit) {
-    const std::string why =
-        opts.max_ranks ? fmt::format("limit {} = --max-ranks", limit)
-                       : fmt::format("limit {} = max(64, 8 x {} cores); mpirun oversubscribes the "
-                                     "cores",
-                                     limit, host.cores);
-    std::string msg = fmt::format("[job] ranks = {}: more ranks than this host can run ({})",
-                                  s.job.ranks, why);
+    const std::string why = opts.max_ranks
+                                ? fmt::format("limit {} = --max-ranks", limit)
+                                : fmt::format(
+                                      "limit {} = max(64, 8 x {} cores); mpirun oversubscribes the "
+                                      "cores",
+                                      limit, host.cores);
+    std::string msg =
+        fmt::format("[job] ranks = {}: more ranks than this host can run ({})", s.job.ranks, why);
     if (builtin) {
       msg += fmt::format("; {} ({} per rank){}", job_total, per_rank,
                          know_memory ? ", " + available(host) : "");

@@ -21,7 +21,8 @@
 //                                              a = 2 for fp16/bf16 on cuda (autocast), else 4
 // with (B = batch_size, H = hidden, L = layers, F = features, C = classes, T = seq_len, V = vocab,
 // D = hidden, h = heads, n = 1 when norm != none):
-//   mlp:          P = F H + H + (L - 1)(H^2 + H) + 2 n L H + H C + C;  Bf = (2 H + 1) L if batchnorm
+//   mlp:          P = F H + H + (L - 1)(H^2 + H) + 2 n L H + H C + C;  Bf = (2 H + 1) L if
+//   batchnorm
 //                 A = B F + B H L (2 + n) + 2 B C
 //   transformer:  P = V D + T D + L (12 D^2 + 13 D) + 2 D + D V + V;  Bf = 0
 //                 A = 3 B T D + T D + L (19 B T D + 3 B h T^2) + 2 B T V
@@ -31,9 +32,9 @@
 // workload): an mlp with hidden = 2048, batch 256 peaked 226 MiB above one with hidden = 128
 // where the estimate says 152 MiB (the optimizer step's temporaries and allocator slack are not
 // counted: about 1.5x low for parameter-heavy models); a transformer with hidden = 256, 2 layers,
-// seq_len 128, batch 8 peaked 81.8 MiB above a tiny one, estimate 82 MiB. For device = "cuda" the model
-// is built on the host and then moved, so the host must hold the parameters; the rest lives on
-// the GPU, whose memory the torch-free controller does not query (the estimate is still shown).
+// seq_len 128, batch 8 peaked 81.8 MiB above a tiny one, estimate 82 MiB. For device = "cuda" the
+// model is built on the host and then moved, so the host must hold the parameters; the rest lives
+// on the GPU, whose memory the torch-free controller does not query (the estimate is still shown).
 //
 // Host memory: MemAvailable from /proc/meminfo (the kernel's estimate of what new allocations can
 // get without swapping, page cache included), because that is what a job started now can use;
@@ -96,7 +97,7 @@ std::string format_bytes(double bytes);
 
 /// What this host offers.
 struct HostResources {
-  double memory_bytes = 0;   ///< usable memory (see memory_source)
+  double memory_bytes = 0;    ///< usable memory (see memory_source)
   std::string memory_source;  ///< "MemAvailable" or "MemTotal" (/proc/meminfo), "" if unknown
   int cores = 1;              ///< CPUs this process may run on
 };

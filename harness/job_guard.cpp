@@ -1,8 +1,6 @@
 // The job's watch over its controller. See job_guard.h.
 #include "harness/job_guard.h"
 
-#include "harness/rank_host.h"
-
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -13,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "harness/rank_host.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -56,7 +56,7 @@ struct RankLog {
   std::map<int64_t, int64_t> coll_failed_t;  // external: seq -> t_us of a leave with an error
   std::optional<std::string> exception;      // external: the first uncaught exception's text
   json start_ev;  // external: the modules (and probes that ran) and parameters the agent found
-  std::optional<json> log_error;  // the log could not grow: events after it were lost
+  std::optional<json> log_error;       // the log could not grow: events after it were lost
   std::optional<int64_t> log_dropped;  // how many (written when the rank closed its log)
   std::string host;                    // from its first event
   json clock;                          // its `clock` event (null: none)

@@ -59,8 +59,8 @@ ModelSpec transformer(const WorkloadConfig& w) {
   m.parameters.push_back({"pos.weight", {w.seq_len, d}});
   for (int64_t i = 0; i < w.layers; ++i) {
     const std::string p = "blocks." + std::to_string(i);
-    for (const char* sub : {".ln1", ".attn.qkv", ".attn.proj", ".attn", ".ln2", ".mlp.fc1",
-                            ".mlp.fc2", ".mlp", ""}) {
+    for (const char* sub :
+         {".ln1", ".attn.qkv", ".attn.proj", ".attn", ".ln2", ".mlp.fc1", ".mlp.fc2", ".mlp", ""}) {
       m.modules.push_back(p + sub);
     }
     affine_norm(m, p + ".ln1", d);

@@ -12,10 +12,10 @@
 #include <optional>
 
 #include "detectors/detector.h"
+#include "harness/clock_sync.h"
 #include "harness/collective.h"
 #include "harness/communicator.h"
 #include "harness/consensus.h"
-#include "harness/clock_sync.h"
 #include "harness/cuda_scan.h"
 #include "harness/digest.h"
 #include "harness/events.h"

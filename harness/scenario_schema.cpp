@@ -461,12 +461,11 @@ void check_target_exists(const FaultSpec& fault, const std::string& key, const S
     if (match_target(pattern, n)) return;
   }
   const bool module = where == "activation";
-  scenario_error(fault.params.pos(key),
-                 fmt::format("{}.{}: \"{}\" names no {} of the {} workload{}", fault_label(fault),
-                             key, target, module ? "module" : "parameter",
-                             workload_name(s.job.workload),
-                             name_hint(pattern, names, where + ":",
-                                       module ? "modules" : "parameters", s)));
+  scenario_error(
+      fault.params.pos(key),
+      fmt::format("{}.{}: \"{}\" names no {} of the {} workload{}", fault_label(fault), key, target,
+                  module ? "module" : "parameter", workload_name(s.job.workload),
+                  name_hint(pattern, names, where + ":", module ? "modules" : "parameters", s)));
 }
 
 bool match_target(const std::string& pattern, const std::string& name) {

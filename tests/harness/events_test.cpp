@@ -97,7 +97,6 @@ TEST(EventLog, GrowsPastItsFirstBlock) {
   fs::remove(path);
 }
 
-
 // Runs `body` in a child whose files may not grow past `limit` bytes (RLIMIT_FSIZE: the same
 // refusal as a full disk, EFBIG instead of ENOSPC, without root), SIGXFSZ ignored as a rank's
 // would not be. Returns the child's exit code.

@@ -20,14 +20,17 @@ const HostResources kHost{23.1 * 1024 * 1024 * 1024, "MemAvailable", 2};
 // [scenario] and [job] on lines 1-5; `job` goes on line 6, then [workload] on line 7 + `workload`.
 Scenario Load(const std::string& job, const std::string& workload = "",
               const std::string& kind = "mlp") {
-  return load_scenario_string("[scenario]\n"               // 1
-                              "name = \"h\"\n"             // 2
-                              "[job]\n"                    // 3
-                              "workload = \"" + kind + "\"\n"  // 4
-                              "steps = 2\n"                // 5
-                                  + job +                  // 6..
-                                  "[workload]\n" + workload,
-                              "h.toml");
+  return load_scenario_string(
+      "[scenario]\n"    // 1
+      "name = \"h\"\n"  // 2
+      "[job]\n"         // 3
+      "workload = \"" +
+          kind +
+          "\"\n"         // 4
+          "steps = 2\n"  // 5
+          + job +        // 6..
+          "[workload]\n" + workload,
+      "h.toml");
 }
 
 std::string ErrorOf(const Scenario& s, const HostLimitOptions& o = {},
@@ -129,9 +132,10 @@ TEST(HostLimits, FlagsLiftTheLimits) {
   HostLimitOptions more;
   more.max_ranks = 100;
   EXPECT_EQ(ErrorOf(Load("ranks = 100\n"), more), "no error");
-  EXPECT_EQ(ErrorOf(Load("ranks = 101\n"), more).find("h.toml:6:9: error: [job] ranks = 101: more "
-                                                      "ranks than this host can run (limit 100 = "
-                                                      "--max-ranks); the job needs"),
+  EXPECT_EQ(ErrorOf(Load("ranks = 101\n"), more)
+                .find("h.toml:6:9: error: [job] ranks = 101: more "
+                      "ranks than this host can run (limit 100 = "
+                      "--max-ranks); the job needs"),
             0u);
   HostLimitOptions off;
   off.enabled = false;
@@ -180,9 +184,9 @@ TEST(HostLimits, EveryShippedScenarioFitsASmallHost) {
   // 2 cores and 8 GiB: the 64-rank scenarios included.
   const HostResources small{8.0 * 1024 * 1024 * 1024, "MemAvailable", 2};
   const std::string root = NANCHAOS_SOURCE_DIR;
-  const auto files = expand_scenario_paths({root + "/scenarios", root + "/tests/cases",
-                                            root + "/tests/data", root + "/tests/weakened",
-                                            root + "/examples"});
+  const auto files =
+      expand_scenario_paths({root + "/scenarios", root + "/tests/cases", root + "/tests/data",
+                             root + "/tests/weakened", root + "/examples"});
   ASSERT_GE(files.size(), 40u);
   for (const auto& f : files) {
     try {

@@ -791,7 +791,6 @@ TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
   EXPECT_TRUE(r.extra["memory"].is_null()) << r.extra["memory"].dump();
 }
 
-
 // Issue 13 point 5: a rank whose log could not grow (events.h log_error / log_dropped).
 TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
   RunDir d("evidence_lost");

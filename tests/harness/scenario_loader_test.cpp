@@ -408,12 +408,17 @@ TEST(ScenarioLoader, PresetDetectors) {
 
 // A fault on lines 6-9 with `target`, then [expect] on line 10.
 std::string TargetFault(const std::string& target, const std::string& kind = "tensor") {
-  return WithHead("[[fault]]\n"                      // 6
-                  "kind = \"" + kind + "\"\n"        // 7
-                  "target = \"" + target + "\"\n"    // 8
-                  "step = 1\n"                       // 9
-                  "[expect]\n"                       // 10
-                  "detected = true\n");              // 11
+  return WithHead(
+      "[[fault]]\n"  // 6
+      "kind = \"" +
+      kind +
+      "\"\n"  // 7
+      "target = \"" +
+      target +
+      "\"\n"                 // 8
+      "step = 1\n"           // 9
+      "[expect]\n"           // 10
+      "detected = true\n");  // 11
 }
 
 TEST(ScenarioLoaderNames, ActivationTargetTypoSuggestsTheModule) {
@@ -444,8 +449,8 @@ TEST(ScenarioLoaderNames, GradientTargetTypoSuggestsTheParameter) {
 TEST(ScenarioLoaderNames, LongNameListsAreCut) {
   const std::string text =
       "[scenario]\nname = \"t\"\n[job]\nworkload = \"transformer\"\nsteps = 3\n"  // 1-5
-      "[[fault]]\nkind = \"overflow\"\n"                                            // 6-7
-      "target = \"activation:blocks.1.mlp.fc3\"\n"                                  // 8
+      "[[fault]]\nkind = \"overflow\"\n"                                          // 6-7
+      "target = \"activation:blocks.1.mlp.fc3\"\n"                                // 8
       "step = 1\n[expect]\ndetected = true\n";
   EXPECT_EQ(ErrorOf(text),
             "x.toml:8:10: error: [[fault]] #1.target: \"activation:blocks.1.mlp.fc3\" names no "
@@ -474,8 +479,10 @@ TEST(ScenarioLoaderNames, TargetsThatNameSomethingLoad) {
 
 TEST(ScenarioLoaderNames, ExpectLayerMustNameSomethingTheStackCanBlame) {
   auto with_layer = [](const std::string& layer) {
-    return WithHead("[expect]\n"                             // 6
-                    "layer = \"" + layer + "\"\n");          // 7
+    return WithHead(
+        "[expect]\n"  // 6
+        "layer = \"" +
+        layer + "\"\n");  // 7
   };
   EXPECT_EQ(ErrorOf(with_layer("layers.99")),
             "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module or parameter of the "
@@ -489,8 +496,8 @@ TEST(ScenarioLoaderNames, ExpectLayerMustNameSomethingTheStackCanBlame) {
             "layers.1.linear.bias, layers.2.linear.weight, layers.2.linear.bias, head.weight, "
             "head.bias");
   // Prefixes of module or parameter names, the loss, the batch and autograd ops are fine.
-  for (const char* ok : {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs",
-                         "LogBackward0"}) {
+  for (const char* ok :
+       {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs", "LogBackward0"}) {
     EXPECT_EQ(ErrorOf(with_layer(ok)), "no error") << ok;
   }
 }

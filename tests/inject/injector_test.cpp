@@ -188,7 +188,8 @@ TEST_F(InjectorTest, ElementChoiceSameAcrossRanksDifferentAcrossSteps) {
 
 TEST_F(InjectorTest, ElementChoiceDependsOnSeed) {
   auto pick = [&](uint64_t seed) {
-    auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nstep = 0\ncount = 4\n", seed);
+    auto inj =
+        Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nstep = 0\ncount = 4\n", seed);
     NamedTensors grads = {{"head.weight", torch::zeros({1000})}};
     auto ctx = Ctx(0, 0);
     inj->on_gradients(ctx, grads);
@@ -280,7 +281,8 @@ TEST_F(InjectorTest, TensorFactorMultipliesParameters) {
 }
 
 TEST_F(InjectorTest, TensorFractionHitsShareOfElements) {
-  auto inj = Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nfraction = 0.25\nstep = 0\n");
+  auto inj =
+      Make("kind = \"tensor\"\ntarget = \"gradient:head.weight\"\nfraction = 0.25\nstep = 0\n");
   NamedTensors grads = {{"head.weight", torch::zeros({40})}};
   auto ctx = Ctx(0, 0);
   inj->on_gradients(ctx, grads);
@@ -356,8 +358,9 @@ TEST_F(InjectorTest, BitflipFlipsExactlyBit30ByDefault) {
 
 TEST_F(InjectorTest, BitflipOtherBitAndSignBit) {
   for (int bit : {0, 31}) {
-    auto inj = Make("kind = \"bitflip\"\ntarget = \"parameter:head.bias\"\nbit = " + std::to_string(bit) +
-                    "\nstep = 0\n");
+    auto inj =
+        Make("kind = \"bitflip\"\ntarget = \"parameter:head.bias\"\nbit = " + std::to_string(bit) +
+             "\nstep = 0\n");
     auto before = torch::full({10}, 1.25f);
     NamedTensors params = {{"head.bias", before.clone()}};
     auto ctx = Ctx(0, 0);
