@@ -1,23 +1,26 @@
 // Cost of the consensus round against a bare non-blocking all-reduce of the same size.
 //
 // BM_ConsensusRound/ranks:N launches one real job, `mpirun -np N` of this same binary in worker
-// mode (2, 4 and 8 ranks, oversubscribed on a small host exactly as `nanchaos run` launches
+// mode (2 to 64 ranks, oversubscribed on a small host exactly as `nanchaos run` launches
 // scenarios). Every worker runs, interleaved and in alternating order, `rounds` pairs of:
-//   bare       MPI_Iallreduce(MPI_IN_PLACE, N x 7 doubles, MPI_SUM) polled with MPI_Test on the
-//              same spin-then-sleep schedule as the Open MPI engine (harness/mpi_communicator.cpp),
-//              so the pair differs only in what the harness adds;
-//   consensus  the runner's round (harness/runner.cpp run_step): a zeroed [N x 7] float64 matrix
-//              and this rank's row, the all-reduce through the Communicator with its coll_enter /
-//              coll_leave events written and flushed to a per-rank event log
-//              (harness/collective.cpp logged_allreduce, the code the runner calls), decide() and
-//              global_max_abs() on the result (the clean path: nothing flagged).
+//   bare       MPI_Iallreduce(MPI_IN_PLACE, kSummaryWidth int64, MPI_SUM) polled with MPI_Test on
+//              the same spin-then-sleep schedule as the Open MPI engine
+//              (harness/mpi_communicator.cpp), so the pair differs only in what the harness adds;
+//   consensus  the runner's clean-step round (harness/runner.cpp run_step, consensus.h): this
+//              rank's summary counts, the fixed-size SUM through the Communicator with its
+//              coll_enter / coll_leave events written and flushed to a per-rank event log
+//              (harness/collective.cpp logged_allreduce, the code the runner calls), and
+//              summary_flagged() on the result. The [N x 7] detail round runs only on flagged
+//              steps, never on a clean one.
 // Warm-up pairs are dropped. Each rank times its own rounds (CLOCK_MONOTONIC) and writes them to
 // a file the parent reads; statistics pool every rank's rounds.
 //
 // Reported per rank count: manual time = mean consensus round; counters consensus_p50_us,
-// consensus_mean_us, bare_p50_us, bare_mean_us, ratio_vs_bare (= consensus p50 / bare p50) and
-// ratio_mean_vs_bare (= consensus mean / bare mean), ranks, rounds.
-// NANCHAOS_BENCH_QUICK=1: 500 rounds instead of 20000 (a smoke run).
+// consensus_mean_us, bare_p50_us, bare_mean_us, ratio_vs_bare (= consensus p50 / bare p50),
+// ratio_mean_vs_bare (= consensus mean / bare mean), payload_bytes (what one rank contributes to
+// a clean step's round: the same at every N), detail_bytes (the flagged-step matrix, N x 56),
+// ranks, rounds (20000 up to 8 ranks, 160000 / N above: 64 processes share the host's cores).
+// NANCHAOS_BENCH_QUICK=1: 500 rounds (a smoke run).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
@@ -50,9 +53,9 @@ double now_precise_us() {
 }
 
 // The bare side: the MPI calls alone, polled as MpiWork::wait polls (spin, then 50 us sleeps).
-void bare_allreduce(std::vector<double>& buf) {
+void bare_allreduce(SummaryCounts& buf) {
   MPI_Request req;
-  MPI_Iallreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD,
+  MPI_Iallreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD,
                  &req);
   for (int spins = 0;; ++spins) {
     int flag = 0;
@@ -67,29 +70,22 @@ void bare_allreduce(std::vector<double>& buf) {
 
 int worker(int rounds, const std::string& prefix) {
   auto comm = make_mpi_communicator();
-  const int rank = comm->rank(), world = comm->world_size();
+  const int rank = comm->rank();
   EventLog log(prefix + ".events.rank-" + std::to_string(rank) + ".jsonl");
-  // Names decide() would use on a detection (the clean path never reads them).
-  const std::vector<std::string> bwd_names(16, "param"), module_names(8, "module");
-  std::vector<double> bare(size_t(world) * kRowWidth, 0.0);
+  SummaryCounts bare{};
   std::vector<double> t_bare, t_cons;
   int64_t seq = 0;
   size_t flagged = 0;
   auto consensus_round = [&](int64_t step) {
-    // As run_step builds it: the matrix, this rank's row (logits finite, a gradient max-abs).
-    std::vector<double> rows(size_t(world) * kRowWidth, 0.0);
-    std::vector<double> row(kRowWidth, 0.0);
-    row[kLogitsFinite] = 1.0;
-    row[kMaxAbs] = 1e-3;
-    std::copy(row.begin(), row.end(), rows.begin() + size_t(rank) * kRowWidth);
-    if (logged_allreduce(*comm, log, seq++, "consensus", rows.data(), rows.size(),
-                         ElemType::kFloat64, step, 10000) != CollStatus::kOk) {
+    // As run_step does on a clean step: this rank's counts (no detector flagged), the summary
+    // all-reduce, the branch test; the detail round would follow only when flagged.
+    SummaryCounts counts = summary_counts(0);
+    if (logged_allreduce(*comm, log, seq++, "consensus", counts.data(), counts.size(),
+                         ElemType::kInt64, step, 10000) != CollStatus::kOk) {
       std::fprintf(stderr, "consensus all-reduce failed\n");
       comm->abort_job(1);
     }
-    Decision d = decide(rows, world, bwd_names, module_names);
-    flagged += d.flagged ? 1 : 0;
-    benchmark::DoNotOptimize(global_max_abs(rows, world));
+    flagged += summary_flagged(counts) ? 1 : 0;
   };
   for (int r = 0; r < kWarmup + rounds; ++r) {
     double tb = 0, tc = 0;
@@ -111,12 +107,12 @@ int worker(int rounds, const std::string& prefix) {
   std::ofstream out(prefix + ".rank-" + std::to_string(rank) + ".txt");
   for (size_t i = 0; i < t_bare.size(); ++i) out << t_bare[i] << ' ' << t_cons[i] << '\n';
   finalize_mpi();
-  return flagged == 0 ? 0 : 1;  // a clean matrix must never decide "flagged"
+  return flagged == 0 ? 0 : 1;  // a clean summary must never say "flagged"
 }
 
 void BM_ConsensusRound(benchmark::State& state) {
   const int ranks = int(state.range(0));
-  const int rounds = nb::quick_mode() ? 500 : 20000;
+  const int rounds = nb::quick_mode() ? 500 : ranks <= 8 ? 20000 : 160000 / ranks;
   const fs::path dir =
       fs::temp_directory_path() / ("nanchaos-consensus-bench-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -154,6 +150,8 @@ void BM_ConsensusRound(benchmark::State& state) {
   state.counters["bare_mean_us"] = nb::mean(bare);
   state.counters["ratio_vs_bare"] = bp50 > 0 ? cp50 / bp50 : 0;
   state.counters["ratio_mean_vs_bare"] = nb::mean(bare) > 0 ? nb::mean(cons) / nb::mean(bare) : 0;
+  state.counters["payload_bytes"] = double(kSummaryWidth * sizeof(int64_t));
+  state.counters["detail_bytes"] = double(size_t(ranks) * kRowWidth * sizeof(double));
 }
 
 BENCHMARK(BM_ConsensusRound)
@@ -161,6 +159,9 @@ BENCHMARK(BM_ConsensusRound)
     ->Arg(2)
     ->Arg(4)
     ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -7,22 +7,35 @@
 namespace nanchaos::detect {
 namespace {
 
-// Local gradient-norm spike, from the fused scan's fp64 squared norm (no extra pass).
+// Local gradient-norm spike, from the fused scan's fp64 squared norm (no extra pass). The layer
+// is the parameter whose own squared norm (the scan's per-tensor sums) rose the most against its
+// history (SCENARIO_FORMAT.md "More detectors and recovery"); the finding's code is its index in
+// backward order, -1 when unknown. A global norm alone names nothing (torchtitan 766).
 class GradNormSpikeDetector final : public Detector {
  public:
   explicit GradNormSpikeDetector(const harness::Scenario& s)
-      : Detector("grad_norm_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
+      : Detector("grad_norm_spike"),
+        window_(s.detectors.spike_window, s.detectors.spike_zscore),
+        per_param_(s.detectors.spike_window) {}
   Hook hook() const override { return Hook::kGradients; }
   std::optional<Finding> check(const StepView& v) override {
-    if (v.grad_stats->any_nonfinite()) return std::nullopt;  // the grad check owns it
-    if (window_.test_and_add(std::sqrt(v.grad_stats->sq_norm)) > 0) {
-      return Finding{"", "gradient_explosion", 0};
+    const harness::ScanStats& g = *v.grad_stats;
+    if (g.any_nonfinite()) return std::nullopt;  // the grad check owns it
+    if (window_.test_and_add(std::sqrt(g.sq_norm)) > 0) {
+      const int idx = per_param_.most_risen(g.sq_norms);
+      std::string layer;
+      if (idx >= 0 && v.grad_names && size_t(idx) < v.grad_names->size()) {
+        layer = (*v.grad_names)[size_t(idx)];
+      }
+      return Finding{layer, "gradient_explosion", idx};
     }
+    per_param_.add(g.sq_norms);  // a spike stays out of the history, as in SpikeWindow
     return std::nullopt;
   }
 
  private:
   SpikeWindow window_;
+  ParamNormHistory per_param_;
 };
 
 using harness::DetectorInfo;

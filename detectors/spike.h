@@ -1,4 +1,5 @@
-// SpikeWindow: the z-score test shared by `grad_norm_spike` and `loss_spike`.
+// SpikeWindow: the z-score test shared by `grad_norm_spike` and `loss_spike`; ParamNormHistory:
+// which parameter's gradient norm rose the most (`grad_norm_spike`'s layer).
 //
 // Keeps the last `window` finite values; a new value x is a spike when at least window/2 values
 // are known, z = (x - mean) / std > zscore, and x > 2 x mean. The ratio guard keeps a run whose
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 namespace nanchaos::detect {
 
@@ -43,6 +45,58 @@ class SpikeWindow {
   size_t window_;
   double zscore_;
   std::deque<double> hist_;
+};
+
+/// Per-parameter gradient-norm history for naming the parameter of a spike: for each parameter
+/// the mean of its last `window` squared norms (a ring, O(1) per parameter per step; window x
+/// parameters doubles). The parameter that "rose the most against its own history" is the one
+/// with the largest ratio current / mean of squared norms (the same order as the ratio of
+/// norms); a parameter whose history is all zero and whose gradient is now non-zero rises
+/// infinitely. Ratios are against the history before the current step.
+class ParamNormHistory {
+ public:
+  explicit ParamNormHistory(int64_t window) : window_(size_t(window)) {}
+
+  /// Index of the parameter whose squared norm `sq[i]` rose the most against its mean, or -1
+  /// when no history is known yet, no parameter is non-zero, or the parameter count changed.
+  int most_risen(const std::vector<double>& sq) const {
+    if (count_ == 0 || sq.size() != sums_.size()) return -1;
+    int best = -1;
+    double best_ratio = 0;
+    for (size_t i = 0; i < sq.size(); ++i) {
+      if (!(sq[i] > 0) || !std::isfinite(sq[i])) continue;
+      const double mean = sums_[i] / double(count_);
+      const double ratio = mean > 0 ? sq[i] / mean : INFINITY;
+      if (best < 0 || ratio > best_ratio) {
+        best = int(i);
+        best_ratio = ratio;
+      }
+    }
+    return best;
+  }
+
+  /// Adds one step's squared norms (all finite). A different parameter count restarts it.
+  void add(const std::vector<double>& sq) {
+    if (sq.size() != sums_.size()) {
+      sums_.assign(sq.size(), 0.0);
+      ring_.assign(sq.size() * window_, 0.0);
+      count_ = next_ = 0;
+    }
+    double* slot = &ring_[next_ * sq.size()];
+    for (size_t i = 0; i < sq.size(); ++i) {
+      if (count_ == window_) sums_[i] -= slot[i];
+      sums_[i] += sq[i];
+      slot[i] = sq[i];
+    }
+    next_ = (next_ + 1) % window_;
+    if (count_ < window_) ++count_;
+  }
+
+ private:
+  size_t window_;
+  size_t count_ = 0, next_ = 0;
+  std::vector<double> sums_;  // per parameter: sum of the squared norms in the ring
+  std::vector<double> ring_;  // window_ rows of one squared norm per parameter
 };
 
 }  // namespace nanchaos::detect

@@ -11,6 +11,16 @@ int detector_bit(const std::string& name) {
   return -1;
 }
 
+SummaryCounts summary_counts(uint64_t bits) {
+  SummaryCounts c{};
+  for (size_t b = 0; b < kSummaryWidth; ++b) c[b] = (bits >> b) & 1u;
+  return c;
+}
+
+bool summary_flagged(const SummaryCounts& counts) {
+  return std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != 0; });
+}
+
 double global_max_abs(const std::vector<double>& rows, int world) {
   double m = 0;
   for (int r = 0; r < world; ++r) m = std::max(m, rows[size_t(r) * kRowWidth + kMaxAbs]);
@@ -58,9 +68,14 @@ Decision decide(const std::vector<double>& rows, int world,
     d.cause = "activation";
     const double idx = row[kModuleIdx];
     if (idx >= 0 && size_t(idx) < module_names.size()) d.layer = module_names[size_t(idx)];
-  } else if (d.detector == "loss_spike" || d.detector == "grad_norm_spike") {
+  } else if (d.detector == "loss_spike") {
     // A blow-up seen before any non-finite value (DESIGN.md: gradient_explosion).
     d.cause = "gradient_explosion";
+  } else if (d.detector == "grad_norm_spike") {
+    // The same, with the parameter whose norm rose the most on that rank (-1: none known).
+    d.cause = "gradient_explosion";
+    const double idx = row[kGradIdx];
+    if (idx >= 0 && size_t(idx) < bwd_names.size()) d.layer = bwd_names[size_t(idx)];
   } else if (d.detector == "loss_scale") {
     // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
     d.cause = "fp16_overflow";

@@ -1,10 +1,16 @@
 // The consensus round's data and the decision every rank derives from it.
 //
-// Before the gradient all-reduce each rank fills its own row of a [world x kRowWidth] float64
-// matrix (zeros elsewhere) and the matrix is SUM-all-reduced: afterwards every rank holds every
-// rank's detector bits and attribution hints, and decide() is a pure function of that matrix, so
-// all ranks take the same branch (no rank leaves a collective its peers are in).
-// Cost: world x 7 doubles per step (64 ranks: 3.5 KiB), one small all-reduce.
+// Two rounds, the second only on flagged steps:
+// 1. the summary (every step): a SUM all-reduce of kSummaryWidth int64 counts, slot b = 1 when
+//    this rank's detector kDetectorOrder[b] flagged (summary_counts()). Its size does not depend
+//    on the world size (88 bytes at any world size), as DeepSpeed's MAX-reduced overflow flag and
+//    Megatron's all-reduced found_inf. Integer counts are exact and carry no float, so no NaN can
+//    be lost in a reduction (a float MAX can drop one). Every rank gets the same counts and so
+//    takes the same branch.
+// 2. the detail (only when some count is non-zero, summary_flagged()): each rank fills its own
+//    row of a [world x kRowWidth] float64 matrix (zeros elsewhere) and the matrix is
+//    SUM-all-reduced: every rank then holds every rank's detector bits and attribution hints, and
+//    decide() is a pure function of that matrix (world x 56 bytes: 3.5 KiB at 64 ranks).
 // Torch-free.
 #pragma once
 
@@ -26,10 +32,21 @@ inline constexpr std::array<const char*, 11> kDetectorOrder = {
 /// Index in kDetectorOrder, -1 if unknown.
 int detector_bit(const std::string& name);
 
+/// Slots of the fixed-size summary round: one count per detector, in kDetectorOrder.
+inline constexpr size_t kSummaryWidth = kDetectorOrder.size();
+using SummaryCounts = std::array<int64_t, kSummaryWidth>;
+
+/// This rank's summary contribution: slot b = 1 when bit b of `bits` (a row's kBits) is set.
+SummaryCounts summary_counts(uint64_t bits);
+
+/// True when any rank flagged any detector (any slot of the all-reduced summary is non-zero).
+bool summary_flagged(const SummaryCounts& counts);
+
 /// Columns of a rank's row.
 enum RowField : int {
   kBits = 0,          ///< detector bits (bit i = kDetectorOrder[i] flagged on this rank)
-  kGradIdx = 1,       ///< first non-finite gradient, index in backward order
+  kGradIdx = 1,       ///< first non-finite gradient, index in backward order; grad_norm_spike:
+                      ///< the parameter whose norm rose the most (-1: none known)
   kBatchField = 2,    ///< batch detector: 0 inputs, 1 labels
   kLogitsFinite = 3,  ///< loss detector: 1 when the logits were finite (loss math)
   kMaxAbs = 4,        ///< max |g| entering the SUM (after pre-division)

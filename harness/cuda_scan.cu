@@ -29,7 +29,8 @@ struct DevChunk {
   uint32_t tensor;
 };
 
-// Result block: this header, then one uint32 flag per tensor.
+// Result block: this header, one double sum of squares per tensor, then one uint32 flag per
+// tensor (the doubles first keep them 8-byte aligned).
 struct ResultHead {
   double sq_norm;
   unsigned int max_bits;  // bits of a non-negative float: unsigned order == float order
@@ -65,7 +66,7 @@ __device__ __forceinline__ float load_one(float* p, float scale) {
 // block reduction and one atomic per block into the result block.
 template <bool kScale>
 __global__ void __launch_bounds__(kThreads)
-    scan_kernel(const DevChunk* __restrict__ chunks, float scale, ResultHead* head,
+    scan_kernel(const DevChunk* __restrict__ chunks, float scale, ResultHead* head, double* sqs,
                 unsigned int* flags) {
   const DevChunk c = chunks[blockIdx.x];
   float* p = c.ptr;
@@ -114,7 +115,10 @@ __global__ void __launch_bounds__(kThreads)
       mx = fmaxf(mx, s_mx[w]);
     }
     if (any_bad) flags[c.tensor] = 1u;
-    if (sq != 0) atomicAdd(&head->sq_norm, sq);
+    if (sq != 0) {
+      atomicAdd(&head->sq_norm, sq);
+      atomicAdd(&sqs[c.tensor], sq);
+    }
     if (mx != 0) atomicMax(&head->max_bits, __float_as_uint(mx));
   }
 }
@@ -185,7 +189,7 @@ struct CudaScanner::Impl {
       NANCHAOS_CUDA_CHECK(cudaMemcpy(d_chunks, table.data(), table.size() * sizeof(DevChunk),
                                      cudaMemcpyHostToDevice));
     }
-    const size_t res = sizeof(ResultHead) + spans.size() * sizeof(unsigned int);
+    const size_t res = sizeof(ResultHead) + spans.size() * (sizeof(double) + sizeof(unsigned int));
     if (res > res_cap) {
       cudaFree(d_res);
       cudaFreeHost(h_res);
@@ -202,17 +206,20 @@ struct CudaScanner::Impl {
     stats->nonfinite.assign(tensors, 0);
     stats->first_nonfinite = -1;
     stats->sq_norm = 0;
+    stats->sq_norms.assign(tensors, 0.0);
     stats->max_abs = 0;
     if (chunks == 0) return;
-    const size_t res = sizeof(ResultHead) + tensors * sizeof(unsigned int);
+    const size_t res = sizeof(ResultHead) + tensors * (sizeof(double) + sizeof(unsigned int));
     cudaStream_t s = as_stream(stream);
     NANCHAOS_CUDA_CHECK(cudaMemsetAsync(d_res, 0, res, s));
     auto* head = reinterpret_cast<ResultHead*>(d_res);
-    auto* flags = reinterpret_cast<unsigned int*>(d_res + sizeof(ResultHead));
+    auto* sqs = reinterpret_cast<double*>(d_res + sizeof(ResultHead));
+    auto* flags =
+        reinterpret_cast<unsigned int*>(d_res + sizeof(ResultHead) + tensors * sizeof(double));
     if (scaled) {
-      scan_kernel<true><<<unsigned(chunks), kThreads, 0, s>>>(d_chunks, scale, head, flags);
+      scan_kernel<true><<<unsigned(chunks), kThreads, 0, s>>>(d_chunks, scale, head, sqs, flags);
     } else {
-      scan_kernel<false><<<unsigned(chunks), kThreads, 0, s>>>(d_chunks, 1.0f, head, flags);
+      scan_kernel<false><<<unsigned(chunks), kThreads, 0, s>>>(d_chunks, 1.0f, head, sqs, flags);
     }
     NANCHAOS_CUDA_CHECK(cudaGetLastError());
     NANCHAOS_CUDA_CHECK(cudaMemcpyAsync(h_res, d_res, res, cudaMemcpyDeviceToHost, s));
@@ -221,7 +228,9 @@ struct CudaScanner::Impl {
     std::memcpy(&h, h_res, sizeof(h));
     stats->sq_norm = h.sq_norm;
     std::memcpy(&stats->max_abs, &h.max_bits, sizeof(float));
-    const auto* hf = reinterpret_cast<const unsigned int*>(h_res + sizeof(ResultHead));
+    std::memcpy(stats->sq_norms.data(), h_res + sizeof(ResultHead), tensors * sizeof(double));
+    const auto* hf = reinterpret_cast<const unsigned int*>(h_res + sizeof(ResultHead) +
+                                                           tensors * sizeof(double));
     for (size_t t = 0; t < tensors; ++t) {
       stats->nonfinite[t] = hf[t] ? 1 : 0;
       if (hf[t] && stats->first_nonfinite < 0) stats->first_nonfinite = int(t);

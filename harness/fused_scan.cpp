@@ -270,6 +270,7 @@ void reset(ScanStats* stats, size_t tensors) {
   stats->nonfinite.assign(tensors, 0);
   stats->first_nonfinite = -1;
   stats->sq_norm = 0;
+  stats->sq_norms.assign(tensors, 0.0);
   stats->max_abs = 0;
 }
 
@@ -279,6 +280,7 @@ void merge(ScanStats* stats, size_t t, const Partial& p, uint32_t* max_bits) {
     if (stats->first_nonfinite < 0) stats->first_nonfinite = static_cast<int>(t);
   }
   stats->sq_norm += p.sq;
+  stats->sq_norms[t] = p.sq;
   if (p.max_abs_bits > *max_bits) *max_bits = p.max_abs_bits;
 }
 

@@ -67,6 +67,10 @@ struct ScanStats {
   /// Sum of squares over the finite elements, accumulated in double (each square of an fp32 value
   /// is exact in double, so 3e38^2 is representable).
   double sq_norm = 0;
+  /// One entry per tensor (same order as `nonfinite`): the sum of squares of that tensor's
+  /// finite elements, in double. sq_norm is their sum in tensor order. Costs one double per
+  /// tensor; `grad_norm_spike` keeps a per-parameter history of these to name the parameter.
+  std::vector<double> sq_norms;
   /// Max |x| over the finite elements (0 if there are none).
   float max_abs = 0;
 

@@ -177,28 +177,46 @@ class RankRunner {
     if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
     has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
                               "watchdog") != s_.detectors.enabled.end();
+    for (const auto& d : detectors_) has_post_reduce_ |= d->hook() == detect::Hook::kPostReduce;
   }
 
   int run() {
     initial_eval_ = eval_loss();
+    // Detections in a row, counted across rollbacks: a clean step resets the count only when it
+    // is new progress (past the highest step run so far). A clean re-executed step does not, so
+    // a fault that returns on every re-execution reaches max_consecutive and escalates to abort
+    // instead of rolling back until the job's timeout (SCENARIO_FORMAT.md, "Recovery must
+    // terminate"; Megatron-LM 5281 looped on a corrupt restore point the same way).
     int64_t consecutive = 0;
+    int64_t rollbacks = 0;  // since the count was last reset
     const bool rollback = s_.recovery.has(Policy::kRollback);
     for (int64_t step = 0; step < s_.job.steps;) {
       if (rollback && step % s_.recovery.snapshot_every == 0) take_snapshot(step);
       rollback_requested_ = false;
+      const bool reexecuted = step <= high_water_;
       const bool detected = run_step(step);
       high_water_ = std::max(high_water_, step);
-      consecutive = detected ? consecutive + 1 : 0;
+      if (detected) {
+        ++consecutive;
+      } else if (!reexecuted) {
+        consecutive = 0;
+        rollbacks = 0;
+      }
       if (aborting_) return finish_abort(step, "policy abort", abort_cause_);
       if (detected && consecutive >= s_.recovery.max_consecutive) {
-        return finish_abort(step,
-                            fmt::format("{} consecutive detections (max_consecutive)", consecutive),
-                            abort_cause_);
+        const std::string reason =
+            rollbacks == 0 ? fmt::format("{} consecutive detections (max_consecutive)", consecutive)
+                           : fmt::format(
+                                 "{} detections without a clean step past step {} ({} rollbacks; "
+                                 "max_consecutive): the fault returns on every re-execution",
+                                 consecutive, high_water_, rollbacks);
+        return finish_abort(step, reason, abort_cause_);
       }
       if (rollback_requested_ && snapshot_) {
         // Re-execute from the last snapshot taken before the faulty step; persistent faults fire
         // again on the re-executed steps, transient ones do not.
         restore_snapshot();
+        ++rollbacks;
         log_->write("rollback", {{"step", step}, {"to_step", snapshot_->step}});
         step = snapshot_->step;
         continue;
@@ -318,6 +336,19 @@ class RankRunner {
     collective(name, dev.data_ptr(), rows.size(), ElemType::kInt64, step);
     host = dev.cpu();
     std::memcpy(rows.data(), host.data_ptr<int64_t>(), rows.size() * sizeof(double));
+  }
+
+  /// SUM all-reduce of the fixed-size summary (int64 on both engines; on NCCL through the
+  /// device, as the rows).
+  void allreduce_counts(SummaryCounts& counts, const std::string& name, int64_t step) {
+    if (!cuda_) {
+      collective(name, counts.data(), counts.size(), ElemType::kInt64, step);
+      return;
+    }
+    auto host = torch::from_blob(counts.data(), {int64_t(counts.size())}, torch::kInt64);
+    auto dev = host.to(device_);
+    collective(name, dev.data_ptr(), counts.size(), ElemType::kInt64, step);
+    host.copy_(dev.cpu());
   }
 
   /// Batches are made (and batch faults applied) on the CPU, then moved to the rank's device.
@@ -465,18 +496,28 @@ class RankRunner {
     run_detectors(Hook::kGradients, view, row, step);
     view.grad_stats = nullptr;
     if (pre.first_nonfinite >= 0) row[kGradIdx] = pre.first_nonfinite;
+    if (local_findings_.count("grad_norm_spike")) {  // only on finite gradients: no overlap
+      row[kGradIdx] = local_findings_["grad_norm_spike"].code;
+    }
     row[kMaxAbs] = double(pre.max_abs) * pre_scale;  // magnitude that enters the SUM
     if (naive && row[kBits] != 0) return early_return(step, lr);
 
-    // consensus: one small all-reduce of every rank's row
+    // consensus (consensus.h): a fixed-size summary every step; the [world x kRowWidth] detail
+    // only when some rank flagged something. On a clean step `rows` stays zero.
     Decision decision;
     double global_max_abs = row[kMaxAbs];
+    bool detail = false;  // rows hold every rank's row
     if (consensus_) {
-      std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
-      allreduce_rows(rows, "consensus", step);
-      decision = decide(rows, world_, bwd_names_, module_names_);
+      SummaryCounts counts = summary_counts(uint64_t(row[kBits]));
+      allreduce_counts(counts, "consensus", step);
+      if (summary_flagged(counts)) {
+        std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
+        allreduce_rows(rows, "consensus_detail", step);
+        detail = true;
+        decision = decide(rows, world_, bwd_names_, module_names_);
+        global_max_abs = harness::global_max_abs(rows, world_);
+      }
       decided_us_ = now_us();  // every rank agrees here; the replay only refines attribution
-      global_max_abs = harness::global_max_abs(rows, world_);
       if (decision.flagged && s_.detectors.replay) replay_and_refine(step, &decision);
     }
     bool skip = false;
@@ -518,6 +559,15 @@ class RankRunner {
         unpack_and_scan(wire_buf_.data(), wire_, post_scale, outs, &post);
       }
       view.reduce_stats = &post;
+      if (consensus_ && !detail && post.any_nonfinite() && has_post_reduce_) {
+        // The reduced buffer is the same on every rank, so every rank comes here: the largest
+        // contribution (post_reduce tells a SUM overflow from corruption by it) is gathered
+        // only now, on the rare step that needs it.
+        std::vector<double> m(size_t(world_), 0.0);
+        m[size_t(rank_)] = row[kMaxAbs];
+        allreduce_rows(m, "max_abs", step);
+        global_max_abs = *std::max_element(m.begin(), m.end());
+      }
       view.global_max_abs = global_max_abs;
       view.wire = wire_;
       // post_reduce sees the same reduced buffer on every rank: its decision needs no consensus.
@@ -938,6 +988,7 @@ class RankRunner {
   WireType wire_ = WireType::kFp32;
   bool consensus_ = true;
   bool has_watchdog_ = false;
+  bool has_post_reduce_ = false;  // a kPostReduce detector is enabled
   bool anomaly_mode_ = false;
   bool rollback_requested_ = false;
   std::optional<torch::ScalarType> half_;  // precision fp16/bf16: rounding at every probe

@@ -276,6 +276,19 @@ TEST(ConsensusCauseRules, SpikesAreGradientExplosion) {
   }
 }
 
+TEST(ConsensusCauseRules, GradNormSpikeNamesTheParameterOfTheFirstSpikingRank) {
+  using nanchaos::harness::kGradIdx;
+  using nanchaos::harness::kRowWidth;
+  auto rows = one_flag(4, 2, "grad_norm_spike");
+  rows[2 * kRowWidth + kGradIdx] = 1;  // backward index of the parameter that rose the most
+  auto d = nanchaos::harness::decide(rows, 4, {"head.weight", "layers.1.linear.weight"}, {});
+  EXPECT_EQ(d.cause, "gradient_explosion");
+  EXPECT_EQ(d.layer, "layers.1.linear.weight");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{2});
+  rows[2 * kRowWidth + kGradIdx] = -1;  // no per-parameter history yet: no layer
+  EXPECT_EQ(nanchaos::harness::decide(rows, 4, {"head.weight"}, {}).layer, "");
+}
+
 TEST(ConsensusCauseRules, SpikeLosesToANonFiniteLossOnAnotherRank) {
   auto rows = one_flag(2, 0, "grad_norm_spike");
   rows[1 * nanchaos::harness::kRowWidth + nanchaos::harness::kBits] =
@@ -283,4 +296,31 @@ TEST(ConsensusCauseRules, SpikeLosesToANonFiniteLossOnAnotherRank) {
   auto d = nanchaos::harness::decide(rows, 2, {"w"}, {});
   EXPECT_EQ(d.detector, "loss");  // earlier in the pipeline
   EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+}
+
+// The fixed-size summary round (consensus.h): one int64 count per detector, SUM-reduced; its
+// size is the same at every world size and it never carries a float.
+TEST(ConsensusSummary, OneCountPerDetectorSummedOverRanks) {
+  using nanchaos::harness::detector_bit;
+  using nanchaos::harness::kSummaryWidth;
+  using nanchaos::harness::summary_counts;
+  using nanchaos::harness::summary_flagged;
+  static_assert(kSummaryWidth == nanchaos::harness::kDetectorOrder.size());
+  EXPECT_FALSE(summary_flagged(summary_counts(0)));
+  const uint64_t grad = uint64_t(1) << detector_bit("grad");
+  const uint64_t loss = uint64_t(1) << detector_bit("loss");
+  // Three ranks: one clean, one with grad, one with grad and loss; the SUM every rank receives.
+  nanchaos::harness::SummaryCounts sum{};
+  for (uint64_t bits : {uint64_t(0), grad, grad | loss}) {
+    const auto c = summary_counts(bits);
+    for (size_t b = 0; b < kSummaryWidth; ++b) sum[b] += c[b];
+  }
+  EXPECT_TRUE(summary_flagged(sum));
+  EXPECT_EQ(sum[size_t(detector_bit("grad"))], 2);
+  EXPECT_EQ(sum[size_t(detector_bit("loss"))], 1);
+  EXPECT_EQ(sum[size_t(detector_bit("param"))], 0);
+  // The last detector's bit is in the last slot (no bit is lost at the end of the order).
+  const auto last = summary_counts(uint64_t(1) << (kSummaryWidth - 1));
+  EXPECT_EQ(last[kSummaryWidth - 1], 1);
+  EXPECT_TRUE(summary_flagged(last));
 }

@@ -11,7 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "harness/consensus.h"
 #include "harness/scenario.h"
 #include "tests/test_util.h"
 
@@ -537,6 +539,138 @@ consistent = true
   EXPECT_EQ(a["params_hash"], b["params_hash"]);
   EXPECT_EQ(a["optim_hash"], b["optim_hash"]);
   EXPECT_EQ(a["eval_loss"], b["eval_loss"]);
+}
+
+namespace {
+
+// The rank-0 events of one scenario of a run folder.
+std::vector<json> rank0_events(const std::string& out, const std::string& name) {
+  std::vector<json> evs;
+  std::ifstream in(out + "/" + name + "/events/rank-0.jsonl");
+  for (std::string line; std::getline(in, line);) evs.push_back(json::parse(line));
+  return evs;
+}
+
+// A 2-rank mlp under rollback (snapshot every 10 steps) with faults appended by the test.
+std::string rollback_scenario(const std::string& name, int max_consecutive,
+                              const std::string& faults_and_expect) {
+  return "[scenario]\nname = \"" + name + "\"\nseed = 17\n" + R"(
+[job]
+workload = "mlp"
+ranks = 2
+steps = 24
+[workload]
+hidden = 16
+features = 8
+[recovery]
+policy = "rollback"
+snapshot_every = 10
+max_consecutive = )" +
+         std::to_string(max_consecutive) + "\n" + faults_and_expect;
+}
+
+}  // namespace
+
+// Recovery terminates (SCENARIO_FORMAT.md "More detectors and recovery"): a persistent fault
+// returns on every re-execution; detections at re-executed steps count toward max_consecutive,
+// the clean re-executed steps before the faulty one do not reset the count, so the third
+// detection aborts after two rollbacks instead of rolling back until timeout_ms.
+TEST(Rollback, PersistentFaultEscalatesToAbortAfterMaxConsecutive) {
+  const auto dir = tmpdir("in");
+  const auto file = write_file(dir, "p.toml", rollback_scenario("persistent", 3, R"(
+[[fault]]
+kind = "tensor"
+target = "gradient:layers.0.linear.weight"
+ranks = [1]
+step = 13
+persistent = true
+[expect]
+detected = true
+rank = 1
+cause = "gradient"
+outcome = "aborted"
+abort_within_ms = 20000
+)"));
+  const auto out = tmpdir("out");
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["outcome"], "aborted");
+  int rollbacks = 0;
+  json abort;
+  for (const auto& e : rank0_events(out, "persistent")) {
+    if (e["ev"] == "rollback") {
+      ++rollbacks;
+      EXPECT_EQ(e["step"], 13);
+      EXPECT_EQ(e["to_step"], 10);
+    }
+    if (e["ev"] == "abort") abort = e;
+  }
+  EXPECT_EQ(rollbacks, 2);
+  ASSERT_FALSE(abort.is_null());
+  EXPECT_EQ(abort["step"], 13);
+  EXPECT_EQ(abort["cause"], "gradient");
+  EXPECT_EQ(abort["reason"],
+            "3 detections without a clean step past step 13 (2 rollbacks; max_consecutive): the "
+            "fault returns on every re-execution");
+}
+
+// Fixed-size consensus (consensus.h): every step sends one summary of kSummaryWidth int64 counts
+// whatever the world size; the [world x 7] detail round runs only on the flagged step.
+TEST(Consensus, CleanStepsSendOnlyTheFixedSizeSummary) {
+  const auto dir = tmpdir("in");
+  std::string text = kActivation2;
+  text.replace(text.find("steps = 14"), 10, "steps = 10\nranks = 4");
+  const auto file = write_file(dir, "a.toml", text);
+  const auto out = tmpdir("out");
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<int64_t> summary_steps, detail_steps;
+  for (const auto& e : rank0_events(out, "nan-activation-rank1")) {
+    if (e["ev"] != "coll_enter") continue;
+    if (e["name"] == "consensus") {
+      summary_steps.push_back(e["step"].get<int64_t>());
+      EXPECT_EQ(e["count"], nanchaos::harness::kSummaryWidth);
+      EXPECT_EQ(e["dtype"], "int64");
+    } else if (e["name"] == "consensus_detail") {
+      detail_steps.push_back(e["step"].get<int64_t>());
+      EXPECT_EQ(e["count"], 4 * nanchaos::harness::kRowWidth);
+    }
+  }
+  EXPECT_EQ(summary_steps.size(), 10u);
+  EXPECT_EQ(detail_steps, std::vector<int64_t>{6});
+}
+
+// The count resets once the run makes new progress: two transient faults 3 steps apart, each
+// rolled back and cleanly re-executed, never reach max_consecutive = 2 and the job completes.
+TEST(Rollback, CountResetsAtTheFirstCleanStepPastTheFaultyOne) {
+  const auto dir = tmpdir("in");
+  const auto file = write_file(dir, "t.toml", rollback_scenario("transient", 2, R"(
+[[fault]]
+kind = "tensor"
+target = "gradient:layers.0.linear.weight"
+ranks = [1]
+step = 13
+[[fault]]
+kind = "tensor"
+target = "gradient:layers.0.linear.weight"
+ranks = [0]
+step = 16
+[expect]
+detected = true
+outcome = "completed"
+recovered = true
+consistent = true
+)"));
+  const auto out = tmpdir("out");
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<int64_t> rolled_at;
+  for (const auto& e : rank0_events(out, "transient")) {
+    if (e["ev"] == "rollback") rolled_at.push_back(e["step"].get<int64_t>());
+    EXPECT_NE(e["ev"], "abort") << e.dump();
+  }
+  EXPECT_EQ(rolled_at, (std::vector<int64_t>{13, 16}));
 }
 
 // GradScaler growth: the loss scale doubles every growth_interval clean steps, stops at max_scale

@@ -160,6 +160,10 @@ TEST(CudaScanner, MatchesTheCpuScan) {
   EXPECT_EQ(got.first_nonfinite, want.first_nonfinite);
   EXPECT_EQ(got.max_abs, want.max_abs);
   EXPECT_NEAR(got.sq_norm, want.sq_norm, std::abs(want.sq_norm) * 1e-12);
+  ASSERT_EQ(got.sq_norms.size(), want.sq_norms.size());
+  for (size_t t = 0; t < want.sq_norms.size(); ++t) {
+    EXPECT_NEAR(got.sq_norms[t], want.sq_norms[t], std::abs(want.sq_norms[t]) * 1e-12) << t;
+  }
   // Same pointers again: the cached chunk table; a clean buffer clears the flags.
   scanner.scan(dev, nullptr, &got);
   EXPECT_EQ(got.nonfinite, want.nonfinite);
@@ -184,6 +188,10 @@ TEST(CudaScanner, ScaleAndScanMatchesTheCpu) {
   EXPECT_EQ(got.nonfinite, want.nonfinite);
   EXPECT_EQ(got.max_abs, want.max_abs);
   EXPECT_NEAR(got.sq_norm, want.sq_norm, std::abs(want.sq_norm) * 1e-12);
+  ASSERT_EQ(got.sq_norms.size(), want.sq_norms.size());
+  for (size_t t = 0; t < want.sq_norms.size(); ++t) {
+    EXPECT_NEAR(got.sq_norms[t], want.sq_norms[t], std::abs(want.sq_norms[t]) * 1e-12) << t;
+  }
 }
 
 TEST(NcclCommunicator, OneRankAllReduceAndStallTimesOut) {

@@ -30,6 +30,7 @@ struct Reference {
   std::vector<uint8_t> nonfinite;
   int first_nonfinite = -1;
   long double sq_norm = 0;
+  std::vector<long double> sq_norms;  // per tensor
   float max_abs = 0;
 };
 
@@ -37,12 +38,14 @@ Reference reference_scan(const std::vector<std::vector<float>>& tensors) {
   Reference r;
   for (size_t t = 0; t < tensors.size(); ++t) {
     uint8_t bad = 0;
+    r.sq_norms.push_back(0);
     for (float x : tensors[t]) {
       if (!std::isfinite(x)) {
         bad = 1;
         continue;
       }
       r.sq_norm += static_cast<long double>(x) * x;
+      r.sq_norms.back() += static_cast<long double>(x) * x;
       r.max_abs = std::max(r.max_abs, std::fabs(x));
     }
     r.nonfinite.push_back(bad);
@@ -114,6 +117,21 @@ void expect_matches_reference(const ScanStats& s, const Reference& r) {
     EXPECT_LE(std::fabs(static_cast<long double>(s.sq_norm) - ref) / ref, 1e-12L)
         << s.sq_norm << " vs " << static_cast<double>(ref);
   }
+  // Per tensor (grad_norm_spike's per-parameter history): each within the same bound, and the
+  // total is exactly their sum in tensor order.
+  ASSERT_EQ(s.sq_norms.size(), r.sq_norms.size());
+  double total = 0;
+  for (size_t t = 0; t < s.sq_norms.size(); ++t) {
+    const long double want = r.sq_norms[t];
+    if (want == 0) {
+      EXPECT_EQ(s.sq_norms[t], 0.0) << "tensor " << t;
+    } else {
+      EXPECT_LE(std::fabs(static_cast<long double>(s.sq_norms[t]) - want) / want, 1e-12L)
+          << "tensor " << t;
+    }
+    total += s.sq_norms[t];
+  }
+  EXPECT_EQ(total, s.sq_norm);
 }
 
 TEST(FusedScan, WireBytes) {
