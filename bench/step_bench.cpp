@@ -11,7 +11,13 @@
 //   default  preset "default" (batch, loss, grad, post_reduce, watchdog + the consensus round);
 //   full     preset "full": every detector, which includes always-on anomaly mode;
 //   anomaly  the default detectors plus `anomaly` (LibTorch's autograd anomaly mode, always on):
-//            the usual debugging baseline.
+//            the usual debugging baseline;
+//   replica  the default detectors plus `replica` with replica_every = 1 (a digest of parameters,
+//            buffers and Adam state plus its exchange on every step); its rows add
+//            replica_check_ms (the round's own time, from the ranks' replica_check events),
+//            replica_share_of_step (= replica_check_ms / step_ms of the same jobs: the cost of a
+//            step with the digest against one without) and replica_every10_overhead (that share
+//            / 10: the cost at the default replica_every = 10).
 // All measurements of one rank count run when its first row runs; every row then reports
 // manual time = its stack's mean step time, and counters step_ms (the same, in ms), step_p50_ms,
 // ratio_vs_none (= mean step time / none's mean step time, same run), ranks, steps (measured
@@ -46,10 +52,11 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kStacks[] = {"none", "default", "full", "anomaly"};
+const char* const kStacks[] = {"none", "default", "full", "anomaly", "replica"};
 
 struct StackTimes {
   std::vector<double> step_ms, cpu_ms;  // wall and process CPU time per step
+  std::vector<double> replica_ms;       // replica_check events (stack replica)
   int detections = 0;
 };
 
@@ -91,6 +98,10 @@ std::string scenario_toml(const std::string& stack, int ranks, int steps) {
     detectors =
         "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
         "\"anomaly\"]\n";
+  } else if (stack == "replica") {
+    detectors =
+        "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
+        "\"replica\"]\nreplica_every = 1\n";
   } else {
     detectors = "preset = \"" + stack + "\"\n";
   }
@@ -138,6 +149,9 @@ StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int
         begin_cpu[step] = e.value("cpu_us", int64_t(0));
       }
       if (ev == "decision") ++t.detections;
+      if (ev == "replica_check" && step >= warmup) {
+        t.replica_ms.push_back(double(e.value("us", int64_t(0))) / 1000.0);
+      }
       if (ev == "step_end" && step >= warmup && begin.count(step)) {
         t.step_ms.push_back(double(e.value("t_us", int64_t(0)) - begin[step]) / 1000.0);
         t.cpu_ms.push_back(double(e.value("cpu_us", int64_t(0)) - begin_cpu[step]) / 1000.0);
@@ -169,6 +183,7 @@ const std::map<std::string, StackTimes>& measure(int ranks) {
       auto& acc = all[stack];
       acc.step_ms.insert(acc.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
       acc.cpu_ms.insert(acc.cpu_ms.end(), t.cpu_ms.begin(), t.cpu_ms.end());
+      acc.replica_ms.insert(acc.replica_ms.end(), t.replica_ms.begin(), t.replica_ms.end());
       acc.detections += t.detections;
     }
   }
@@ -204,6 +219,12 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
   const double none_cpu = nb::mean(times->at("none").cpu_ms);
   state.counters["cpu_ms"] = nb::mean(t.cpu_ms);
   state.counters["ratio_cpu_vs_none"] = none_cpu > 0 ? nb::mean(t.cpu_ms) / none_cpu : 0;
+  if (!t.replica_ms.empty()) {
+    const double share = nb::mean(t.replica_ms) / nb::mean(t.step_ms);
+    state.counters["replica_check_ms"] = nb::mean(t.replica_ms);
+    state.counters["replica_share_of_step"] = share;
+    state.counters["replica_every10_overhead"] = share / 10.0;
+  }
 }
 
 }  // namespace

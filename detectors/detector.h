@@ -26,7 +26,9 @@ using harness::detector_bit;
 using harness::kDetectorOrder;
 
 /// kCollective: not called per step; the detector's presence arms the collective deadline.
-enum class Hook { kStepStart, kBatch, kLoss, kGradients, kPostReduce, kCollective };
+/// kReplica: at step start on the steps due() accepts, after the runner exchanged the ranks'
+/// state digests (harness/replica.h).
+enum class Hook { kStepStart, kReplica, kBatch, kLoss, kGradients, kPostReduce, kCollective };
 
 struct Finding {
   std::string layer;  ///< "" when the detector cannot tell
@@ -50,6 +52,13 @@ struct StepView {
   double global_max_abs = 0;                             ///< kPostReduce: max |g| over all ranks
   harness::WireType wire = harness::WireType::kFp32;
   const std::string* anomaly_message = nullptr;  ///< kGradients: anomaly mode's error, if any
+  /// kReplica: every rank's whole-state digest (world entries, rank order).
+  const std::vector<uint64_t>* replica_combined = nullptr;
+  /// kReplica: [world x replica_names->size()] per-tensor digests, row-major; empty when every
+  /// combined digest agreed (the detail is exchanged only then).
+  const std::vector<uint64_t>* replica_per_tensor = nullptr;
+  /// kReplica: the digested tensors: parameters (forward order), buffers, "training_state".
+  const std::vector<std::string>* replica_names = nullptr;
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.
@@ -72,6 +81,8 @@ class Detector {
   virtual void on_activation(const std::string& /*module*/, const torch::Tensor& /*out*/) {}
   /// True for the detector that needs LibTorch's anomaly mode on for every backward.
   virtual bool wants_anomaly_mode() const { return false; }
+  /// Whether the detector runs at `step` (kReplica: every replica_every steps).
+  virtual bool due(int64_t /*step*/) const { return true; }
   virtual std::optional<Finding> check(const StepView& view) = 0;
 
  private:

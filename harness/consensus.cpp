@@ -29,7 +29,8 @@ double global_max_abs(const std::vector<double>& rows, int world) {
 
 Decision decide(const std::vector<double>& rows, int world,
                 const std::vector<std::string>& bwd_names,
-                const std::vector<std::string>& module_names) {
+                const std::vector<std::string>& module_names,
+                const std::vector<std::string>& replica_names) {
   Decision d;
   auto bits_of = [&](int r) { return uint64_t(rows[size_t(r) * kRowWidth + kBits]); };
   uint64_t any = 0;
@@ -68,6 +69,12 @@ Decision decide(const std::vector<double>& rows, int world,
     d.cause = "activation";
     const double idx = row[kModuleIdx];
     if (idx >= 0 && size_t(idx) < module_names.size()) d.layer = module_names[size_t(idx)];
+  } else if (d.detector == "replica") {
+    // A replica whose digest differs from the majority's (replica.h): finite silent corruption
+    // or drifted training state.
+    d.cause = "replica_divergence";
+    const double idx = row[kReplicaIdx];
+    if (idx >= 0 && size_t(idx) < replica_names.size()) d.layer = replica_names[size_t(idx)];
   } else if (d.detector == "loss_spike") {
     // A blow-up seen before any non-finite value (DESIGN.md: gradient_explosion).
     d.cause = "gradient_explosion";

@@ -25,9 +25,9 @@ namespace nanchaos::harness {
 
 /// Pipeline order; bit i of a rank's detector word is kDetectorOrder[i]. The first detector of a
 /// step is the flagged one that comes first here.
-inline constexpr std::array<const char*, 11> kDetectorOrder = {
-    "param",           "batch",      "activation",  "loss",     "loss_spike", "grad",
-    "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
+inline constexpr std::array<const char*, 12> kDetectorOrder = {
+    "param", "replica",         "batch",      "activation",  "loss",     "loss_spike",
+    "grad",  "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
 
 /// Index in kDetectorOrder, -1 if unknown.
 int detector_bit(const std::string& name);
@@ -52,7 +52,8 @@ enum RowField : int {
   kMaxAbs = 4,        ///< max |g| entering the SUM (after pre-division)
   kParamIdx = 5,      ///< param detector: first non-finite parameter, backward order
   kModuleIdx = 6,     ///< activation detector: first non-finite module output, forward order
-  kRowWidth = 7
+  kReplicaIdx = 7,    ///< replica detector: first differing tensor, replica order (replica.h)
+  kRowWidth = 8
 };
 
 /// What every rank agreed happened at a step.
@@ -68,10 +69,12 @@ struct Decision {
 
 /// Derives the decision from the all-reduced matrix. `bwd_names` maps gradient/parameter indices
 /// to names (backward order). Throws std::out_of_range on an index outside bwd_names.
-/// `module_names` maps module indices (forward order) to names.
+/// `module_names` maps module indices (forward order) to names; `replica_names` the replica
+/// detector's tensor indices (parameters in forward order, buffers, "training_state").
 Decision decide(const std::vector<double>& rows, int world,
                 const std::vector<std::string>& bwd_names,
-                const std::vector<std::string>& module_names = {});
+                const std::vector<std::string>& module_names = {},
+                const std::vector<std::string>& replica_names = {});
 
 /// max over ranks of the kMaxAbs column.
 double global_max_abs(const std::vector<double>& rows, int world);

@@ -74,12 +74,20 @@ int cmd_validate(const std::vector<std::string>& paths,
   return bad ? 2 : 0;
 }
 
+/// `optimizer_state`: the job's optimizer keeps Adam's per-parameter state (built-in jobs with
+/// adam/adamw; optimizer: targets of SCENARIO_FORMAT.md "More faults").
 void print_targets(const std::vector<std::string>& modules,
-                   const std::vector<std::string>& parameters) {
+                   const std::vector<std::string>& parameters, bool optimizer_state = false) {
   std::cout << "# activation targets (forward order)\n";
   for (const auto& m : modules) std::cout << "activation:" << m << "\n";
   std::cout << "# parameter / gradient targets\n";
   for (const auto& p : parameters) std::cout << "parameter:" << p << "  gradient:" << p << "\n";
+  if (optimizer_state) {
+    std::cout << "# optimizer state targets (after the optimizer step)\n";
+    for (const auto& p : parameters) {
+      std::cout << "optimizer:" << p << ".exp_avg  optimizer:" << p << ".exp_avg_sq\n";
+    }
+  }
   std::cout << "loss\n";
 }
 
@@ -329,7 +337,7 @@ int main(int argc, char** argv) {
     }
     if (s.job.external()) return cmd_targets_external(s, self_exe(argv[0]));
     auto t = list_targets(s);
-    print_targets(t.modules, t.parameters);
+    print_targets(t.modules, t.parameters, s.workload.optimizer != Optimizer::kSgd);
     return 0;
   }
   if (*targets) {
@@ -343,7 +351,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto t = list_targets(tscen);
-    print_targets(t.modules, t.parameters);
+    print_targets(t.modules, t.parameters, tscen.workload.optimizer != Optimizer::kSgd);
     return 0;
   }
   return 2;

@@ -27,6 +27,7 @@
 #include "harness/proc_status.h"
 #include "harness/rank_host.h"
 #include "harness/registry.h"
+#include "harness/replica.h"
 #include "harness/scenario.h"
 #include "harness/torch_compat.h"
 #include "harness/workload.h"
@@ -89,6 +90,32 @@ void torch_warning(const std::string& msg) {
 void digest_tensor(Digest& d, const torch::Tensor& t) {
   auto c = t.contiguous().cpu();
   d.add_bytes(c.data_ptr(), c.nbytes());
+}
+
+/// A parameter's optimizer state as named tensors sharing storage with the optimizer's (Adam,
+/// AdamW: exp_avg, exp_avg_sq; SGD: momentum_buffer when momentum is on); empty without state.
+NamedTensors state_tensors(torch::optim::OptimizerParamState* st) {
+  NamedTensors out;
+  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) {
+    out = {{"exp_avg", a->exp_avg()}, {"exp_avg_sq", a->exp_avg_sq()}};
+  } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) {
+    out = {{"exp_avg", w->exp_avg()}, {"exp_avg_sq", w->exp_avg_sq()}};
+  } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(st)) {
+    if (m->momentum_buffer().defined()) out = {{"momentum_buffer", m->momentum_buffer()}};
+  }
+  return out;
+}
+
+/// Adam/AdamW's step counter (bias correction: PyTorch's `state["step"]`), -1 otherwise.
+int64_t state_step(torch::optim::OptimizerParamState* st) {
+  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) return a->step();
+  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) return w->step();
+  return -1;
+}
+
+void set_state_step(torch::optim::OptimizerParamState* st, int64_t step) {
+  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) a->step(step);
+  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) w->step(step);
 }
 
 class RankRunner {
@@ -159,6 +186,9 @@ class RankRunner {
       scaler_.emplace(s_.recovery.scaler);
     }
     for (const auto& f : s_.faults) {
+      has_state_faults_ |= f.kind == "state";
+      has_optimizer_faults_ |=
+          f.params.has("target") && f.params.get_string("target").rfind("optimizer:", 0) == 0;
       const auto& info = fault_kinds().at(f.kind);
       if (!info.make) throw std::runtime_error("fault kind " + f.kind + " is not implemented yet");
       injectors_.push_back(info.make(f, s_));
@@ -178,6 +208,12 @@ class RankRunner {
     has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
                               "watchdog") != s_.detectors.enabled.end();
     for (const auto& d : detectors_) has_post_reduce_ |= d->hook() == detect::Hook::kPostReduce;
+    for (const auto& d : detectors_) {
+      if (d->hook() == Hook::kReplica) replica_ = d.get();
+    }
+    replica_names_ = {"training_state"};
+    replica_names_.insert(replica_names_.end(), fwd_names_.begin(), fwd_names_.end());
+    for (auto& [name, b] : workload_->buffers()) replica_names_.push_back(name);
   }
 
   int run() {
@@ -338,17 +374,203 @@ class RankRunner {
     std::memcpy(rows.data(), host.data_ptr<int64_t>(), rows.size() * sizeof(double));
   }
 
-  /// SUM all-reduce of the fixed-size summary (int64 on both engines; on NCCL through the
-  /// device, as the rows).
-  void allreduce_counts(SummaryCounts& counts, const std::string& name, int64_t step) {
+  /// In-place SUM all-reduce of `n` int64 (on NCCL through the device, as the rows). With one
+  /// contributing rank per slot and zeros elsewhere it is an exact all-gather or broadcast of
+  /// any bit pattern.
+  void allreduce_i64(int64_t* data, size_t n, const std::string& name, int64_t step) {
     if (!cuda_) {
-      collective(name, counts.data(), counts.size(), ElemType::kInt64, step);
+      collective(name, data, n, ElemType::kInt64, step);
       return;
     }
-    auto host = torch::from_blob(counts.data(), {int64_t(counts.size())}, torch::kInt64);
+    auto host = torch::from_blob(data, {int64_t(n)}, torch::kInt64);
     auto dev = host.to(device_);
-    collective(name, dev.data_ptr(), counts.size(), ElemType::kInt64, step);
+    collective(name, dev.data_ptr(), n, ElemType::kInt64, step);
     host.copy_(dev.cpu());
+  }
+
+  /// Every parameter's optimizer state tensors as PARAM.STATE (forward order), sharing storage.
+  NamedTensors optimizer_states() {
+    NamedTensors out;
+    for (size_t i = 0; i < fwd_params_.size(); ++i) {
+      for (auto& [name, t] : state_tensors(compat::optimizer_state(*opt_, fwd_params_[i]))) {
+        out.emplace_back(fwd_names_[i] + "." + name, t);
+      }
+    }
+    return out;
+  }
+
+  /// The `state` kind's hook: hands the faults the loss scale, the learning-rate factor and the
+  /// step counters, then writes back what they changed.
+  void apply_state_faults(FaultContext& ctx) {
+    std::optional<double> scale;
+    if (scaler_) scale = scaler_->scale();
+    std::vector<int64_t> counters;
+    std::vector<torch::optim::OptimizerParamState*> states;
+    for (auto& p : fwd_params_) {
+      auto* st = compat::optimizer_state(*opt_, p);
+      if (state_step(st) < 0) continue;
+      states.push_back(st);
+      counters.push_back(state_step(st));
+    }
+    inject::TrainingState ts;
+    ts.loss_scale = scale ? &*scale : nullptr;
+    ts.lr_factor = &lr_scale_;
+    ts.step_counters = &counters;
+    for (auto& inj : injectors_) inj->on_training_state(ctx, ts);
+    if (scale && *scale != scaler_->scale()) {
+      LossScaler::State st = scaler_->state();
+      st.scale = *scale;
+      scaler_->restore(st);
+    }
+    for (size_t i = 0; i < states.size(); ++i) set_state_step(states[i], counters[i]);
+  }
+
+  /// The fixed-size summary round (consensus.h).
+  void allreduce_counts(SummaryCounts& counts, const std::string& name, int64_t step) {
+    allreduce_i64(counts.data(), counts.size(), name, step);
+  }
+
+  /// All-gather of one uint64 per slot of `mine` into a [world x mine.size()] matrix.
+  std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& mine, const std::string& name,
+                                      int64_t step) {
+    std::vector<uint64_t> all(size_t(world_) * mine.size(), 0);
+    std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(size_t(rank_) * mine.size()));
+    allreduce_i64(reinterpret_cast<int64_t*>(all.data()), all.size(), name, step);
+    return all;
+  }
+
+  /// One digest per replica_names_ entry: the training state (loss scale, learning-rate factor)
+  /// first, so that drifted state is named before the parameters it then makes differ; each
+  /// parameter with its optimizer state (tensors and step counter); each buffer.
+  std::vector<uint64_t> replica_digests() {
+    std::vector<uint64_t> out;
+    out.reserve(replica_names_.size());
+    {
+      Digest t;
+      const double scale = scaler_ ? scaler_->scale() : 0.0;
+      uint64_t bits;
+      std::memcpy(&bits, &scale, sizeof bits);
+      t.add_u64(bits);
+      std::memcpy(&bits, &lr_scale_, sizeof bits);
+      t.add_u64(bits);
+      out.push_back(t.value());
+    }
+    for (auto& p : fwd_params_) {
+      Digest d;
+      digest_tensor(d, p.detach());
+      auto* st = compat::optimizer_state(*opt_, p);
+      for (auto& [name, t] : state_tensors(st)) digest_tensor(d, t);
+      d.add_u64(uint64_t(state_step(st)));
+      out.push_back(d.value());
+    }
+    for (auto& [name, b] : workload_->buffers()) {
+      Digest d;
+      digest_tensor(d, b);
+      out.push_back(d.value());
+    }
+    return out;
+  }
+
+  /// The `replica` detector's exchange (replica.h): one digest per rank; the per-tensor digests
+  /// only when they differ. Every rank takes the same branches (same gathered data).
+  void replica_round(StepView& view, std::vector<double>& row, int64_t step) {
+    const int64_t t0 = now_us();
+    const std::vector<uint64_t> mine = replica_digests();
+    Digest all;
+    for (uint64_t v : mine) all.add_u64(v);
+    const std::vector<uint64_t> combined = allgather_u64({all.value()}, "replica", step);
+    replica_vote_ = replica_vote(combined);
+    std::vector<uint64_t> per_tensor;
+    if (replica_vote_.diverged) per_tensor = allgather_u64(mine, "replica_detail", step);
+    view.replica_combined = &combined;
+    view.replica_per_tensor = &per_tensor;
+    view.replica_names = &replica_names_;
+    run_detectors(Hook::kReplica, view, row, step);
+    view.replica_combined = view.replica_per_tensor = nullptr;
+    if (local_findings_.count("replica")) row[kReplicaIdx] = local_findings_["replica"].code;
+    // Its cost (digest + exchange), read by bench/step_bench.cpp.
+    log_->write("replica_check",
+                {{"step", step}, {"us", now_us() - t0}, {"diverged", replica_vote_.diverged}});
+  }
+
+  /// Policy `resync`: the minority ranks of the last replica vote receive parameters, buffers,
+  /// optimizer state (tensors and step counters), loss scaler state and the learning-rate factor
+  /// from the vote's source, bit-exact (a SUM where only the source contributes, as int64).
+  /// Every rank must hold the same layout (the same optimizer state tensors); when one does not,
+  /// the job aborts with that reason instead of copying garbage.
+  void resync(int64_t step) {
+    std::vector<torch::Tensor> tensors;  // in a fixed order, every rank alike
+    std::vector<int64_t> steps;
+    for (auto& p : fwd_params_) tensors.push_back(p.detach());
+    for (auto& [name, b] : workload_->buffers()) tensors.push_back(b);
+    for (auto& p : fwd_params_) {
+      auto* st = compat::optimizer_state(*opt_, p);
+      for (auto& [name, t] : state_tensors(st)) tensors.push_back(t);
+      steps.push_back(state_step(st));
+    }
+    LossScaler::State sc = scaler_ ? scaler_->state() : LossScaler::State{};
+    size_t bytes = 0;
+    for (auto& t : tensors) bytes += size_t(t.nbytes());
+    const size_t scalars = steps.size() + 4;  // steps, scale, tracker, just_grew, lr_scale
+    const size_t words = (bytes + 7) / 8 + scalars;
+    // The layout check: every rank's word count against the source's.
+    const auto sizes = allgather_u64({uint64_t(words)}, "resync_layout", step);
+    const int src = replica_vote_.source;
+    for (int r = 0; r < world_; ++r) {
+      if (sizes[size_t(r)] != sizes[size_t(src)]) {
+        aborting_ = true;
+        abort_cause_ = "replica_divergence";
+        log_->write("resync",
+                    {{"step", step},
+                     {"source", src},
+                     {"ok", false},
+                     {"reason", fmt::format("rank {} holds {} words of state, the source "
+                                            "rank {} holds {}: layouts differ",
+                                            r, sizes[size_t(r)], src, sizes[size_t(src)])}});
+        return;
+      }
+    }
+    std::vector<int64_t> buf(words, 0);
+    if (rank_ == src) {
+      auto* out = reinterpret_cast<unsigned char*>(buf.data());
+      for (auto& t : tensors) {
+        auto c = t.contiguous().cpu();
+        std::memcpy(out, c.data_ptr(), c.nbytes());
+        out += c.nbytes();
+      }
+      int64_t* s = buf.data() + (bytes + 7) / 8;
+      for (int64_t v : steps) *s++ = v;
+      std::memcpy(s++, &sc.scale, sizeof(double));
+      *s++ = sc.tracker;
+      *s++ = sc.just_grew ? 1 : 0;
+      std::memcpy(s, &lr_scale_, sizeof(double));
+    }
+    allreduce_i64(buf.data(), buf.size(), "resync", step);
+    const bool receiver = std::find(replica_vote_.minority.begin(), replica_vote_.minority.end(),
+                                    int64_t(rank_)) != replica_vote_.minority.end();
+    if (receiver) {
+      torch::NoGradGuard ng;
+      const auto* in = reinterpret_cast<const unsigned char*>(buf.data());
+      for (auto& t : tensors) {
+        auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
+        std::memcpy(host.data_ptr(), in, host.nbytes());
+        in += host.nbytes();
+        t.copy_(host);
+      }
+      const int64_t* s = buf.data() + (bytes + 7) / 8;
+      for (auto& p : fwd_params_) set_state_step(compat::optimizer_state(*opt_, p), *s++);
+      LossScaler::State got{};
+      std::memcpy(&got.scale, s++, sizeof(double));
+      got.tracker = *s++;
+      got.just_grew = *s++ != 0;
+      if (scaler_) scaler_->restore(got);
+      std::memcpy(&lr_scale_, s, sizeof(double));
+    }
+    log_->write("resync", {{"step", step},
+                           {"source", src},
+                           {"ranks", replica_vote_.minority},
+                           {"bytes", words * 8},
+                           {"ok", true}});
   }
 
   /// Batches are made (and batch faults applied) on the CPU, then moved to the rank's device.
@@ -380,6 +602,10 @@ class RankRunner {
       if (pol.has(Policy::kRollback)) {
         action = "rollback";
         rollback_requested_ = true;
+      }
+      if (pol.has(Policy::kResync) && d.detector == "replica") {
+        action = "resync";
+        resync_requested_ = true;
       }
       if (pol.has(Policy::kLrBackoff)) {
         lr_scale_ *= pol.lr_backoff_factor;  // from this detection on, cumulatively
@@ -414,8 +640,9 @@ class RankRunner {
     row[kLogitsFinite] = 1.0;
 
     // step_start: faults on parameters, then the param detector.
-    double lr = scheduled_lr(step) * lr_scale_;
     for (auto& inj : injectors_) inj->on_step_start(ctx);
+    if (has_state_faults_) apply_state_faults(ctx);  // may change lr_scale_ from this step on
+    double lr = scheduled_lr(step) * lr_scale_;
     NamedTensors params = named_parameters();
     for (auto& inj : injectors_) inj->on_parameters(ctx, params);
     for (auto& inj : injectors_) lr *= inj->lr_factor(ctx);
@@ -428,6 +655,7 @@ class RankRunner {
     view.params = &bwd_params_;
     run_detectors(Hook::kStepStart, view, row, step);
     if (local_findings_.count("param")) row[kParamIdx] = local_findings_["param"].code;
+    if (replica_ && consensus_ && replica_->due(step)) replica_round(view, row, step);
 
     // batch
     Batch batch = workload_->make_batch(step, rank_);
@@ -514,11 +742,15 @@ class RankRunner {
         std::copy(row.begin(), row.end(), rows.begin() + size_t(rank_) * kRowWidth);
         allreduce_rows(rows, "consensus_detail", step);
         detail = true;
-        decision = decide(rows, world_, bwd_names_, module_names_);
+        decision = decide(rows, world_, bwd_names_, module_names_, replica_names_);
         global_max_abs = harness::global_max_abs(rows, world_);
       }
       decided_us_ = now_us();  // every rank agrees here; the replay only refines attribution
-      if (decision.flagged && s_.detectors.replay) replay_and_refine(step, &decision);
+      // The replay re-runs one step's computation: it cannot tell anything about state that
+      // diverged over earlier steps.
+      if (decision.flagged && s_.detectors.replay && decision.detector != "replica") {
+        replay_and_refine(step, &decision);
+      }
     }
     bool skip = false;
     bool detected = false;
@@ -526,6 +758,10 @@ class RankRunner {
     if (decision.flagged) {
       detected = true;
       apply_policy(decision, step, &skip);
+      if (resync_requested_) {
+        resync(step);
+        resync_requested_ = false;
+      }
     }
 
     if (!skip) {
@@ -594,6 +830,10 @@ class RankRunner {
         if (s_.workload.grad_clip > 0) clip_gradients(post.sq_norm);
         for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
         opt_->step();
+      }
+      if (has_optimizer_faults_) {
+        NamedTensors states = optimizer_states();
+        for (auto& inj : injectors_) inj->on_optimizer_state(ctx, states);
       }
     }
     log_->write("step_end",
@@ -988,7 +1228,13 @@ class RankRunner {
   WireType wire_ = WireType::kFp32;
   bool consensus_ = true;
   bool has_watchdog_ = false;
-  bool has_post_reduce_ = false;  // a kPostReduce detector is enabled
+  bool has_post_reduce_ = false;            // a kPostReduce detector is enabled
+  detect::Detector* replica_ = nullptr;     // the `replica` detector, when enabled
+  std::vector<std::string> replica_names_;  // replica.h: parameters, buffers, training_state
+  ReplicaVote replica_vote_;                // of the last replica round
+  bool resync_requested_ = false;
+  bool has_state_faults_ = false;      // a `state` fault: its hook runs at step start
+  bool has_optimizer_faults_ = false;  // an optimizer: target: its hook runs after the update
   bool anomaly_mode_ = false;
   bool rollback_requested_ = false;
   std::optional<torch::ScalarType> half_;  // precision fp16/bf16: rounding at every probe

@@ -89,7 +89,8 @@ Policy policy_of(const std::string& s) {
                           {"rollback", Policy::kRollback},
                           {"lr_backoff", Policy::kLrBackoff},
                           {"abort", Policy::kAbort},
-                          {"none", Policy::kNone}});
+                          {"none", Policy::kNone},
+                          {"resync", Policy::kResync}});
 }
 
 std::string toml_type(const toml::node& n) {
@@ -853,18 +854,20 @@ void Loader::check_layer_exists(const std::string& layer, const SourcePos& pos,
   const std::optional<ModelSpec> model = listed_model(s);
   if (!model) return;  // an external job's stack names its own layers
   // What a detection can blame: a module, a parameter, the loss or the batch (detectors/*.cpp),
-  // or, for the anomaly detector, the autograd op that produced the NaN ("MulBackward0").
+  // or, for the anomaly detector, the autograd op that produced the NaN ("MulBackward0"); the
+  // replica detector also names buffers and "training_state" (harness/replica.h).
   static const std::regex backward_op("[A-Za-z0-9_]+Backward[0-9]*");
   if (std::regex_match(layer, backward_op)) return;
-  std::vector<std::string> names = {"loss", "inputs", "labels"};
+  std::vector<std::string> names = {"loss", "inputs", "labels", "training_state"};
   names.insert(names.end(), model->modules.begin(), model->modules.end());
   for (const auto& p : model->parameters) names.push_back(p.name);
+  for (const auto& b : model->buffers) names.push_back(b.name);
   for (const auto& n : names) {
     if (n.rfind(layer, 0) == 0) return;  // the judge's prefix match
   }
-  names.erase(names.begin(), names.begin() + 3);
-  scenario_error(pos, fmt::format("[expect].layer: \"{}\" is no module or parameter of the {} "
-                                  "workload (nor loss, inputs, labels){}",
+  names.erase(names.begin(), names.begin() + 4);
+  scenario_error(pos, fmt::format("[expect].layer: \"{}\" is no module, parameter or buffer of "
+                                  "the {} workload (nor loss, inputs, labels, training_state){}",
                                   layer, workload_name(s.job.workload),
                                   name_hint(layer, names, "", "names", s)));
 }

@@ -114,7 +114,8 @@ struct DetectorConfig {
   double spike_zscore = 6.0;
 };
 
-enum class Policy { kSkipStep, kRollback, kLrBackoff, kAbort, kNone };
+/// kResync: on a `replica` detection the flagged ranks copy the majority's state (replica.h).
+enum class Policy { kSkipStep, kRollback, kLrBackoff, kAbort, kNone, kResync };
 
 struct RecoveryConfig {
   std::vector<Policy> policy = {Policy::kSkipStep};

@@ -200,7 +200,7 @@ const std::vector<KeySpec>& recovery_keys() {
           "what all ranks do on a detection; an array combines them ([\"rollback\", "
           "\"lr_backoff\"])")
           .def("skip_step")
-          .choices({"skip_step", "rollback", "lr_backoff", "abort", "none"}),
+          .choices({"skip_step", "rollback", "lr_backoff", "abort", "none", "resync"}),
       Key("snapshot_every", K::kInt, "rollback: steps between in-memory snapshots").def(10).min(1),
       Key("lr_backoff_factor", K::kFloat,
           "lr_backoff: the learning rate is multiplied by this from the detection on, cumulatively")
@@ -234,7 +234,7 @@ const std::vector<std::string>& cause_names() {
   static const std::vector<std::string> names = {
       "data",          "loss_math",          "activation",      "gradient",        "parameter",
       "fp16_overflow", "gradient_explosion", "comm_corruption", "reduce_overflow", "hang",
-      "rank_failure"};
+      "rank_failure",  "replica_divergence"};
   return names;
 }
 
@@ -323,12 +323,13 @@ const std::vector<std::string>& top_level_tables() {
 }
 
 const std::vector<std::string>& detector_pipeline_order() {
-  // The order of the hook points in one training step (DESIGN.md): parameters at step start, the
-  // batch, module outputs, the loss, the fused gradient pass, the reduced buffer, the collective
-  // deadline, and the replay's anomaly mode last.
+  // The order of the hook points in one training step (DESIGN.md): parameters at step start
+  // (their finiteness, then the cross-replica digest), the batch, module outputs, the loss, the
+  // fused gradient pass, the reduced buffer, the collective deadline, and the replay's anomaly
+  // mode last.
   static const std::vector<std::string> names = {
-      "param",           "batch",      "activation",  "loss",     "loss_spike", "grad",
-      "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
+      "param", "replica",         "batch",      "activation",  "loss",     "loss_spike",
+      "grad",  "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
   return names;
 }
 
@@ -454,18 +455,38 @@ void check_target_exists(const FaultSpec& fault, const std::string& key, const S
     names = model->modules;
   } else if (where == "parameter" || where == "gradient") {
     for (const auto& p : model->parameters) names.push_back(p.name);
+  } else if (where == "optimizer") {
+    // The state LibTorch's optimizers keep per parameter (PyTorch's names). This SGD runs
+    // without momentum, so it keeps none.
+    if (s.workload.optimizer == Optimizer::kSgd) {
+      scenario_error(fault.params.pos(key),
+                     fmt::format("{}.{}: \"{}\": [workload].optimizer = \"sgd\" runs without "
+                                 "momentum and keeps no optimizer state; optimizer: targets need "
+                                 "\"adam\" or \"adamw\" (exp_avg, exp_avg_sq)",
+                                 fault_label(fault), key, target));
+    }
+    for (const auto& p : model->parameters) {
+      for (const char* st : {"exp_avg", "exp_avg_sq"}) names.push_back(p.name + "." + st);
+    }
   } else {
     return;  // check_target refuses other prefixes
   }
   for (const auto& n : names) {
     if (match_target(pattern, n)) return;
   }
-  const bool module = where == "activation";
+  const bool module = where == "activation", state = where == "optimizer";
   scenario_error(
       fault.params.pos(key),
       fmt::format("{}.{}: \"{}\" names no {} of the {} workload{}", fault_label(fault), key, target,
-                  module ? "module" : "parameter", workload_name(s.job.workload),
-                  name_hint(pattern, names, where + ":", module ? "modules" : "parameters", s)));
+                  module  ? "module"
+                  : state ? "optimizer state (PARAM.exp_avg or PARAM.exp_avg_sq)"
+                          : "parameter",
+                  workload_name(s.job.workload),
+                  name_hint(pattern, names, where + ":",
+                            module  ? "modules"
+                            : state ? "optimizer states"
+                                    : "parameters",
+                            s)));
 }
 
 bool match_target(const std::string& pattern, const std::string& name) {

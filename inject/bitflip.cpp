@@ -64,7 +64,8 @@ FaultKindInfo bitflip_kind() {
     return std::make_unique<BitflipInjector>(f);
   };
   info.check = [](const FaultSpec& f) {
-    harness::check_target(f, "target", {"activation", "parameter", "gradient", "loss"});
+    harness::check_target(f, "target",
+                          {"activation", "parameter", "gradient", "optimizer", "loss"});
   };
   // The target must name something of the configured built-in workload (did-you-mean).
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {

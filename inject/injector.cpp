@@ -37,6 +37,8 @@ TargetedInjector::TargetedInjector(const harness::FaultSpec& spec) : Injector(sp
     where_ = Where::kParameter;
   else if (kind == "gradient")
     where_ = Where::kGradient;
+  else if (kind == "optimizer")
+    where_ = Where::kOptimizer;
   else
     where_ = Where::kLoss;
 }
@@ -63,6 +65,10 @@ void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors, const
     detail["elements"] = idx.size();
     ctx.fired(spec_.index, std::string(prefix) + name, std::move(detail));
   }
+}
+
+void TargetedInjector::on_optimizer_state(FaultContext& ctx, NamedTensors& states) {
+  if (where_ == Where::kOptimizer && armed(ctx)) hit_named(ctx, states, "optimizer:");
 }
 
 void TargetedInjector::on_parameters(FaultContext& ctx, NamedTensors& params) {

@@ -26,6 +26,16 @@ namespace nanchaos::inject {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+/// A rank's training state that a `state` fault changes (not a tensor). Pointers are null where
+/// the state does not exist: no loss scaler outside fp16, no step counter for SGD.
+struct TrainingState {
+  double* loss_scale = nullptr;  ///< the dynamic loss scaler's current scale
+  double* lr_factor = nullptr;   ///< factor on the scheduled learning rate, from now on
+  /// Adam/AdamW's step counter per parameter with state (PyTorch's `state["step"]`, which the
+  /// bias correction divides by); written back by the runner after the hook.
+  std::vector<int64_t>* step_counters = nullptr;
+};
+
 struct FaultContext {
   int64_t step = 0;
   int rank = 0;
@@ -53,6 +63,11 @@ class Injector {
   virtual void on_step_start(FaultContext&) {}
   /// Parameters, before the forward pass (parameter targets).
   virtual void on_parameters(FaultContext&, NamedTensors&) {}
+  /// The training state at step start, before the parameters (the `state` kind).
+  virtual void on_training_state(FaultContext&, TrainingState&) {}
+  /// Optimizer state tensors named PARAM.STATE (exp_avg, exp_avg_sq, momentum_buffer), after the
+  /// optimizer step (optimizer: targets).
+  virtual void on_optimizer_state(FaultContext&, NamedTensors&) {}
   /// The raw batch, before normalization and before the batch detector.
   virtual void on_batch(FaultContext&, harness::Batch&) {}
   /// A module's forward output; returns the (possibly replaced) output.
@@ -85,7 +100,8 @@ using harness::match_target;  // harness/scenario_schema.h
 namespace nanchaos::inject {
 
 /// Base of the kinds that hit a named tensor: `tensor` and `bitflip`. Parses `target`
-/// (activation:MODULE, parameter:NAME, gradient:NAME, loss) and dispatches to the right hook;
+/// (activation:MODULE, parameter:NAME, gradient:NAME, optimizer:PARAM.STATE, loss) and dispatches
+/// to the right hook;
 /// subclasses only say how elements change.
 class TargetedInjector : public Injector {
  public:
@@ -95,6 +111,7 @@ class TargetedInjector : public Injector {
                               torch::Tensor out) override;
   torch::Tensor on_loss(FaultContext& ctx, torch::Tensor loss) override;
   void on_gradients(FaultContext& ctx, NamedTensors& grads) override;
+  void on_optimizer_state(FaultContext& ctx, NamedTensors& states) override;
 
  protected:
   /// Changes elements `idx` of `t` (float32, contiguous, outside autograd) in place; returns a
@@ -105,7 +122,7 @@ class TargetedInjector : public Injector {
   nlohmann::json corrupt_anywhere(torch::Tensor t, const std::vector<int64_t>& idx);
 
  private:
-  enum class Where { kActivation, kParameter, kGradient, kLoss };
+  enum class Where { kActivation, kParameter, kGradient, kLoss, kOptimizer };
   void hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix);
   Where where_ = Where::kActivation;
   std::string pattern_;

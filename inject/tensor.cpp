@@ -67,7 +67,8 @@ FaultKindInfo tensor_kind() {
     return std::make_unique<TensorInjector>(f);
   };
   info.check = [](const FaultSpec& f) {
-    harness::check_target(f, "target", {"activation", "parameter", "gradient", "loss"});
+    harness::check_target(f, "target",
+                          {"activation", "parameter", "gradient", "optimizer", "loss"});
     harness::check_exclusive(f, "value", "factor");
     harness::check_exclusive(f, "count", "fraction");
   };

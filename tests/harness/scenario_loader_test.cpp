@@ -182,14 +182,14 @@ TEST(ScenarioLoaderErrors, UnknownEnabledDetector) {
   EXPECT_EQ(ErrorOf(WithHead("[detectors]\nenabled = [\"loss\", \"gard\"]\n")),
             "x.toml:7:20: error: [detectors].enabled: \"gard\" is not a detector; did you mean "
             "\"grad\"? detectors: activation, anomaly, batch, grad, grad_norm_spike, loss, "
-            "loss_scale, loss_spike, param, post_reduce, watchdog");
+            "loss_scale, loss_spike, param, post_reduce, replica, watchdog");
 }
 
 TEST(ScenarioLoaderErrors, UnknownFirstDetector) {
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nfirst_detector = \"gradd\"\n")),
             "x.toml:7:18: error: [expect].first_detector: \"gradd\" is not a detector; did you "
             "mean \"grad\"? detectors: activation, anomaly, batch, grad, grad_norm_spike, loss, "
-            "loss_scale, loss_spike, param, post_reduce, watchdog");
+            "loss_scale, loss_spike, param, post_reduce, replica, watchdog");
 }
 
 TEST(ScenarioLoaderErrors, ExpectCauseAndOutcomeFromTheirLists) {
@@ -197,7 +197,7 @@ TEST(ScenarioLoaderErrors, ExpectCauseAndOutcomeFromTheirLists) {
             "x.toml:7:9: error: [expect].cause: \"gradients\" is not valid; did you mean "
             "\"gradient\"? choices: data, loss_math, activation, gradient, parameter, "
             "fp16_overflow, gradient_explosion, comm_corruption, reduce_overflow, hang, "
-            "rank_failure");
+            "rank_failure, replica_divergence");
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nfault_outcome = \"lost\"\n")),
             "x.toml:7:17: error: [expect].fault_outcome: \"lost\" is not valid; choices: masked, "
             "detected_recovered, detected_unrecovered, hang, silent_corruption");
@@ -212,7 +212,7 @@ TEST(ScenarioLoaderErrors, ExpectRankOutsideTheJob) {
 TEST(ScenarioLoaderErrors, PolicyNames) {
   EXPECT_EQ(ErrorOf(WithHead("[recovery]\npolicy = [\"rollback\", \"lr_backof\"]\n")),
             "x.toml:7:23: error: [recovery].policy: \"lr_backof\" is not valid; did you mean "
-            "\"lr_backoff\"? choices: skip_step, rollback, lr_backoff, abort, none");
+            "\"lr_backoff\"? choices: skip_step, rollback, lr_backoff, abort, none, resync");
 }
 
 TEST(ScenarioLoaderErrors, FaultWrittenAsPlainTable) {
@@ -485,19 +485,20 @@ TEST(ScenarioLoaderNames, ExpectLayerMustNameSomethingTheStackCanBlame) {
         layer + "\"\n");  // 7
   };
   EXPECT_EQ(ErrorOf(with_layer("layers.99")),
-            "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module or parameter of the "
-            "mlp workload (nor loss, inputs, labels); [workload].layers = 3 gives layers.0 .. "
-            "layers.2");
+            "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module, parameter or buffer "
+            "of the mlp workload (nor loss, inputs, labels, training_state); [workload].layers = "
+            "3 gives layers.0 .. layers.2");
   EXPECT_EQ(ErrorOf(with_layer("heads")),
-            "x.toml:7:9: error: [expect].layer: \"heads\" is no module or parameter of the mlp "
-            "workload (nor loss, inputs, labels); did you mean \"head\"? names: "
+            "x.toml:7:9: error: [expect].layer: \"heads\" is no module, parameter or buffer of "
+            "the mlp workload (nor loss, inputs, labels, training_state); did you mean \"head\"? "
+            "names: "
             "layers.0.linear, layers.0, layers.1.linear, layers.1, layers.2.linear, layers.2, "
             "head, layers.0.linear.weight, layers.0.linear.bias, layers.1.linear.weight, "
             "layers.1.linear.bias, layers.2.linear.weight, layers.2.linear.bias, head.weight, "
             "head.bias");
   // Prefixes of module or parameter names, the loss, the batch and autograd ops are fine.
-  for (const char* ok :
-       {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs", "LogBackward0"}) {
+  for (const char* ok : {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs",
+                         "LogBackward0", "training_state"}) {
     EXPECT_EQ(ErrorOf(with_layer(ok)), "no error") << ok;
   }
 }
@@ -552,7 +553,7 @@ TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
     EXPECT_TRUE(unimplemented_features(s).empty()) << name;
   }
   Scenario r24 = load_scenario(dir + "r24-lr-too-high-rollback.toml");
-  EXPECT_EQ(r24.detectors.enabled.size(), 10u);  // full preset, no loss_scale in fp32
+  EXPECT_EQ(r24.detectors.enabled.size(), 11u);  // full preset, no loss_scale in fp32
   EXPECT_TRUE(r24.recovery.has(Policy::kRollback));
 }
 
@@ -618,6 +619,65 @@ TEST(RegistryDeathTest, DuplicateNameAborts) {
   EXPECT_DEATH(register_fault_kind(dup), "fault kind \"tensor\" registered twice");
 }
 
+// SCENARIO_FORMAT.md "More faults": optimizer-state targets and kind `state`, refused at load
+// where the state does not exist on the built-in job.
+TEST(ScenarioLoaderMoreFaults, OptimizerTargetsNeedAdamAndAnExistingState) {
+  auto with = [](const std::string& optimizer, const std::string& target) {
+    return WithHead(
+        "[workload]\n"  // 6
+        "optimizer = \"" +
+        optimizer +
+        "\"\n"                 // 7
+        "[[fault]]\n"          // 8
+        "kind = \"tensor\"\n"  // 9
+        "target = \"" +
+        target +
+        "\"\n"  // 10
+        "step = 3\n[expect]\ndetected = true\n");
+  };
+  Scenario ok =
+      load_scenario_string(with("adam", "optimizer:layers.1.linear.weight.exp_avg_sq"), "x.toml");
+  EXPECT_TRUE(unimplemented_features(ok).empty());
+  EXPECT_NO_THROW(
+      load_scenario_string(with("adamw", "optimizer:layers.*.linear.weight.exp_avg"), "x.toml"));
+  EXPECT_EQ(ErrorOf(with("sgd", "optimizer:layers.1.linear.weight.exp_avg_sq")),
+            "x.toml:10:10: error: [[fault]] #1.target: "
+            "\"optimizer:layers.1.linear.weight.exp_avg_sq\": [workload].optimizer = \"sgd\" "
+            "runs without momentum and keeps no optimizer state; optimizer: targets need "
+            "\"adam\" or \"adamw\" (exp_avg, exp_avg_sq)");
+  const std::string typo = ErrorOf(with("adam", "optimizer:layers.1.linear.weight.exp_avg_sqr"));
+  EXPECT_NE(typo.find("names no optimizer state (PARAM.exp_avg or PARAM.exp_avg_sq) of the mlp "
+                      "workload; did you mean "
+                      "\"optimizer:layers.1.linear.weight.exp_avg_sq\"?"),
+            std::string::npos)
+      << typo;
+}
+
+TEST(ScenarioLoaderMoreFaults, StateKindNeedsOneOfValueOrFactorAndTheStateItChanges) {
+  auto with = [](const std::string& job_extra, const std::string& fault) {
+    return WithHead(job_extra + "[[fault]]\nkind = \"state\"\nstep = 3\n" + fault +
+                    "[expect]\ndetected = true\n");
+  };
+  Scenario lr = load_scenario_string(with("", "field = \"lr\"\nfactor = 10.0\n"), "x.toml");
+  EXPECT_EQ(lr.faults.at(0).kind, "state");
+  EXPECT_NO_THROW(load_scenario_string(
+      with("precision = \"fp16\"\n", "field = \"loss_scale\"\nvalue = 8.0\n"), "x.toml"));
+  EXPECT_EQ(ErrorOf(with("", "field = \"lr\"\n")),
+            "x.toml:9:9: error: [[fault]] #1: kind \"state\" needs `value` or `factor`");
+  EXPECT_EQ(ErrorOf(with("", "field = \"lr\"\nvalue = 2.0\nfactor = 3.0\n")),
+            "x.toml:11:10: error: [[fault]] #1: `value` and `factor` are exclusive; write one of "
+            "them");
+  EXPECT_EQ(ErrorOf(with("", "field = \"loss_scale\"\nfactor = 0.5\n")),
+            "x.toml:9:9: error: [[fault]] #1.field: \"loss_scale\" needs [job].precision = "
+            "\"fp16\" (only fp16 runs a dynamic loss scaler, as with GradScaler)");
+  EXPECT_EQ(
+      ErrorOf(with("[workload]\noptimizer = \"sgd\"\n", "field = \"step_counter\"\nvalue = 1.0\n")),
+      "x.toml:11:9: error: [[fault]] #1.field: \"step_counter\" needs "
+      "[workload].optimizer = \"adam\" or \"adamw\" (SGD keeps no step counter)");
+  const std::string bad = ErrorOf(with("", "field = \"lrr\"\nfactor = 2.0\n"));
+  EXPECT_NE(bad.find("did you mean \"lr\"?"), std::string::npos) << bad;
+}
+
 TEST(Registry, EveryKeyDeclarationIsSane) {
   // Defaults must satisfy their own ranges and choices; every entry has a doc line.
   auto check = [](const std::string& owner, const std::vector<KeySpec>& keys) {
@@ -644,8 +704,8 @@ TEST(Registry, EveryKeyDeclarationIsSane) {
   check("detectors", detector_common_keys());
   for (const auto& [name, info] : fault_kinds()) check(name, info.keys);
   for (const auto& [name, info] : detectors()) check(name, info.keys);
-  EXPECT_EQ(fault_kinds().size(), 8u);
-  EXPECT_EQ(detectors().size(), 11u);
+  EXPECT_EQ(fault_kinds().size(), 9u);
+  EXPECT_EQ(detectors().size(), 12u);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// Detector `replica`: every `replica_every` steps the ranks compare a digest of their parameters,
+// buffers, optimizer state and training state (SCENARIO_FORMAT.md "More detectors and
+// recovery"); the ranks outside the majority are flagged with cause `replica_divergence` and the
+// first differing tensor as the layer. The only detector that sees finite silent corruption.
+// The exchange is the runner's (two int64 all-gathers, the second only on a divergence); the
+// vote is harness/replica.h. Cost: one pass over the state every replica_every steps
+// (bench/README.md gives the measured ratio).
+#include "harness/replica.h"
+
+#include "detectors/detector.h"
+#include "harness/registry.h"
+#include "harness/scenario_schema.h"
+
+namespace nanchaos::detect {
+namespace {
+
+class ReplicaDetector final : public Detector {
+ public:
+  explicit ReplicaDetector(int64_t every) : Detector("replica"), every_(every) {}
+  Hook hook() const override { return Hook::kReplica; }
+  // Not at step 0: the replicas start from one seed; the first check follows `every` updates.
+  bool due(int64_t step) const override { return step > 0 && step % every_ == 0; }
+  std::optional<Finding> check(const StepView& v) override {
+    const harness::ReplicaVote vote = harness::replica_vote(*v.replica_combined);
+    if (!vote.diverged) return std::nullopt;
+    if (std::find(vote.minority.begin(), vote.minority.end(), v.rank) == vote.minority.end()) {
+      return std::nullopt;  // this rank holds the majority's state
+    }
+    const int idx = harness::first_differing_tensor(*v.replica_per_tensor, v.replica_names->size(),
+                                                    v.rank, vote.source);
+    return Finding{idx >= 0 ? (*v.replica_names)[size_t(idx)] : "", "replica_divergence", idx};
+  }
+
+ private:
+  int64_t every_;
+};
+
+using harness::DetectorInfo;
+using harness::Key;
+using harness::KeyType;
+
+DetectorInfo replica_detector() {
+  DetectorInfo info;
+  info.name = "replica";
+  info.doc =
+      "every replica_every steps, flags the ranks whose digest of parameters, buffers and "
+      "optimizer state differs from the majority's";
+  info.keys = {
+      Key("replica_every", KeyType::kInt,
+          "replica: steps between cross-replica digest checks (parameters, buffers, optimizer "
+          "state)")
+          .def(10)
+          .min(1),
+  };
+  info.not_implemented = "";
+  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+    return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_DETECTOR(replica, replica_detector());
+
+}  // namespace nanchaos::detect

@@ -1,0 +1,68 @@
+// The replica detector's vote (harness/replica.h) and its attribution in decide().
+#include "harness/replica.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "harness/consensus.h"
+
+namespace nanchaos::harness {
+namespace {
+
+TEST(ReplicaVote, AgreementIsNoDivergence) {
+  const ReplicaVote v = replica_vote({7, 7, 7, 7});
+  EXPECT_FALSE(v.diverged);
+  EXPECT_TRUE(v.minority.empty());
+  EXPECT_FALSE(replica_vote({}).diverged);
+  EXPECT_FALSE(replica_vote({42}).diverged);
+}
+
+TEST(ReplicaVote, TheMinorityIsFlaggedAndTheLowestMajorityRankIsTheSource) {
+  const ReplicaVote v = replica_vote({5, 9, 5, 5});
+  EXPECT_TRUE(v.diverged);
+  EXPECT_EQ(v.minority, std::vector<int64_t>{1});
+  EXPECT_EQ(v.source, 0);
+  // Rank 0 itself diverged: the source is the lowest rank of the majority.
+  const ReplicaVote w = replica_vote({9, 5, 5, 3});
+  EXPECT_EQ(w.minority, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(w.source, 1);
+}
+
+TEST(ReplicaVote, ATieGoesToTheGroupOfTheLowestRank) {
+  // Two ranks cannot tell which replica is right: rank 0's state is the reference.
+  const ReplicaVote two = replica_vote({11, 22});
+  EXPECT_EQ(two.minority, std::vector<int64_t>{1});
+  EXPECT_EQ(two.source, 0);
+  const ReplicaVote four = replica_vote({22, 11, 11, 22});
+  EXPECT_EQ(four.minority, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(four.source, 0);
+}
+
+TEST(ReplicaVote, FirstDifferingTensorComparesAgainstTheSourceRow) {
+  // [3 ranks x 4 tensors]
+  const std::vector<uint64_t> m = {1, 2, 3, 4,  //
+                                   1, 2, 9, 8,  //
+                                   1, 2, 3, 4};
+  EXPECT_EQ(first_differing_tensor(m, 4, 1, 0), 2);
+  EXPECT_EQ(first_differing_tensor(m, 4, 2, 0), -1);
+  EXPECT_EQ(first_differing_tensor(m, 4, 3, 0), -1);  // out of range
+  EXPECT_EQ(first_differing_tensor({}, 4, 1, 0), -1);
+}
+
+TEST(ReplicaVote, DecideNamesTheTensorWithCauseReplicaDivergence) {
+  std::vector<double> rows(size_t(3) * kRowWidth, 0.0);
+  rows[2 * kRowWidth + kBits] = double(uint64_t(1) << detector_bit("replica"));
+  rows[2 * kRowWidth + kReplicaIdx] = 1;
+  const Decision d = decide(rows, 3, {"w"}, {}, {"layers.0.linear.weight", "layers.1.bias"});
+  EXPECT_EQ(d.detector, "replica");
+  EXPECT_EQ(d.cause, "replica_divergence");
+  EXPECT_EQ(d.layer, "layers.1.bias");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{2});
+  // The replica check runs at step start: a loss detection of the same step comes later.
+  rows[0 * kRowWidth + kBits] = double(uint64_t(1) << detector_bit("loss"));
+  EXPECT_EQ(decide(rows, 3, {"w"}, {}, {"a", "b"}).detector, "replica");
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
