@@ -23,7 +23,8 @@
 // ratio_vs_none (= mean step time / none's mean step time, same run), ranks, steps (measured
 // steps pooled over ranks and rounds), detections (must be 0: a clean run), cpu_ms and
 // ratio_cpu_vs_none (the same from the ranks' process CPU time per step, which a shared host's
-// other tenants disturb far less than wall time).
+// other tenants disturb far less than wall time), localize_ms and localize_share_of_step (the
+// always-on localization's own time per step, timed by the ranks, and its share of the step).
 //
 // NANCHAOS_BENCH_DEVICE=cuda: the GPU variant (one rank over NCCL, a larger transformer; see
 // workload_toml), run by .ci/gpu-check on a GPU host.
@@ -57,6 +58,7 @@ const char* const kStacks[] = {"none", "default", "full", "anomaly", "replica"};
 struct StackTimes {
   std::vector<double> step_ms, cpu_ms;  // wall and process CPU time per step
   std::vector<double> replica_ms;       // replica_check events (stack replica)
+  std::vector<double> localize_ms;      // step_end.localize_us: the always-on localization
   int detections = 0;
 };
 
@@ -155,6 +157,7 @@ StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int
       if (ev == "step_end" && step >= warmup && begin.count(step)) {
         t.step_ms.push_back(double(e.value("t_us", int64_t(0)) - begin[step]) / 1000.0);
         t.cpu_ms.push_back(double(e.value("cpu_us", int64_t(0)) - begin_cpu[step]) / 1000.0);
+        t.localize_ms.push_back(double(e.value("localize_us", int64_t(0))) / 1000.0);
       }
     }
   }
@@ -184,6 +187,7 @@ const std::map<std::string, StackTimes>& measure(int ranks) {
       acc.step_ms.insert(acc.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
       acc.cpu_ms.insert(acc.cpu_ms.end(), t.cpu_ms.begin(), t.cpu_ms.end());
       acc.replica_ms.insert(acc.replica_ms.end(), t.replica_ms.begin(), t.replica_ms.end());
+      acc.localize_ms.insert(acc.localize_ms.end(), t.localize_ms.begin(), t.localize_ms.end());
       acc.detections += t.detections;
     }
   }
@@ -219,6 +223,10 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
   const double none_cpu = nb::mean(times->at("none").cpu_ms);
   state.counters["cpu_ms"] = nb::mean(t.cpu_ms);
   state.counters["ratio_cpu_vs_none"] = none_cpu > 0 ? nb::mean(t.cpu_ms) / none_cpu : 0;
+  // The always-on localization's own time per step (its sums, timed in the runner) against the
+  // step: the cost of the default stack's per-module finiteness, measured in the same steps.
+  state.counters["localize_ms"] = nb::mean(t.localize_ms);
+  state.counters["localize_share_of_step"] = nb::mean(t.localize_ms) / nb::mean(t.step_ms);
   if (!t.replica_ms.empty()) {
     const double share = nb::mean(t.replica_ms) / nb::mean(t.step_ms);
     state.counters["replica_check_ms"] = nb::mean(t.replica_ms);

@@ -62,11 +62,18 @@ Decision decide(const std::vector<double>& rows, int world,
     const bool logits_finite = row[kLogitsFinite] > 0.5;
     d.cause = logits_finite ? "loss_math" : "activation";
     d.layer = logits_finite ? "loss" : "";
+    // Non-finite logits: the first module whose output went non-finite (the runner's always-on
+    // localization), and whether the half rounding made it so (DESIGN.md fp16_overflow).
+    const double idx = row[kModuleIdx];
+    if (!logits_finite && idx >= 0 && size_t(idx) < module_names.size()) {
+      d.layer = module_names[size_t(idx)];
+      if (row[kModuleOverflow] > 0.5) d.cause = "fp16_overflow";
+    }
   } else if (d.detector == "grad") {
     d.cause = "gradient";
     d.layer = bwd_names.at(size_t(row[kGradIdx]));
   } else if (d.detector == "activation") {
-    d.cause = "activation";
+    d.cause = row[kModuleOverflow] > 0.5 ? "fp16_overflow" : "activation";
     const double idx = row[kModuleIdx];
     if (idx >= 0 && size_t(idx) < module_names.size()) d.layer = module_names[size_t(idx)];
   } else if (d.detector == "replica") {

@@ -51,9 +51,11 @@ enum RowField : int {
   kLogitsFinite = 3,  ///< loss detector: 1 when the logits were finite (loss math)
   kMaxAbs = 4,        ///< max |g| entering the SUM (after pre-division)
   kParamIdx = 5,      ///< param detector: first non-finite parameter, backward order
-  kModuleIdx = 6,     ///< activation detector: first non-finite module output, forward order
+  kModuleIdx = 6,     ///< first non-finite module output, forward order (-1 none): the activation
+                      ///< detector's, or the always-on localization's when the loss was non-finite
   kReplicaIdx = 7,    ///< replica detector: first differing tensor, replica order (replica.h)
-  kRowWidth = 8
+  kModuleOverflow = 8,  ///< 1: that module's output left the half range (fp16_overflow)
+  kRowWidth = 9
 };
 
 /// What every rank agreed happened at a step.

@@ -208,6 +208,8 @@ class RankRunner {
     has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
                               "watchdog") != s_.detectors.enabled.end();
     for (const auto& d : detectors_) has_post_reduce_ |= d->hook() == detect::Hook::kPostReduce;
+    // The loss check's attribution gets the module on the step itself (transient faults too).
+    for (const auto& d : detectors_) localize_ |= consensus_ && d->name() == "loss";
     for (const auto& d : detectors_) {
       if (d->hook() == Hook::kReplica) replica_ = d.get();
     }
@@ -386,6 +388,52 @@ class RankRunner {
     auto dev = host.to(device_);
     collective(name, dev.data_ptr(), n, ElemType::kInt64, step);
     host.copy_(dev.cpu());
+  }
+
+  /// Always-on localization (issue 15): at every probe point one fp32 sum of the module's output,
+  /// kept as a 0-d tensor (no host sync; on CUDA it stays on the device). A sum is non-finite
+  /// exactly when the output holds a NaN or +-inf (barring a finite sum that overflows fp32,
+  /// which needs |values| ~ 1e33), so the first non-finite sum names the first module whose
+  /// output went non-finite while its input, the previous output, was finite. `rounded`: the
+  /// sum after the CPU path's half rounding (precision fp16/bf16), so an output finite in fp32
+  /// and non-finite after rounding is told apart as an fp16 overflow. Timed into localize_us_.
+  void note_output(const std::string& name, const torch::Tensor& out, bool rounded) {
+    const int64_t t0 = now_us();
+    torch::NoGradGuard ng;
+    auto s = out.detach().sum(torch::kFloat);
+    if (rounded) {
+      probe_post_.push_back(std::move(s));
+    } else {
+      probe_names_.push_back(name);
+      probe_pre_.push_back(std::move(s));
+    }
+    localize_us_ += now_us() - t0;
+  }
+
+  /// Reads the probe sums once (one device sync on CUDA) and writes the first non-finite
+  /// module (forward index) and whether it was an overflow of the half type into `row`. Under
+  /// CUDA autocast the module computed in the half type itself: a sum that is +-inf (no NaN) in
+  /// a half-typed output counts as an overflow, as the replay decides.
+  void localize(std::vector<double>& row) {
+    if (probe_pre_.empty()) return;
+    const int64_t t0 = now_us();
+    const auto pre = torch::stack(probe_pre_).cpu();
+    const auto post =
+        probe_post_.size() == probe_pre_.size() ? torch::stack(probe_post_).cpu() : torch::Tensor();
+    const float* a = pre.data_ptr<float>();
+    const float* b = post.defined() ? post.data_ptr<float>() : nullptr;
+    for (size_t i = 0; i < probe_names_.size(); ++i) {
+      const bool bad_pre = !std::isfinite(a[i]);
+      const bool bad_post = b != nullptr && !std::isfinite(b[i]);
+      if (!bad_pre && !bad_post) continue;
+      const auto it = std::find(module_names_.begin(), module_names_.end(), probe_names_[i]);
+      if (it == module_names_.end()) return;
+      row[kModuleIdx] = double(it - module_names_.begin());
+      const bool overflow = bad_pre ? cuda_ && half_ && std::isinf(a[i]) : true;
+      row[kModuleOverflow] = overflow ? 1.0 : 0.0;
+      break;
+    }
+    localize_us_ += now_us() - t0;
   }
 
   /// Every parameter's optimizer state tensors as PARAM.STATE (forward order), sharing storage.
@@ -638,6 +686,11 @@ class RankRunner {
     std::vector<double> rows(size_t(world_) * kRowWidth, 0.0);
     std::vector<double> row(kRowWidth, 0.0);
     row[kLogitsFinite] = 1.0;
+    row[kModuleIdx] = -1.0;
+    probe_names_.clear();
+    probe_pre_.clear();
+    probe_post_.clear();
+    localize_us_ = 0;
 
     // step_start: faults on parameters, then the param detector.
     for (auto& inj : injectors_) inj->on_step_start(ctx);
@@ -676,7 +729,11 @@ class RankRunner {
     workload_->module().train();
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
       for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
-      if (half_ && !cuda_) out = round_through_half(out, *half_);
+      if (localize_) note_output(name, out, /*rounded=*/false);
+      if (half_ && !cuda_) {
+        out = round_through_half(out, *half_);
+        if (localize_) note_output(name, out, /*rounded=*/true);
+      }
       for (auto& d : detectors_) d->on_activation(name, out);
       return out;
     };
@@ -693,6 +750,9 @@ class RankRunner {
     run_detectors(Hook::kLoss, view, row, step);
     if (local_findings_.count("loss")) row[kLogitsFinite] = local_findings_["loss"].code;
     if (local_findings_.count("activation")) row[kModuleIdx] = local_findings_["activation"].code;
+    if (localize_ && local_findings_.count("loss") && local_findings_["loss"].code == 0) {
+      localize(row);  // non-finite logits: which module, and was it the half rounding
+    }
     view.loss = view.logits = nullptr;
     const double loss_value = loss.item<double>();
     if (naive && row[kBits] != 0) return early_return(step, lr);
@@ -842,6 +902,7 @@ class RankRunner {
                  {"lr", lr},
                  {"action", skip ? "skip" : "update"},
                  {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()},
+                 {"localize_us", localize_us_},
                  {"cpu_us", process_cpu_us()}});
     return detected;
   }
@@ -1233,6 +1294,10 @@ class RankRunner {
   std::vector<std::string> replica_names_;  // replica.h: parameters, buffers, training_state
   ReplicaVote replica_vote_;                // of the last replica round
   bool resync_requested_ = false;
+  bool localize_ = false;  // always-on localization: probe sums (note_output, localize)
+  std::vector<std::string> probe_names_;
+  std::vector<torch::Tensor> probe_pre_, probe_post_;  // 0-d fp32 sums per probe point
+  int64_t localize_us_ = 0;                            // this step's cost of the above
   bool has_state_faults_ = false;      // a `state` fault: its hook runs at step start
   bool has_optimizer_faults_ = false;  // an optimizer: target: its hook runs after the update
   bool anomaly_mode_ = false;

@@ -401,7 +401,7 @@ void check_target(const FaultSpec& fault, const std::string& key,
     }
     const std::string p = prefix + ":";
     if (target.size() > p.size() && target.compare(0, p.size(), p) == 0) return;
-    forms.push_back(p + "NAME");
+    forms.push_back(p + (prefix == "optimizer" ? "PARAM.STATE" : "NAME"));
   }
   scenario_error(fault.params.pos(key),
                  fmt::format("{}.{}: \"{}\" is not a valid target; expected {}", fault_label(fault),

@@ -125,6 +125,42 @@ TEST(ConsensusDecide, LossWithNonFiniteLogitsIsActivation) {
   EXPECT_EQ(d.layer, "");
 }
 
+// Always-on localization (issue 15): the runner writes the first non-finite module output and
+// whether the half rounding made it non-finite; the loss check's attribution uses them.
+TEST(ConsensusDecide, LossWithNonFiniteLogitsNamesTheLocalizedModule) {
+  const std::vector<std::string> modules = {"embed", "blocks.0.attn", "blocks.0.mlp.fc1", "head"};
+  auto rows = Rows(2);
+  Flag(rows, 1, "loss");
+  At(rows, 1, kLogitsFinite) = 0;
+  At(rows, 1, kModuleIdx) = 1;
+  Decision d = decide(rows, 2, kBwd, modules);
+  EXPECT_EQ(d.cause, "activation");
+  EXPECT_EQ(d.layer, "blocks.0.attn");
+  At(rows, 1, kModuleIdx) = 2;
+  At(rows, 1, kModuleOverflow) = 1;
+  d = decide(rows, 2, kBwd, modules);
+  EXPECT_EQ(d.cause, "fp16_overflow");
+  EXPECT_EQ(d.layer, "blocks.0.mlp.fc1");
+  At(rows, 1, kModuleIdx) = -1;  // nothing localized: no layer, no overflow claim
+  d = decide(rows, 2, kBwd, modules);
+  EXPECT_EQ(d.cause, "activation");
+  EXPECT_EQ(d.layer, "");
+  // Finite logits stay loss math whatever the module columns hold.
+  At(rows, 1, kLogitsFinite) = 1;
+  At(rows, 1, kModuleIdx) = 2;
+  EXPECT_EQ(decide(rows, 2, kBwd, modules).cause, "loss_math");
+}
+
+TEST(ConsensusDecide, ActivationWithTheOverflowFlagIsFp16Overflow) {
+  auto rows = Rows(2);
+  Flag(rows, 0, "activation");
+  At(rows, 0, kModuleIdx) = 0;
+  At(rows, 0, kModuleOverflow) = 1;
+  const Decision d = decide(rows, 2, kBwd, {"layers.1"});
+  EXPECT_EQ(d.cause, "fp16_overflow");
+  EXPECT_EQ(d.layer, "layers.1");
+}
+
 TEST(ConsensusDecide, GradLayerIsBackwardName) {
   auto rows = Rows(3);
   Flag(rows, 1, "grad");

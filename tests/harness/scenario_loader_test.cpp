@@ -84,7 +84,7 @@ TEST(ScenarioLoaderErrors, UnknownFaultKind) {
       "kind = \"tensr\"\n");  // 12
   EXPECT_EQ(ErrorOf(text),
             "x.toml:12:8: error: [[fault]] #1 kind \"tensr\" is unknown; did you mean \"tensor\"? "
-            "kinds: batch, bitflip, comm, crash, hang, lr, overflow, tensor");
+            "kinds: batch, bitflip, comm, crash, hang, lr, overflow, state, tensor");
 }
 
 TEST(ScenarioLoaderErrors, BadTomlSyntax) {
@@ -175,7 +175,8 @@ TEST(ScenarioLoaderErrors, KeyOfAnotherKind) {
 TEST(ScenarioLoaderErrors, BadTarget) {
   EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"tensor\"\ntarget = \"layers.1\"\nstep = 1\n")),
             "x.toml:8:10: error: [[fault]] #1.target: \"layers.1\" is not a valid target; expected "
-            "activation:NAME or parameter:NAME or gradient:NAME or \"loss\"");
+            "activation:NAME or parameter:NAME or gradient:NAME or optimizer:PARAM.STATE or "
+            "\"loss\"");
 }
 
 TEST(ScenarioLoaderErrors, UnknownEnabledDetector) {
