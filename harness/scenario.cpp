@@ -46,7 +46,9 @@ std::vector<std::string> preset_detectors(Preset p, DType precision) {
   std::set<std::string> on;
   switch (p) {
     case Preset::kDefault:
-      on = {"batch", "loss", "grad", "post_reduce", "watchdog"};
+      // replica (every replica_every = 10 steps) joined default at its measured cost: 0.3-1.0 %
+      // of a step on a step that digests, 0.03-0.1 % amortized (bench/README.md, issue 15).
+      on = {"batch", "loss", "grad", "post_reduce", "watchdog", "replica"};
       // bf16 has fp32's exponent range: only fp16 needs a dynamic loss scaler.
       if (precision == DType::kFp16) on.insert("loss_scale");
       break;

@@ -301,7 +301,8 @@ const std::vector<KeySpec>& detector_common_keys() {
   // consensus and replay have no declared default: it depends on the preset (false for naive).
   static const std::vector<KeySpec> keys = {
       Key("preset", K::kString,
-          "default (batch, loss, grad, post_reduce, loss_scale when fp16, watchdog), full (every "
+          "default (replica, batch, loss, grad, post_reduce, loss_scale when fp16, watchdog), "
+          "full (every "
           "detector), naive (loss and grad per rank, early return, no consensus) or none")
           .def("default")
           .choices({"default", "full", "naive", "none"}),

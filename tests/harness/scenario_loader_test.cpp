@@ -310,8 +310,8 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_FALSE(f.in_window(11));
 
   EXPECT_EQ(s.detectors.preset, Preset::kDefault);
-  EXPECT_EQ(s.detectors.enabled,
-            (std::vector<std::string>{"batch", "loss", "grad", "post_reduce", "watchdog"}));
+  EXPECT_EQ(s.detectors.enabled, (std::vector<std::string>{"replica", "batch", "loss", "grad",
+                                                           "post_reduce", "watchdog"}));
   EXPECT_FALSE(s.detectors.enabled_given);
   EXPECT_TRUE(s.detectors.consensus);
   EXPECT_TRUE(s.detectors.replay);
@@ -392,11 +392,12 @@ TEST(ScenarioLoader, RankSetForms) {
 }
 
 TEST(ScenarioLoader, PresetDetectors) {
-  EXPECT_EQ(preset_detectors(Preset::kDefault, DType::kFp32),
-            (std::vector<std::string>{"batch", "loss", "grad", "post_reduce", "watchdog"}));
   EXPECT_EQ(
-      preset_detectors(Preset::kDefault, DType::kFp16),
-      (std::vector<std::string>{"batch", "loss", "grad", "loss_scale", "post_reduce", "watchdog"}));
+      preset_detectors(Preset::kDefault, DType::kFp32),
+      (std::vector<std::string>{"replica", "batch", "loss", "grad", "post_reduce", "watchdog"}));
+  EXPECT_EQ(preset_detectors(Preset::kDefault, DType::kFp16),
+            (std::vector<std::string>{"replica", "batch", "loss", "grad", "loss_scale",
+                                      "post_reduce", "watchdog"}));
   // full: every detector; loss_scale only where a loss scaler exists (fp16).
   EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp32).size(), detectors().size() - 1);
   EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp16).size(), detectors().size());
