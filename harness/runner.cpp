@@ -213,9 +213,9 @@ class RankRunner {
     for (const auto& d : detectors_) {
       if (d->hook() == Hook::kReplica) replica_ = d.get();
     }
-    replica_names_ = {"training_state"};
-    replica_names_.insert(replica_names_.end(), fwd_names_.begin(), fwd_names_.end());
+    replica_names_ = fwd_names_;
     for (auto& [name, b] : workload_->buffers()) replica_names_.push_back(name);
+    replica_names_.push_back("training_state");
   }
 
   int run() {
@@ -487,22 +487,12 @@ class RankRunner {
     return all;
   }
 
-  /// One digest per replica_names_ entry: the training state (loss scale, learning-rate factor)
-  /// first, so that drifted state is named before the parameters it then makes differ; each
-  /// parameter with its optimizer state (tensors and step counter); each buffer.
+  /// One digest per replica_names_ entry, in the contract's order: each parameter (forward order)
+  /// with its optimizer state (tensors and step counter), each buffer, then the training state
+  /// (loss scale, learning-rate factor).
   std::vector<uint64_t> replica_digests() {
     std::vector<uint64_t> out;
     out.reserve(replica_names_.size());
-    {
-      Digest t;
-      const double scale = scaler_ ? scaler_->scale() : 0.0;
-      uint64_t bits;
-      std::memcpy(&bits, &scale, sizeof bits);
-      t.add_u64(bits);
-      std::memcpy(&bits, &lr_scale_, sizeof bits);
-      t.add_u64(bits);
-      out.push_back(t.value());
-    }
     for (auto& p : fwd_params_) {
       Digest d;
       digest_tensor(d, p.detach());
@@ -516,6 +506,14 @@ class RankRunner {
       digest_tensor(d, b);
       out.push_back(d.value());
     }
+    Digest t;
+    const double scale = scaler_ ? scaler_->scale() : 0.0;
+    uint64_t bits;
+    std::memcpy(&bits, &scale, sizeof bits);
+    t.add_u64(bits);
+    std::memcpy(&bits, &lr_scale_, sizeof bits);
+    t.add_u64(bits);
+    out.push_back(t.value());
     return out;
   }
 
@@ -536,9 +534,20 @@ class RankRunner {
     run_detectors(Hook::kReplica, view, row, step);
     view.replica_combined = view.replica_per_tensor = nullptr;
     if (local_findings_.count("replica")) row[kReplicaIdx] = local_findings_["replica"].code;
-    // Its cost (digest + exchange), read by bench/step_bench.cpp.
-    log_->write("replica_check",
-                {{"step", step}, {"us", now_us() - t0}, {"diverged", replica_vote_.diverged}});
+    // Its cost (digest + exchange), read by bench/step_bench.cpp; on a divergence every entry
+    // in which this rank differs from the source (a drifted training state shows here even
+    // though `layer` names the first parameter it then changed).
+    nlohmann::json differing = nlohmann::json::array();
+    if (replica_vote_.diverged && rank_ != replica_vote_.source) {
+      const size_t n = mine.size(), me = size_t(rank_) * n, src = size_t(replica_vote_.source) * n;
+      for (size_t t = 0; t < n; ++t) {
+        if (per_tensor[me + t] != per_tensor[src + t]) differing.push_back(replica_names_[t]);
+      }
+    }
+    log_->write("replica_check", {{"step", step},
+                                  {"us", now_us() - t0},
+                                  {"diverged", replica_vote_.diverged},
+                                  {"differing", std::move(differing)}});
   }
 
   /// Policy `resync`: the minority ranks of the last replica vote receive parameters, buffers,
