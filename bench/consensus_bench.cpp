@@ -3,22 +3,22 @@
 // BM_ConsensusRound/ranks:N launches one real job, `mpirun -np N` of this same binary in worker
 // mode (2 to 64 ranks, oversubscribed on a small host exactly as `nanchaos run` launches
 // scenarios). Every worker runs, interleaved and in alternating order, `rounds` pairs of:
-//   bare       MPI_Iallreduce(MPI_IN_PLACE, kSummaryWidth int64, MPI_SUM) polled with MPI_Test on
+//   bare       MPI_Iallreduce(MPI_IN_PLACE, summary_width() int64, MPI_SUM) polled with MPI_Test on
 //              the same spin-then-sleep schedule as the Open MPI engine
 //              (harness/mpi_communicator.cpp), so the pair differs only in what the harness adds;
 //   consensus  the runner's clean-step round (harness/runner.cpp run_step, consensus.h): this
 //              rank's summary counts, the fixed-size SUM through the Communicator with its
 //              coll_enter / coll_leave events written and flushed to a per-rank event log
 //              (harness/collective.cpp logged_allreduce, the code the runner calls), and
-//              summary_flagged() on the result. The [N x 7] detail round runs only on flagged
-//              steps, never on a clean one.
+//              summary_flagged() on the result. The [N x kRowWidth] detail round runs only on
+//              flagged steps, never on a clean one.
 // Warm-up pairs are dropped. Each rank times its own rounds (CLOCK_MONOTONIC) and writes them to
 // a file the parent reads; statistics pool every rank's rounds.
 //
 // Reported per rank count: manual time = mean consensus round; counters consensus_p50_us,
 // consensus_mean_us, bare_p50_us, bare_mean_us, ratio_vs_bare (= consensus p50 / bare p50),
 // ratio_mean_vs_bare (= consensus mean / bare mean), payload_bytes (what one rank contributes to
-// a clean step's round: the same at every N), detail_bytes (the flagged-step matrix, N x 56),
+// a clean step's round: the same at every N), detail_bytes (the flagged-step matrix, N x 72),
 // ranks, rounds (20000 up to 8 ranks, 160000 / N above: 64 processes share the host's cores).
 // NANCHAOS_BENCH_QUICK=1: 500 rounds (a smoke run).
 #include <benchmark/benchmark.h>
@@ -72,7 +72,7 @@ int worker(int rounds, const std::string& prefix) {
   auto comm = make_mpi_communicator();
   const int rank = comm->rank();
   EventLog log(prefix + ".events.rank-" + std::to_string(rank) + ".jsonl");
-  SummaryCounts bare{};
+  SummaryCounts bare(summary_width(), 0);
   std::vector<double> t_bare, t_cons;
   int64_t seq = 0;
   size_t flagged = 0;
@@ -150,7 +150,7 @@ void BM_ConsensusRound(benchmark::State& state) {
   state.counters["bare_mean_us"] = nb::mean(bare);
   state.counters["ratio_vs_bare"] = bp50 > 0 ? cp50 / bp50 : 0;
   state.counters["ratio_mean_vs_bare"] = nb::mean(bare) > 0 ? nb::mean(cons) / nb::mean(bare) : 0;
-  state.counters["payload_bytes"] = double(kSummaryWidth * sizeof(int64_t));
+  state.counters["payload_bytes"] = double(summary_width() * sizeof(int64_t));
   state.counters["detail_bytes"] = double(size_t(ranks) * kRowWidth * sizeof(double));
 }
 

@@ -42,6 +42,8 @@ class ActivationDetector final : public Detector {
   int seen_ = 0;
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo activation_detector() {
@@ -51,6 +53,12 @@ DetectorInfo activation_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ActivationDetector>();
+  };
+  info.order = 40;  // module outputs, read once the loss exists
+  info.column = harness::kModuleIdx;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    d->cause = row[harness::kModuleOverflow] > 0.5 ? "fp16_overflow" : "activation";
+    d->layer = harness::name_at(n.modules, row[harness::kModuleIdx]);
   };
   return info;
 }

@@ -43,6 +43,8 @@ class BatchDetector final : public Detector {
   int64_t classes_;
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 using harness::Key;
 using harness::KeyType;
@@ -61,6 +63,13 @@ DetectorInfo batch_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<BatchDetector>(s);
+  };
+  info.order = 30;  // the batch as the model receives it
+  info.presets = harness::kPresetDefault;
+  info.column = harness::kBatchField;
+  info.attribute = [](const double* row, const AttributionNames&, Decision* d) {
+    d->cause = "data";
+    d->layer = row[harness::kBatchField] > 0.5 ? "labels" : "inputs";
   };
   return info;
 }

@@ -3,8 +3,9 @@
 // Detectors only look; the runner turns findings into the consensus bits, the decision and the
 // recovery. A detector returns a Finding with what it can tell locally (layer, cause); the
 // consensus round then makes every rank see every rank's findings.
-// The bit a detector occupies in the consensus word is its index in harness::kDetectorOrder
-// (consensus.h), which is also the pipeline order used to pick "the first detector" of a step.
+// Each detector is one file: the class and its registration (harness/registry.h DetectorInfo:
+// name, doc, keys, pipeline order, presets, consensus column, attribution rule). Its bit in the
+// consensus word is its index in harness::detector_order(), the detectors sorted by that order.
 // Thread-safety: called from the rank's single thread; must not block.
 #pragma once
 
@@ -17,13 +18,13 @@
 
 #include "harness/consensus.h"
 #include "harness/fused_scan.h"
+#include "harness/registry.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
 
 namespace nanchaos::detect {
 
 using harness::detector_bit;
-using harness::kDetectorOrder;
 
 /// kCollective: not called per step; the detector's presence arms the collective deadline.
 /// kReplica: at step start on the steps due() accepts, after the runner exchanged the ranks'

@@ -21,6 +21,8 @@ class GradDetector final : public Detector {
   }
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo grad_detector() {
@@ -30,6 +32,13 @@ DetectorInfo grad_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradDetector>();
+  };
+  info.order = 70;  // the fused gradient scan
+  info.presets = harness::kPresetDefault | harness::kPresetNaive;
+  info.column = harness::kGradIdx;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    d->cause = "gradient";
+    d->layer = n.backward.at(size_t(row[harness::kGradIdx]));
   };
   return info;
 }

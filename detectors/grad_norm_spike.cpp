@@ -38,6 +38,8 @@ class GradNormSpikeDetector final : public Detector {
   ParamNormHistory per_param_;
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 using harness::Key;
 using harness::KeyType;
@@ -57,6 +59,14 @@ DetectorInfo grad_norm_spike_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradNormSpikeDetector>(s);
+  };
+  info.order = 80;
+  info.column = harness::kGradIdx;  // only on finite gradients: never overlaps grad's index
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    // A blow-up before any non-finite value, with the parameter whose norm rose the most on that
+    // rank (-1: none known).
+    d->cause = "gradient_explosion";
+    d->layer = harness::name_at(n.backward, row[harness::kGradIdx]);
   };
   return info;
 }

@@ -22,6 +22,8 @@ class LossDetector final : public Detector {
   }
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo loss_detector() {
@@ -31,6 +33,21 @@ DetectorInfo loss_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossDetector>();
+  };
+  info.order = 50;
+  info.presets = harness::kPresetDefault | harness::kPresetNaive;
+  info.column = harness::kLogitsFinite;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    const bool logits_finite = row[harness::kLogitsFinite] > 0.5;
+    d->cause = logits_finite ? "loss_math" : "activation";
+    d->layer = logits_finite ? "loss" : "";
+    // Non-finite logits: the first module whose output went non-finite (the runner's always-on
+    // localization), and whether the half rounding made it so (DESIGN.md fp16_overflow).
+    const double idx = row[harness::kModuleIdx];
+    if (!logits_finite && idx >= 0 && size_t(idx) < n.modules.size()) {
+      d->layer = n.modules[size_t(idx)];
+      if (row[harness::kModuleOverflow] > 0.5) d->cause = "fp16_overflow";
+    }
   };
   return info;
 }

@@ -21,6 +21,8 @@ class LossScaleDetector final : public Detector {
   }
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo loss_scale_detector() {
@@ -32,6 +34,15 @@ DetectorInfo loss_scale_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
     return std::make_unique<LossScaleDetector>();
+  };
+  info.order = 90;
+  info.presets = harness::kPresetDefault;
+  info.preset_fp16_only = true;  // bf16 has fp32's exponent range: only fp16 needs a scaler
+  info.column = harness::kGradIdx;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
+    d->cause = "fp16_overflow";
+    d->layer = n.backward.at(size_t(row[harness::kGradIdx]));
   };
   return info;
 }

@@ -23,6 +23,8 @@ class LossSpikeDetector final : public Detector {
   SpikeWindow window_;
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo loss_spike_detector() {
@@ -33,6 +35,10 @@ DetectorInfo loss_spike_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossSpikeDetector>(s);
+  };
+  info.order = 60;
+  info.attribute = [](const double*, const AttributionNames&, Decision* d) {
+    d->cause = "gradient_explosion";  // a blow-up seen before any non-finite value (DESIGN.md)
   };
   return info;
 }

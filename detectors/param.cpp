@@ -32,6 +32,8 @@ class ParamDetector final : public Detector {
   }
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 
 DetectorInfo param_detector() {
@@ -41,6 +43,12 @@ DetectorInfo param_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ParamDetector>();
+  };
+  info.order = 10;  // step start: the parameters the step begins from
+  info.column = harness::kParamIdx;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    d->cause = "parameter";
+    d->layer = n.backward.at(size_t(row[harness::kParamIdx]));
   };
   return info;
 }

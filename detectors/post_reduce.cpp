@@ -40,6 +40,8 @@ DetectorInfo post_reduce_detector() {
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<PostReduceDetector>();
   };
+  info.order = 100;  // the reduced buffer, after the gradient all-reduce
+  info.presets = harness::kPresetDefault;
   return info;
 }
 

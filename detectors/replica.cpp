@@ -35,6 +35,8 @@ class ReplicaDetector final : public Detector {
   int64_t every_;
 };
 
+using harness::AttributionNames;
+using harness::Decision;
 using harness::DetectorInfo;
 using harness::Key;
 using harness::KeyType;
@@ -55,6 +57,15 @@ DetectorInfo replica_detector() {
   info.not_implemented = "";
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
+  };
+  info.order = 20;                         // step start, after param: the cross-replica digest
+  info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md, issue 15)
+  info.column = harness::kReplicaIdx;
+  info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
+    // A replica whose digest differs from the majority's (replica.h): finite silent corruption
+    // or drifted training state.
+    d->cause = "replica_divergence";
+    d->layer = harness::name_at(n.replica, row[harness::kReplicaIdx]);
   };
   return info;
 }

@@ -36,6 +36,8 @@ DetectorInfo watchdog_detector() {
   info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
     return std::make_unique<WatchdogDetector>();
   };
+  info.order = 110;  // the collective deadline (its detection aborts the job; no attribution)
+  info.presets = harness::kPresetDefault;
   return info;
 }
 

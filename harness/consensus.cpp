@@ -2,18 +2,23 @@
 
 #include <algorithm>
 
+#include "harness/registry.h"
+
 namespace nanchaos::harness {
 
 int detector_bit(const std::string& name) {
-  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
-    if (name == kDetectorOrder[i]) return int(i);
+  const auto& order = detector_order();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (name == order[i]) return int(i);
   }
   return -1;
 }
 
+size_t summary_width() { return detector_order().size(); }
+
 SummaryCounts summary_counts(uint64_t bits) {
-  SummaryCounts c{};
-  for (size_t b = 0; b < kSummaryWidth; ++b) c[b] = (bits >> b) & 1u;
+  SummaryCounts c(summary_width(), 0);
+  for (size_t b = 0; b < c.size(); ++b) c[b] = (bits >> b) & 1u;
   return c;
 }
 
@@ -39,63 +44,23 @@ Decision decide(const std::vector<double>& rows, int world,
   d.flagged = true;
   int first_bit = 0;
   while (!(any & (uint64_t(1) << first_bit))) ++first_bit;
-  d.detector = kDetectorOrder[size_t(first_bit)];
+  const auto& order = detector_order();
+  d.detector = order.at(size_t(first_bit));
   for (int r = 0; r < world; ++r) {
     const uint64_t bits = bits_of(r);
     if (!bits) continue;
     nlohmann::json dets = nlohmann::json::array();
-    for (size_t b = 0; b < kDetectorOrder.size(); ++b) {
-      if (bits & (uint64_t(1) << b)) dets.push_back(kDetectorOrder[b]);
+    for (size_t b = 0; b < order.size(); ++b) {
+      if (bits & (uint64_t(1) << b)) dets.push_back(order[b]);
     }
     d.flagged_detail.push_back({{"rank", r}, {"detectors", dets}});
     if (bits & (uint64_t(1) << first_bit)) d.ranks.push_back(r);
   }
-  // Attribution (DESIGN.md) from the first blamed rank's row.
-  const double* row = &rows[size_t(d.ranks.front()) * kRowWidth];
-  if (d.detector == "batch") {
-    d.cause = "data";
-    d.layer = row[kBatchField] > 0.5 ? "labels" : "inputs";
-  } else if (d.detector == "param") {
-    d.cause = "parameter";
-    d.layer = bwd_names.at(size_t(row[kParamIdx]));
-  } else if (d.detector == "loss") {
-    const bool logits_finite = row[kLogitsFinite] > 0.5;
-    d.cause = logits_finite ? "loss_math" : "activation";
-    d.layer = logits_finite ? "loss" : "";
-    // Non-finite logits: the first module whose output went non-finite (the runner's always-on
-    // localization), and whether the half rounding made it so (DESIGN.md fp16_overflow).
-    const double idx = row[kModuleIdx];
-    if (!logits_finite && idx >= 0 && size_t(idx) < module_names.size()) {
-      d.layer = module_names[size_t(idx)];
-      if (row[kModuleOverflow] > 0.5) d.cause = "fp16_overflow";
-    }
-  } else if (d.detector == "grad") {
-    d.cause = "gradient";
-    d.layer = bwd_names.at(size_t(row[kGradIdx]));
-  } else if (d.detector == "activation") {
-    d.cause = row[kModuleOverflow] > 0.5 ? "fp16_overflow" : "activation";
-    const double idx = row[kModuleIdx];
-    if (idx >= 0 && size_t(idx) < module_names.size()) d.layer = module_names[size_t(idx)];
-  } else if (d.detector == "replica") {
-    // A replica whose digest differs from the majority's (replica.h): finite silent corruption
-    // or drifted training state.
-    d.cause = "replica_divergence";
-    const double idx = row[kReplicaIdx];
-    if (idx >= 0 && size_t(idx) < replica_names.size()) d.layer = replica_names[size_t(idx)];
-  } else if (d.detector == "loss_spike") {
-    // A blow-up seen before any non-finite value (DESIGN.md: gradient_explosion).
-    d.cause = "gradient_explosion";
-  } else if (d.detector == "grad_norm_spike") {
-    // The same, with the parameter whose norm rose the most on that rank (-1: none known).
-    d.cause = "gradient_explosion";
-    const double idx = row[kGradIdx];
-    if (idx >= 0 && size_t(idx) < bwd_names.size()) d.layer = bwd_names[size_t(idx)];
-  } else if (d.detector == "loss_scale") {
-    // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
-    d.cause = "fp16_overflow";
-    d.layer = bwd_names.at(size_t(row[kGradIdx]));
-  } else if (d.detector == "anomaly") {
-    d.cause = "gradient";  // the op name is in the blamed rank's own detect event
+  // Attribution (DESIGN.md) from the first blamed rank's row, by the detector's own rule.
+  const auto& info = detectors().at(d.detector);
+  if (info.attribute) {
+    const double* row = &rows[size_t(d.ranks.front()) * kRowWidth];
+    info.attribute(row, AttributionNames{bwd_names, module_names, replica_names}, &d);
   }
   return d;
 }

@@ -1,12 +1,12 @@
 // The consensus round's data and the decision every rank derives from it.
 //
 // Two rounds, the second only on flagged steps:
-// 1. the summary (every step): a SUM all-reduce of kSummaryWidth int64 counts, slot b = 1 when
-//    this rank's detector kDetectorOrder[b] flagged (summary_counts()). Its size does not depend
-//    on the world size (88 bytes at any world size), as DeepSpeed's MAX-reduced overflow flag and
-//    Megatron's all-reduced found_inf. Integer counts are exact and carry no float, so no NaN can
-//    be lost in a reduction (a float MAX can drop one). Every rank gets the same counts and so
-//    takes the same branch.
+// 1. the summary (every step): a SUM all-reduce of summary_width() int64 counts, slot b = 1 when
+//    this rank's detector detector_order()[b] flagged (summary_counts()). Its size does not depend
+//    on the world size (8 bytes per registered detector: 96 at any world size), as DeepSpeed's
+//    MAX-reduced overflow flag and Megatron's all-reduced found_inf. Integer counts are exact and
+//    carry no float, so no NaN can be lost in a reduction (a float MAX can drop one). Every rank
+//    gets the same counts and so takes the same branch.
 // 2. the detail (only when some count is non-zero, summary_flagged()): each rank fills its own
 //    row of a [world x kRowWidth] float64 matrix (zeros elsewhere) and the matrix is
 //    SUM-all-reduced: every rank then holds every rank's detector bits and attribution hints, and
@@ -23,18 +23,15 @@
 
 namespace nanchaos::harness {
 
-/// Pipeline order; bit i of a rank's detector word is kDetectorOrder[i]. The first detector of a
-/// step is the flagged one that comes first here.
-inline constexpr std::array<const char*, 12> kDetectorOrder = {
-    "param", "replica",         "batch",      "activation",  "loss",     "loss_spike",
-    "grad",  "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
-
-/// Index in kDetectorOrder, -1 if unknown.
+/// Bit i of a rank's detector word is detector_order()[i] (registry.h: the detectors sorted by
+/// their registered pipeline `order`). The first detector of a step is the flagged one that
+/// comes first there.
+/// Index in detector_order(), -1 if unknown.
 int detector_bit(const std::string& name);
 
-/// Slots of the fixed-size summary round: one count per detector, in kDetectorOrder.
-inline constexpr size_t kSummaryWidth = kDetectorOrder.size();
-using SummaryCounts = std::array<int64_t, kSummaryWidth>;
+/// Slots of the fixed-size summary round: one count per registered detector, in detector_order().
+size_t summary_width();
+using SummaryCounts = std::vector<int64_t>;
 
 /// This rank's summary contribution: slot b = 1 when bit b of `bits` (a row's kBits) is set.
 SummaryCounts summary_counts(uint64_t bits);
@@ -44,7 +41,7 @@ bool summary_flagged(const SummaryCounts& counts);
 
 /// Columns of a rank's row.
 enum RowField : int {
-  kBits = 0,          ///< detector bits (bit i = kDetectorOrder[i] flagged on this rank)
+  kBits = 0,          ///< detector bits (bit i = detector_order()[i] flagged on this rank)
   kGradIdx = 1,       ///< first non-finite gradient, index in backward order; grad_norm_spike:
                       ///< the parameter whose norm rose the most (-1: none known)
   kBatchField = 2,    ///< batch detector: 0 inputs, 1 labels
@@ -58,6 +55,12 @@ enum RowField : int {
   kRowWidth = 9
 };
 
+/// names[index] for an index a row carries as a double; "" when it is negative (none known) or
+/// outside the list.
+inline std::string name_at(const std::vector<std::string>& names, double index) {
+  return index >= 0 && size_t(index) < names.size() ? names[size_t(index)] : std::string();
+}
+
 /// What every rank agreed happened at a step.
 struct Decision {
   bool flagged = false;
@@ -69,8 +72,10 @@ struct Decision {
   nlohmann::json flagged_detail = nlohmann::json::array();  ///< every rank's detectors
 };
 
-/// Derives the decision from the all-reduced matrix. `bwd_names` maps gradient/parameter indices
-/// to names (backward order). Throws std::out_of_range on an index outside bwd_names.
+/// Derives the decision from the all-reduced matrix: the first flagged detector, the ranks it
+/// fired on, and its registered attribution rule (registry.h DetectorInfo::attribute) applied to
+/// the first blamed rank's row. `bwd_names` maps gradient/parameter indices to names (backward
+/// order); a rule throws std::out_of_range on an index outside it where the index must be valid.
 /// `module_names` maps module indices (forward order) to names; `replica_names` the replica
 /// detector's tensor indices (parameters in forward order, buffers, "training_state").
 Decision decide(const std::vector<double>& rows, int world,

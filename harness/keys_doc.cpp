@@ -86,10 +86,8 @@ std::string keys_markdown() {
   }
   out << "## [detectors]\n\n";
   table(out, detector_common_keys());
-  for (const auto& name : detector_pipeline_order()) {
-    auto it = detectors().find(name);
-    if (it == detectors().end()) continue;
-    const auto& info = it->second;
+  for (const auto& name : detector_order()) {
+    const auto& info = detectors().at(name);
     out << "### detector `" << name << "`\n\n" << info.doc << ".";
     if (!info.not_implemented.empty())
       out << " **Not implemented yet:** " << info.not_implemented << ".";

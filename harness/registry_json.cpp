@@ -166,28 +166,71 @@ Info entry_of(const json& j, const char* list) {
 
 }  // namespace
 
-ordered_json registry_json() {
+ordered_json registry_json(const RegistrySnapshot& snap) {
   ordered_json doc;
   doc["version"] = 1;
   doc["fault_kinds"] = ordered_json::array();
-  for (const auto& [name, info] : fault_kinds()) doc["fault_kinds"].push_back(entry_json(info));
+  for (const auto& info : snap.fault_kinds) doc["fault_kinds"].push_back(entry_json(info));
   doc["detectors"] = ordered_json::array();
-  for (const auto& [name, info] : detectors()) doc["detectors"].push_back(entry_json(info));
+  for (const auto& info : snap.detectors) {
+    ordered_json j = entry_json(info);
+    j["order"] = info.order;
+    j["presets"] = ordered_json::array();
+    if (info.presets & kPresetDefault) j["presets"].push_back("default");
+    if (info.presets & kPresetNaive) j["presets"].push_back("naive");
+    j["preset_fp16_only"] = info.preset_fp16_only;
+    doc["detectors"].push_back(std::move(j));
+  }
   return doc;
 }
 
-void register_from_json(const json& doc) {
+ordered_json registry_json() {
+  RegistrySnapshot live;
+  for (const auto& [name, info] : fault_kinds()) live.fault_kinds.push_back(info);
+  for (const auto& name : detector_order()) live.detectors.push_back(detectors().at(name));
+  return registry_json(live);
+}
+
+RegistrySnapshot parse_registry_json(const json& doc) {
   if (!doc.is_object() || doc.value("version", 0) != 1) bad("document", "not version 1");
   for (const char* list : {"fault_kinds", "detectors"}) {
     if (!doc.contains(list) || !doc[list].is_array())
       bad("document", fmt::format("no \"{}\" array", list));
   }
+  RegistrySnapshot snap;
   for (const auto& j : doc["fault_kinds"]) {
-    auto info = entry_of<FaultKindInfo>(j, "fault kind");
-    if (!fault_kinds().count(info.name)) register_fault_kind(std::move(info));
+    snap.fault_kinds.push_back(entry_of<FaultKindInfo>(j, "fault kind"));
   }
   for (const auto& j : doc["detectors"]) {
     auto info = entry_of<DetectorInfo>(j, "detector");
+    const std::string where = "detector " + info.name;
+    try {
+      info.order = j.at("order").get<int>();
+      for (const auto& p : j.at("presets")) {
+        const auto name = p.get<std::string>();
+        if (name == "default") {
+          info.presets |= kPresetDefault;
+        } else if (name == "naive") {
+          info.presets |= kPresetNaive;
+        } else {
+          bad(where, "unknown preset " + name);
+        }
+      }
+      info.preset_fp16_only = j.at("preset_fp16_only").get<bool>();
+    } catch (const json::exception& e) {
+      bad(where, e.what());
+    }
+    snap.detectors.push_back(std::move(info));
+  }
+  return snap;
+}
+
+void register_from_json(const json& doc) {
+  RegistrySnapshot snap = parse_registry_json(doc);
+  for (auto& info : snap.fault_kinds) {
+    if (!fault_kinds().count(info.name)) register_fault_kind(std::move(info));
+  }
+  for (auto& info : snap.detectors) {
     if (!detectors().count(info.name)) register_detector(std::move(info));
   }
 }

@@ -19,11 +19,26 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "harness/registry.h"
 
 namespace nanchaos::harness {
 
-/// Every registered fault kind and detector, in name order, with their keys.
+/// Registry entries as a snapshot holds them (no factories, checks or attribution rules).
+struct RegistrySnapshot {
+  std::vector<FaultKindInfo> fault_kinds;  ///< name order
+  std::vector<DetectorInfo> detectors;     ///< pipeline order
+};
+
+/// Every registered fault kind (name order) and detector (pipeline order, with `order`,
+/// `presets` and `preset_fp16_only`), with their keys.
 nlohmann::ordered_json registry_json();
+nlohmann::ordered_json registry_json(const RegistrySnapshot& snap);
+
+/// Parses a registry_json() document without registering anything. Throws std::runtime_error
+/// naming the entry when the document does not have that shape.
+RegistrySnapshot parse_registry_json(const nlohmann::json& doc);
 
 /// Registers every fault kind and detector of a registry_json() document that is not registered
 /// yet (make and check empty). Throws std::runtime_error naming the entry when the document

@@ -332,6 +332,9 @@ class RankRunner {
                              {"step", step},
                              {"layer", finding->layer},
                              {"cause", finding->cause}});
+      // The finding's code travels in the detector's registered consensus column.
+      const int column = detectors().at(d->name()).column;
+      if (column >= 0) row[size_t(column)] = finding->code;
       local_findings_[d->name()] = *finding;
     }
   }
@@ -533,7 +536,6 @@ class RankRunner {
     view.replica_names = &replica_names_;
     run_detectors(Hook::kReplica, view, row, step);
     view.replica_combined = view.replica_per_tensor = nullptr;
-    if (local_findings_.count("replica")) row[kReplicaIdx] = local_findings_["replica"].code;
     // Its cost (digest + exchange), read by bench/step_bench.cpp; on a divergence every entry
     // in which this rank differs from the source (a drifted training state shows here even
     // though `layer` names the first parameter it then changed).
@@ -716,7 +718,6 @@ class RankRunner {
     view.grad_names = &bwd_names_;
     view.params = &bwd_params_;
     run_detectors(Hook::kStepStart, view, row, step);
-    if (local_findings_.count("param")) row[kParamIdx] = local_findings_["param"].code;
     if (replica_ && consensus_ && replica_->due(step)) replica_round(view, row, step);
 
     // batch
@@ -727,7 +728,6 @@ class RankRunner {
     view.params = nullptr;
     view.batch = &batch;
     run_detectors(Hook::kBatch, view, row, step);
-    if (local_findings_.count("batch")) row[kBatchField] = local_findings_["batch"].code;
     view.batch = nullptr;
 
     // naive stack: a rank that sees something returns early from its step.
@@ -757,8 +757,6 @@ class RankRunner {
     view.loss = &loss;
     view.logits = &logits;
     run_detectors(Hook::kLoss, view, row, step);
-    if (local_findings_.count("loss")) row[kLogitsFinite] = local_findings_["loss"].code;
-    if (local_findings_.count("activation")) row[kModuleIdx] = local_findings_["activation"].code;
     if (localize_ && local_findings_.count("loss") && local_findings_["loss"].code == 0) {
       localize(row);  // non-finite logits: which module, and was it the half rounding
     }
@@ -792,10 +790,9 @@ class RankRunner {
     view.anomaly_message = &anomaly_message;
     run_detectors(Hook::kGradients, view, row, step);
     view.grad_stats = nullptr;
+    // The scan's first non-finite gradient, for the loss scaler's found_inf even when no
+    // detector at this hook flagged it (grad, loss_scale and grad_norm_spike wrote theirs).
     if (pre.first_nonfinite >= 0) row[kGradIdx] = pre.first_nonfinite;
-    if (local_findings_.count("grad_norm_spike")) {  // only on finite gradients: no overlap
-      row[kGradIdx] = local_findings_["grad_norm_spike"].code;
-    }
     row[kMaxAbs] = double(pre.max_abs) * pre_scale;  // magnitude that enters the SUM
     if (naive && row[kBits] != 0) return early_return(step, lr);
 

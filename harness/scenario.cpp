@@ -43,30 +43,16 @@ bool RecoveryConfig::has(Policy p) const {
 }
 
 std::vector<std::string> preset_detectors(Preset p, DType precision) {
-  std::set<std::string> on;
-  switch (p) {
-    case Preset::kDefault:
-      // replica (every replica_every = 10 steps) joined default at its measured cost: 0.3-1.0 %
-      // of a step on a step that digests, 0.03-0.1 % amortized (bench/README.md, issue 15).
-      on = {"batch", "loss", "grad", "post_reduce", "watchdog", "replica"};
-      // bf16 has fp32's exponent range: only fp16 needs a dynamic loss scaler.
-      if (precision == DType::kFp16) on.insert("loss_scale");
-      break;
-    case Preset::kFull:
-      // Every detector; loss_scale only where there is a loss scaler (fp16), as for default.
-      for (const auto& name : detector_pipeline_order()) {
-        if (name != "loss_scale" || precision == DType::kFp16) on.insert(name);
-      }
-      break;
-    case Preset::kNaive:
-      on = {"loss", "grad"};
-      break;
-    case Preset::kNone:
-      return {};
-  }
+  // Membership is declared in each detector's registration (registry.h DetectorInfo::presets).
   std::vector<std::string> out;
-  for (const auto& name : detector_pipeline_order()) {
-    if (on.count(name) != 0) out.push_back(name);
+  if (p == Preset::kNone) return out;
+  const unsigned flag = p == Preset::kDefault ? kPresetDefault
+                        : p == Preset::kNaive ? kPresetNaive
+                                              : 0;
+  for (const auto& name : detector_order()) {
+    const DetectorInfo& info = detectors().at(name);
+    if (info.preset_fp16_only && precision != DType::kFp16) continue;
+    if (p == Preset::kFull || (info.presets & flag) != 0) out.push_back(name);
   }
   return out;
 }

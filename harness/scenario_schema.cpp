@@ -10,6 +10,7 @@
 #include <string>
 
 #include "harness/model_spec.h"
+#include "harness/registry.h"
 
 namespace nanchaos::harness {
 
@@ -297,13 +298,30 @@ const std::vector<KeySpec>& fault_common_keys() {
   return keys;
 }
 
+namespace {
+
+/// The `preset` key's doc, listing each preset's members as their registrations declare them.
+std::string preset_doc() {
+  auto members = [](unsigned flag) {
+    std::vector<std::string> names;
+    for (const auto& name : detector_order()) {
+      const DetectorInfo& info = detectors().at(name);
+      if (info.presets & flag) names.push_back(info.preset_fp16_only ? name + " when fp16" : name);
+    }
+    return join(names, ", ");
+  };
+  return fmt::format(
+      "default ({}), full (every detector), naive ({} per rank, early return, no consensus) or "
+      "none",
+      members(kPresetDefault), members(kPresetNaive));
+}
+
+}  // namespace
+
 const std::vector<KeySpec>& detector_common_keys() {
   // consensus and replay have no declared default: it depends on the preset (false for naive).
   static const std::vector<KeySpec> keys = {
-      Key("preset", K::kString,
-          "default (replica, batch, loss, grad, post_reduce, loss_scale when fp16, watchdog), "
-          "full (every "
-          "detector), naive (loss and grad per rank, early return, no consensus) or none")
+      Key("preset", K::kString, preset_doc())
           .def("default")
           .choices({"default", "full", "naive", "none"}),
       Key("enabled", K::kStringArray, "detector names; overrides the preset's list"),
@@ -320,17 +338,6 @@ const std::vector<KeySpec>& detector_common_keys() {
 const std::vector<std::string>& top_level_tables() {
   static const std::vector<std::string> names = {"scenario",  "job",      "workload", "fault",
                                                  "detectors", "recovery", "expect"};
-  return names;
-}
-
-const std::vector<std::string>& detector_pipeline_order() {
-  // The order of the hook points in one training step (DESIGN.md): parameters at step start
-  // (their finiteness, then the cross-replica digest), the batch, module outputs, the loss, the
-  // fused gradient pass, the reduced buffer, the collective deadline, and the replay's anomaly
-  // mode last.
-  static const std::vector<std::string> names = {
-      "param", "replica",         "batch",      "activation",  "loss",     "loss_spike",
-      "grad",  "grad_norm_spike", "loss_scale", "post_reduce", "watchdog", "anomaly"};
   return names;
 }
 

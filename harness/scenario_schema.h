@@ -59,8 +59,6 @@ const std::vector<KeySpec>& detector_common_keys();
 
 /// Top-level table names, in file order ("scenario", "job", "workload", "fault", ...).
 const std::vector<std::string>& top_level_tables();
-/// Every detector name in pipeline order (the order the `full` preset enables them).
-const std::vector<std::string>& detector_pipeline_order();
 /// `cause` values of [expect].
 const std::vector<std::string>& cause_names();
 

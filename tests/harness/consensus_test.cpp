@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/registry.h"
+
 namespace nanchaos::harness {
 namespace {
 
@@ -250,8 +252,9 @@ TEST(ConsensusDecide, OnlyOwnRowMatters) {
 }
 
 TEST(ConsensusDetectorBit, RoundTripOverOrder) {
-  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
-    EXPECT_EQ(detector_bit(kDetectorOrder[i]), int(i)) << kDetectorOrder[i];
+  const auto& order = detector_order();
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(detector_bit(order[i]), int(i)) << order[i];
   }
   EXPECT_EQ(detector_bit("param"), 0);
   EXPECT_EQ(detector_bit("replica"), 1);  // right after param: both at step start
@@ -262,12 +265,13 @@ TEST(ConsensusDetectorBit, RoundTripOverOrder) {
 }
 
 TEST(ConsensusDetectorBit, EachDetectorAloneDecidesItself) {
-  for (size_t i = 0; i < kDetectorOrder.size(); ++i) {
+  const auto& order = detector_order();
+  for (size_t i = 0; i < order.size(); ++i) {
     auto rows = Rows(2);
-    Flag(rows, 1, kDetectorOrder[i]);
+    Flag(rows, 1, order[i]);
     const Decision d = decide(rows, 2, kBwd);
     EXPECT_TRUE(d.flagged);
-    EXPECT_EQ(d.detector, kDetectorOrder[i]);
+    EXPECT_EQ(d.detector, order[i]);
     EXPECT_EQ(d.ranks, std::vector<int64_t>({1}));
   }
 }
@@ -339,25 +343,26 @@ TEST(ConsensusCauseRules, SpikeLosesToANonFiniteLossOnAnotherRank) {
 // size is the same at every world size and it never carries a float.
 TEST(ConsensusSummary, OneCountPerDetectorSummedOverRanks) {
   using nanchaos::harness::detector_bit;
-  using nanchaos::harness::kSummaryWidth;
   using nanchaos::harness::summary_counts;
   using nanchaos::harness::summary_flagged;
-  static_assert(kSummaryWidth == nanchaos::harness::kDetectorOrder.size());
+  const size_t width = nanchaos::harness::summary_width();
+  EXPECT_EQ(width, nanchaos::harness::detector_order().size());
+  EXPECT_EQ(summary_counts(0).size(), width);
   EXPECT_FALSE(summary_flagged(summary_counts(0)));
   const uint64_t grad = uint64_t(1) << detector_bit("grad");
   const uint64_t loss = uint64_t(1) << detector_bit("loss");
   // Three ranks: one clean, one with grad, one with grad and loss; the SUM every rank receives.
-  nanchaos::harness::SummaryCounts sum{};
+  nanchaos::harness::SummaryCounts sum(width, 0);
   for (uint64_t bits : {uint64_t(0), grad, grad | loss}) {
     const auto c = summary_counts(bits);
-    for (size_t b = 0; b < kSummaryWidth; ++b) sum[b] += c[b];
+    for (size_t b = 0; b < width; ++b) sum[b] += c[b];
   }
   EXPECT_TRUE(summary_flagged(sum));
   EXPECT_EQ(sum[size_t(detector_bit("grad"))], 2);
   EXPECT_EQ(sum[size_t(detector_bit("loss"))], 1);
   EXPECT_EQ(sum[size_t(detector_bit("param"))], 0);
   // The last detector's bit is in the last slot (no bit is lost at the end of the order).
-  const auto last = summary_counts(uint64_t(1) << (kSummaryWidth - 1));
-  EXPECT_EQ(last[kSummaryWidth - 1], 1);
+  const auto last = summary_counts(uint64_t(1) << (width - 1));
+  EXPECT_EQ(last[width - 1], 1);
   EXPECT_TRUE(summary_flagged(last));
 }

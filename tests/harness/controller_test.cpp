@@ -617,7 +617,7 @@ abort_within_ms = 20000
             "fault returns on every re-execution");
 }
 
-// Fixed-size consensus (consensus.h): every step sends one summary of kSummaryWidth int64 counts
+// Fixed-size consensus (consensus.h): every step sends one summary of summary_width() int64 counts
 // whatever the world size; the [world x 7] detail round runs only on the flagged step.
 TEST(Consensus, CleanStepsSendOnlyTheFixedSizeSummary) {
   const auto dir = tmpdir("in");
@@ -632,7 +632,7 @@ TEST(Consensus, CleanStepsSendOnlyTheFixedSizeSummary) {
     if (e["ev"] != "coll_enter") continue;
     if (e["name"] == "consensus") {
       summary_steps.push_back(e["step"].get<int64_t>());
-      EXPECT_EQ(e["count"], nanchaos::harness::kSummaryWidth);
+      EXPECT_EQ(e["count"], nanchaos::harness::summary_width());
       EXPECT_EQ(e["dtype"], "int64");
     } else if (e["name"] == "consensus_detail") {
       detail_steps.push_back(e["step"].get<int64_t>());
