@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/percentile.h"
+
 namespace nanchaos::bench {
 
 /// This executable's absolute path (/proc/self/exe). Throws std::runtime_error when unreadable.
@@ -36,7 +38,7 @@ inline void run_or_throw(const std::string& cmd, int timeout_s, const std::strin
 }
 
 /// Open MPI's mpirun for `ranks` ranks on one small host, as `nanchaos run` launches jobs
-/// (harness/controller.cpp): oversubscribed, unbound, yielding when idle, root-safe.
+/// (harness/controller/controller.cpp): oversubscribed, unbound, yielding when idle, root-safe.
 inline std::string mpirun_prefix(int ranks) {
   std::string p = "mpirun -np " + std::to_string(ranks) +
                   " --oversubscribe --bind-to none --mca mpi_yield_when_idle 1";
@@ -44,12 +46,10 @@ inline std::string mpirun_prefix(int ranks) {
   return p;
 }
 
-/// The q-quantile (0..1, nearest rank) of `v`; 0 for an empty vector.
-inline double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(q * double(v.size())));
-  return v[i];
+/// The q-quantile (q in (0, 1]) of `v` by the one nearest-rank definition of
+/// harness/common/percentile.h (the reports' p50 too); 0 for an empty vector.
+inline double quantile(const std::vector<double>& v, double q) {
+  return v.empty() ? 0 : nanchaos::percentile(v, q * 100.0);
 }
 
 inline double mean(const std::vector<double>& v) {

@@ -5,11 +5,12 @@
 // scenarios). Every worker runs, interleaved and in alternating order, `rounds` pairs of:
 //   bare       MPI_Iallreduce(MPI_IN_PLACE, summary_width() int64, MPI_SUM) polled with MPI_Test on
 //              the same spin-then-sleep schedule as the Open MPI engine
-//              (harness/mpi_communicator.cpp), so the pair differs only in what the harness adds;
-//   consensus  the runner's clean-step round (harness/runner.cpp run_step, consensus.h): this
+//              (harness/comm/mpi_communicator.cpp), so the pair differs only in what the harness
+//              adds;
+//   consensus  the runner's clean-step round (harness/job/runner.cpp run_step, consensus.h): this
 //              rank's summary counts, the fixed-size SUM through the Communicator with its
 //              coll_enter / coll_leave events written and flushed to a per-rank event log
-//              (harness/collective.cpp logged_allreduce, the code the runner calls), and
+//              (harness/comm/collective.cpp logged_allreduce, the code the runner calls), and
 //              summary_flagged() on the result. The [N x kRowWidth] detail round runs only on
 //              flagged steps, never on a clean one.
 // Warm-up pairs are dropped. Each rank times its own rounds (CLOCK_MONOTONIC) and writes them to
@@ -32,10 +33,10 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "harness/collective.h"
-#include "harness/communicator.h"
-#include "harness/consensus.h"
-#include "harness/events.h"
+#include "detectors/core/consensus.h"
+#include "harness/comm/collective.h"
+#include "harness/comm/communicator.h"
+#include "harness/evidence/events.h"
 
 namespace fs = std::filesystem;
 using namespace nanchaos::harness;

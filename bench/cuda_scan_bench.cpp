@@ -34,7 +34,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "harness/cuda_scan.h"
+#include "detectors/core/cuda_scan.h"
+#include "harness/common/cuda_device.h"
 
 namespace {
 

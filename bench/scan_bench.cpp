@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "harness/fused_scan.h"
+#include "detectors/core/fused_scan.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Detector `activation`: probes module outputs for the first non-finite value.
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -32,7 +32,7 @@ class ActivationDetector final : public Detector {
 
  private:
   static int module_index(const StepView& v, const std::string& name) {
-    const auto names = v.workload->module_names();
+    const auto& names = *v.module_names;
     for (size_t i = 0; i < names.size(); ++i)
       if (names[i] == name) return int(i);
     return -1;

@@ -1,7 +1,7 @@
 // Detector `anomaly`: autograd anomaly mode in the replay: names the op that produced the first
 // NaN.
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/registry.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {

@@ -3,10 +3,10 @@
 // Detectors only look; the runner turns findings into the consensus bits, the decision and the
 // recovery. A detector returns a Finding with what it can tell locally (layer, cause); the
 // consensus round then makes every rank see every rank's findings.
-// Each detector is one file: the class and its registration (harness/registry.h DetectorInfo:
-// name, doc, keys, pipeline order, presets, consensus column, attribution rule). Its bit in the
-// consensus word is its index in harness::detector_order(), the detectors sorted by that order.
-// Thread-safety: called from the rank's single thread; must not block.
+// Each detector is one file: the class and its registration (harness/scenario/registry.h
+// DetectorInfo: name, doc, keys, pipeline order, presets, consensus column, attribution rule). Its
+// bit in the consensus word is its index in harness::detector_order(), the detectors sorted by that
+// order. Thread-safety: called from the rank's single thread; must not block.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/consensus.h"
-#include "harness/fused_scan.h"
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/workload.h"
+#include "detectors/core/consensus.h"
+#include "detectors/core/fused_scan.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/tensor/batch.h"
 
 namespace nanchaos::detect {
 
@@ -28,7 +28,7 @@ using harness::detector_bit;
 
 /// kCollective: not called per step; the detector's presence arms the collective deadline.
 /// kReplica: at step start on the steps due() accepts, after the runner exchanged the ranks'
-/// state digests (harness/replica.h).
+/// state digests (detectors/core/replica.h).
 enum class Hook { kStepStart, kReplica, kBatch, kLoss, kGradients, kPostReduce, kCollective };
 
 struct Finding {
@@ -42,11 +42,11 @@ struct StepView {
   int64_t step = 0;
   int rank = 0;
   int world = 1;
-  harness::Workload* workload = nullptr;
-  const harness::Batch* batch = nullptr;                 ///< kBatch: as the model receives it
-  const torch::Tensor* loss = nullptr;                   ///< kLoss: scalar float32
-  const torch::Tensor* logits = nullptr;                 ///< kLoss
-  const harness::ScanStats* grad_stats = nullptr;        ///< kGradients: backward order
+  const std::vector<std::string>* module_names = nullptr;  ///< probed modules, forward order
+  const harness::Batch* batch = nullptr;                   ///< kBatch: as the model receives it
+  const torch::Tensor* loss = nullptr;                     ///< kLoss: scalar float32
+  const torch::Tensor* logits = nullptr;                   ///< kLoss
+  const harness::ScanStats* grad_stats = nullptr;          ///< kGradients: backward order
   const std::vector<std::string>* grad_names = nullptr;  ///< kGradients/kStepStart: backward order
   const std::vector<torch::Tensor>* params = nullptr;    ///< kStepStart: backward order
   const harness::ScanStats* reduce_stats = nullptr;      ///< kPostReduce

@@ -3,12 +3,13 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {
 
-// Reads the fused pack-and-scan's flags (harness/fused_scan.h): no extra pass over gradients.
+// Reads the fused pack-and-scan's flags (detectors/core/fused_scan.h): no extra pass over
+// gradients.
 class GradDetector final : public Detector {
  public:
   GradDetector() : Detector("grad") {}

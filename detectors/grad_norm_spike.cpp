@@ -1,8 +1,8 @@
 // Detector `grad_norm_spike`: flags a gradient-norm z-score spike over a window of recent steps.
 #include "detectors/detector.h"
 #include "detectors/spike.h"
-#include "harness/registry.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {

@@ -1,7 +1,7 @@
 // Detector `loss_scale`: GradScaler found_inf; the scaler probing its range after a growth is a
 // scale_backoff, not a detection.
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {

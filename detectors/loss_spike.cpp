@@ -2,7 +2,7 @@
 // spike_window, spike_zscore).
 #include "detectors/detector.h"
 #include "detectors/spike.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {

@@ -3,12 +3,12 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
 namespace {
 
-// Scans the reduced buffer while unpacking it (harness/fused_scan.h). Caveat: relies on the
+// Scans the reduced buffer while unpacking it (detectors/core/fused_scan.h). Caveat: relies on the
 // reduced buffer being identical on every rank (an all-reduce's contract), so its decision needs
 // no second consensus round.
 class PostReduceDetector final : public Detector {

@@ -3,13 +3,13 @@
 // recovery"); the ranks outside the majority are flagged with cause `replica_divergence` and the
 // first differing tensor as the layer. The only detector that sees finite silent corruption.
 // The exchange is the runner's (two int64 all-gathers, the second only on a divergence); the
-// vote is harness/replica.h. Cost: one pass over the state every replica_every steps
+// vote is detectors/core/replica.h. Cost: one pass over the state every replica_every steps
 // (bench/README.md gives the measured ratio).
-#include "harness/replica.h"
+#include "detectors/core/replica.h"
 
 #include "detectors/detector.h"
-#include "harness/registry.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {

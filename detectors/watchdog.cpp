@@ -1,17 +1,17 @@
 // Detector `watchdog`: flags a collective that passes its deadline.
 #include "detectors/detector.h"
-#include "harness/registry.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario_schema.h"
 
 namespace nanchaos::detect {
 namespace {
 
 // The watchdog has no per-step check: enabling it gives every collective a deadline of
-// collective_timeout_ms (harness/communicator.h Work::wait). On expiry the runner logs a `watchdog`
-// detection naming the collective (sequence number, name), then takes the whole job down with
-// MPI_Abort (exit code 4), as NCCL's watchdog ends a hang with ncclCommAbort.
-// Caveat: the detection is local to the ranks that waited; who was absent is the controller's
-// post-mortem (the flight-recorder comparison of collective sequence numbers).
+// collective_timeout_ms (harness/comm/communicator.h Work::wait). On expiry the runner logs a
+// `watchdog` detection naming the collective (sequence number, name), then takes the whole job down
+// with MPI_Abort (exit code 4), as NCCL's watchdog ends a hang with ncclCommAbort. Caveat: the
+// detection is local to the ranks that waited; who was absent is the controller's post-mortem (the
+// flight-recorder comparison of collective sequence numbers).
 class WatchdogDetector final : public Detector {
  public:
   WatchdogDetector() : Detector("watchdog") {}

@@ -4,9 +4,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
 #include "inject/injector.h"
 
 namespace nanchaos::inject {

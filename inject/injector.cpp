@@ -5,8 +5,8 @@
 #include <cmath>
 #include <optional>
 
-#include "harness/plan.h"
-#include "inject/rng.h"
+#include "harness/common/rng.h"
+#include "harness/scenario/plan.h"
 
 namespace nanchaos::inject {
 

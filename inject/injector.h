@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "harness/fused_scan.h"
-#include "harness/scenario.h"
-#include "harness/scenario_schema.h"
-#include "harness/workload.h"
+#include "harness/common/wire.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
+#include "harness/tensor/batch.h"
 
 namespace nanchaos::inject {
 
@@ -93,7 +93,7 @@ class Injector {
   harness::FaultSpec spec_;
 };
 
-using harness::match_target;  // harness/scenario_schema.h
+using harness::match_target;  // harness/scenario/scenario_schema.h
 
 }  // namespace nanchaos::inject
 

@@ -1,8 +1,8 @@
 // Fault kind `overflow`: an fp16 overflow point; multiplies a module's output by `factor` so it
 // leaves the half range.
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
 #include "inject/injector.h"
 
 namespace nanchaos::inject {

@@ -6,9 +6,9 @@
 #include <limits>
 #include <optional>
 
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
 #include "inject/injector.h"
 
 namespace nanchaos::inject {

@@ -21,8 +21,8 @@
 #include <sstream>
 #include <thread>
 
-#include "harness/child_process.h"
-#include "harness/events.h"
+#include "harness/common/child_process.h"
+#include "harness/evidence/events.h"
 
 namespace fs = std::filesystem;
 

@@ -21,8 +21,8 @@
 
 namespace nanchaos::results {
 
-/// One rank's view of a job, read from its events/rank-N.jsonl (harness/events.h). Times are ms
-/// since the job started (the controller's `job_start_us`; else the earliest event).
+/// One rank's view of a job, read from its events/rank-N.jsonl (harness/evidence/events.h). Times
+/// are ms since the job started (the controller's `job_start_us`; else the earliest event).
 struct Timeline {
   struct Bar {
     int rank = 0;

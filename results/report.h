@@ -1,9 +1,9 @@
 // The report model (report.json, the part others rely on: docs/scenario-format.md "Results"), its
 // writers: report.json, junit.xml, report.md and the console table.
 //
-// The judge (harness/judge.cpp) fills a ScenarioResult per scenario from the ranks' event logs;
-// this module only models and writes. Writers throw std::runtime_error naming the path when a
-// file cannot be written. Nothing here includes torch.
+// The judge (harness/controller/judge.cpp) fills a ScenarioResult per scenario from the ranks'
+// event logs; this module only models and writes. Writers throw std::runtime_error naming the path
+// when a file cannot be written. Nothing here includes torch.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +64,8 @@ struct ScenarioResult {
   int64_t steps_completed = 0;       ///< steps every rank finished (min over ranks)
   std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
   std::string run_dir;               ///< folder with events/, per-rank logs
-  /// Events the ranks could not write (a full disk: harness/events.h `log_dropped`, summed over
-  /// ranks); > 0 only with verdict `error`.
+  /// Events the ranks could not write (a full disk: harness/evidence/events.h `log_dropped`, summed
+  /// over ranks); > 0 only with verdict `error`.
   int64_t dropped_events = 0;
   nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
   // --- repeated trials (`nanchaos run --trials N`; docs/scenario-format.md "Trials") ---

@@ -61,19 +61,6 @@ ScenarioResult representative_trial(const std::vector<ScenarioResult>& trials) {
   return r;
 }
 
-double percentile(std::vector<double> samples, double p) {
-  if (samples.empty()) throw std::invalid_argument("percentile of an empty sample set");
-  if (!(p > 0 && p <= 100)) throw std::invalid_argument("percentile p must be in (0, 100]");
-  for (double v : samples) {
-    if (std::isnan(v)) throw std::invalid_argument("percentile of a NaN sample");
-  }
-  std::sort(samples.begin(), samples.end());
-  // Nearest rank: the smallest sample with at least p% of the samples at or below it.
-  const double rank = std::ceil(p / 100.0 * double(samples.size()));
-  const size_t idx = std::clamp<size_t>(size_t(rank), 1, samples.size()) - 1;
-  return samples[idx];
-}
-
 std::optional<Summary> summarize(const std::vector<double>& samples) {
   std::vector<double> finite;
   for (double v : samples) {

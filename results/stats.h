@@ -3,9 +3,8 @@
 // A single run's milliseconds on a shared machine are noise; percentiles over trials are what a
 // report compares. Steps (latency_steps) do not drift with machine load, milliseconds do.
 //
-// Percentile method: nearest-rank. For n sorted samples x[1..n] and p in (0, 100], the p-th
-// percentile is x[ceil(p/100 * n)] (so p50 of {1,2,3,4} is 2, p95 of 5 samples is the max). It
-// always returns a sample that was measured, never an interpolated value.
+// Percentile method: nearest rank, the one definition of harness/common/percentile.h (p50 of
+// {1,2,3,4} is 2, p95 of 5 samples is the max), shared with the benchmarks.
 //
 // Pure functions, no I/O, nothing here includes torch.
 #pragma once
@@ -17,13 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "harness/common/percentile.h"
 #include "results/report.h"
 
 namespace nanchaos::results {
 
-/// Nearest-rank percentile of `samples` (any order), p in (0, 100].
-/// Throws std::invalid_argument for an empty sample set, p outside (0, 100] or a NaN sample.
-double percentile(std::vector<double> samples, double p);
+using nanchaos::percentile;  // nearest rank (harness/common/percentile.h)
 
 /// p50/p95/max of a sample set, and how many samples (n) it came from.
 struct Summary {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/registry_json.h"
+#include "harness/scenario/registry_json.h"
 
 namespace nanchaos::fuzz {
 

@@ -1,5 +1,5 @@
 // Shared set-up of the libFuzzer targets (docs/fuzzing.md): the fault-kind and detector
-// registry from the snapshot (harness/registry_json.h) and a private scratch folder.
+// registry from the snapshot (harness/scenario/registry_json.h) and a private scratch folder.
 #pragma once
 
 #include <string>

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/judge.h"
-#include "harness/scenario.h"
+#include "harness/controller/judge.h"
+#include "harness/scenario/scenario.h"
 #include "results/compare.h"
 #include "results/report.h"
 #include "tests/fuzz/fuzz_common.h"

@@ -3,14 +3,14 @@
 // unimplemented-feature check and the plan an external job's agent reads (compile_plan,
 // plan_draws).
 //
-// The contract under test (harness/scenario.h): any text either loads or throws ScenarioError.
-// Any other exception, a crash, a leak, an ASan/UBSan report or a hang is a bug.
+// The contract under test (harness/scenario/scenario.h): any text either loads or throws
+// ScenarioError. Any other exception, a crash, a leak, an ASan/UBSan report or a hang is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "harness/plan.h"
-#include "harness/scenario.h"
+#include "harness/scenario/plan.h"
+#include "harness/scenario/scenario.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

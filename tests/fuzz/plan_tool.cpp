@@ -1,8 +1,8 @@
 // nanchaos_plan_tool: prints, one JSON line per scenario file, the compiled plan and its resolved
-// draws (harness/plan.h compile_plan, plan_draws), or the loader's error. Torch-free: fault kinds
-// and detectors come from the registry snapshot (harness/registry_json.h), so a g++ and a
-// clang++ build run the same code and must print the same bytes (.ci/fuzz-short diffs them:
-// same seed, same plan, on either compiler and standard library).
+// draws (harness/scenario/plan.h compile_plan, plan_draws), or the loader's error. Torch-free:
+// fault kinds and detectors come from the registry snapshot (harness/scenario/registry_json.h), so
+// a g++ and a clang++ build run the same code and must print the same bytes (.ci/fuzz-short diffs
+// them: same seed, same plan, on either compiler and standard library).
 //
 //   nanchaos_plan_tool --registry tests/fuzz/registry.json [--numel 64] FILE...
 //
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/plan.h"
-#include "harness/registry_json.h"
-#include "harness/scenario.h"
+#include "harness/scenario/plan.h"
+#include "harness/scenario/registry_json.h"
+#include "harness/scenario/scenario.h"
 
 int main(int argc, char** argv) {
   using namespace nanchaos::harness;

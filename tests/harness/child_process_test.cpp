@@ -1,6 +1,7 @@
-// ChildProcess (harness/child_process.h): exit status, output capture, redirection, timeout kill
-// of the whole group, death by signal, destruction, spawn errors, the death-signal (fork) path.
-#include "harness/child_process.h"
+// ChildProcess (harness/common/child_process.h): exit status, output capture, redirection, timeout
+// kill of the whole group, death by signal, destruction, spawn errors, the death-signal (fork)
+// path.
+#include "harness/common/child_process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 // Clock offsets (clock_sync.h), rank locality (rank_host.h) and the judge on ranks that ran on
 // another host: their events moved onto the controller's timeline, no pid watch, blame from the
 // logs. The same paths with real hosts are tests/multinode/.
-#include "harness/clock_sync.h"
+#include "harness/evidence/clock_sync.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/controller.h"
-#include "harness/judge.h"
-#include "harness/rank_host.h"
-#include "harness/scenario.h"
+#include "harness/common/rank_host.h"
+#include "harness/controller/controller.h"
+#include "harness/controller/judge.h"
+#include "harness/scenario/scenario.h"
 #include "tests/harness/event_logs.h"
 
 namespace nanchaos::harness {

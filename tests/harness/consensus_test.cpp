@@ -1,6 +1,6 @@
 // Consensus decision: decide() on hand-built all-reduced row matrices, detector_bit, and
 // global_max_abs.
-#include "harness/consensus.h"
+#include "detectors/core/consensus.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
 namespace {

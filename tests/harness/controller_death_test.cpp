@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "harness/child_process.h"
-#include "harness/job_guard.h"
+#include "harness/common/child_process.h"
+#include "harness/common/job_guard.h"
 #include "tests/harness/job_processes.h"
 #include "tests/test_util.h"
 

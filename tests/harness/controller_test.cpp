@@ -1,5 +1,5 @@
 // End-to-end: the real binary launches real `mpirun -np N` jobs; assertions read report.json.
-#include "harness/controller.h"
+#include "harness/controller/controller.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/consensus.h"
-#include "harness/scenario.h"
+#include "detectors/core/consensus.h"
+#include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 // The multi-tensor CUDA scan: chunk planning (pure, on CPU) and, on a GPU host, the kernel's
 // results against the CPU fused scan; the NCCL engine on one rank. GPU tests skip with the CUDA
 // runtime's reason on hosts without a GPU.
-#include "harness/cuda_scan.h"
+#include "detectors/core/cuda_scan.h"
 
 #include <gtest/gtest.h>
 
@@ -13,10 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/communicator.h"
-#include "harness/events.h"
-#include "harness/fused_scan.h"
-#include "harness/nccl_communicator.h"
+#include "detectors/core/fused_scan.h"
+#include "harness/comm/communicator.h"
+#include "harness/comm/nccl_communicator.h"
+#include "harness/common/cuda_device.h"
+#include "harness/evidence/events.h"
 #include "nanchaos/config.h"
 
 #if NANCHAOS_WITH_CUDA && NANCHAOS_WITH_NCCL

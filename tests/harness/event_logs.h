@@ -1,5 +1,6 @@
 // Hand-written run folders for the judge's tests: per-rank JSON-lines event logs in the format
-// the ranks write (harness/events.h for built-in jobs, docs/external-jobs.md for the agent).
+// the ranks write (harness/evidence/events.h for built-in jobs, docs/external-jobs.md for the
+// agent).
 #pragma once
 
 #include <gtest/gtest.h>

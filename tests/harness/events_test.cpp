@@ -1,6 +1,6 @@
 // The event log: lines readable while the writer runs, kept when it is killed, NUL tail trimmed,
 // growth past the first mapped block, evidence that cannot be written recorded and counted.
-#include "harness/events.h"
+#include "harness/evidence/events.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "harness/controller.h"
-#include "harness/scenario.h"
+#include "harness/controller/controller.h"
+#include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "harness/fused_scan.h"
+#include "detectors/core/fused_scan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // fp16/bf16 rounding of the CPU half-precision emulation at known boundary values.
-#include "harness/half_round.h"
+#include "detectors/core/half_round.h"
 
 #include <gtest/gtest.h>
 

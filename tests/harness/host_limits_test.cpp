@@ -1,12 +1,13 @@
-// Host limits (harness/host_limits.h): the memory estimate's numbers, the exact messages against
-// a fixed host, the flags, and `nanchaos validate` / `nanchaos run` refusing before any job.
-#include "harness/host_limits.h"
+// Host limits (harness/controller/host_limits.h): the memory estimate's numbers, the exact messages
+// against a fixed host, the flags, and `nanchaos validate` / `nanchaos run` refusing before any
+// job.
+#include "harness/controller/host_limits.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 
 namespace nanchaos::harness {

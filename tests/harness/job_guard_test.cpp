@@ -1,5 +1,5 @@
 // job_guard.h: when a job process must end itself (controller gone, launcher gone, deadline).
-#include "harness/job_guard.h"
+#include "harness/common/job_guard.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "harness/child_process.h"
-#include "harness/rank_host.h"
+#include "harness/common/child_process.h"
+#include "harness/common/rank_host.h"
 
 using nanchaos::harness::ChildProcess;
 using nanchaos::harness::job_guard_reason;

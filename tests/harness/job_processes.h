@@ -1,6 +1,6 @@
 // Test helpers for issue 13's no-orphan promises: `nanchaos run` started as a child, and the
 // live processes of the jobs it launched, found exactly by their NANCHAOS_JOB_ID (the controller
-// names its jobs "<controller pid>-<job counter>-<us>", harness/controller.cpp).
+// names its jobs "<controller pid>-<job counter>-<us>", harness/controller/controller.cpp).
 #pragma once
 
 #include <dirent.h>
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/child_process.h"
+#include "harness/common/child_process.h"
 
 namespace nanchaos::test_util {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/controller.h"
-#include "harness/judge.h"
-#include "harness/scenario.h"
+#include "harness/controller/controller.h"
+#include "harness/controller/judge.h"
+#include "harness/scenario/scenario.h"
 #include "tests/harness/event_logs.h"
 
 namespace nanchaos::harness {

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
-#include "harness/events.h"
-#include "harness/judge.h"
-#include "harness/scenario.h"
+#include "harness/controller/judge.h"
+#include "harness/evidence/events.h"
+#include "harness/scenario/scenario.h"
 #include "tests/harness/event_logs.h"
 
 namespace nanchaos::harness {

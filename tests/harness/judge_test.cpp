@@ -1,6 +1,6 @@
 // The judge on hand-written event logs: outcome, detections and latency, consistency, injection
 // verification, hang post-mortem, truncated logs, false positives and fault outcomes.
-#include "harness/judge.h"
+#include "harness/controller/judge.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/controller.h"
-#include "harness/scenario.h"
+#include "harness/controller/controller.h"
+#include "harness/scenario/scenario.h"
 #include "results/report.h"
 #include "tests/harness/event_logs.h"
 
@@ -29,7 +29,7 @@ using nlohmann::json;
 using test_util::kT0;
 
 // A run folder under the test temp dir with per-rank JSON-lines logs written by hand, in the
-// format harness/runner.cpp writes.
+// format harness/job/runner.cpp writes.
 class RunDir : public test_util::EventLogDir {
  public:
   explicit RunDir(const std::string& name) : EventLogDir("nanchaos_judge", name) {}

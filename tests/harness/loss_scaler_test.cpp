@@ -1,5 +1,5 @@
 // LossScaler against torch.cuda.amp.GradScaler's documented update rule, step by step.
-#include "harness/loss_scaler.h"
+#include "detectors/core/loss_scaler.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// The torch-free model description (harness/model_spec.h) against the real workloads: for several
-// configurations the real model is built and its forward probes, named parameters (with shapes)
-// and buffers are compared with builtin_model(), and the closed-form counts of host_limits.h with
-// the summed shapes. If a workload changes a name or a shape, these fail.
-#include "harness/model_spec.h"
+// The torch-free model description (harness/scenario/model_spec.h) against the real workloads: for
+// several configurations the real model is built and its forward probes, named parameters (with
+// shapes) and buffers are compared with builtin_model(), and the closed-form counts of
+// host_limits.h with the summed shapes. If a workload changes a name or a shape, these fail.
+#include "harness/scenario/model_spec.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "harness/host_limits.h"
-#include "harness/scenario.h"
-#include "harness/workload.h"
+#include "harness/controller/host_limits.h"
+#include "harness/job/workload.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -1,14 +1,14 @@
-// Same seed, same plan: the random half of a scenario's plan (harness/plan.h plan_draws) pinned
-// to literal values. The literals were computed with the Python agent's twin of the generator
-// (inject/python/nanchaos/rng.py), an independent implementation; .ci/fuzz-short also checks
-// that a clang++ build prints the same plans as the g++ one.
+// Same seed, same plan: the random half of a scenario's plan (harness/scenario/plan.h plan_draws)
+// pinned to literal values. The literals were computed with the Python agent's twin of the
+// generator (inject/python/nanchaos/rng.py), an independent implementation; .ci/fuzz-short also
+// checks that a clang++ build prints the same plans as the g++ one.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/plan.h"
-#include "harness/scenario.h"
+#include "harness/scenario/plan.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -1,11 +1,11 @@
-// The plan JSON an external job's agent reads (harness/plan.h), compiled from a scenario.
-#include "harness/plan.h"
+// The plan JSON an external job's agent reads (harness/scenario/plan.h), compiled from a scenario.
+#include "harness/scenario/plan.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 namespace {

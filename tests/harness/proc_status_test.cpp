@@ -1,5 +1,5 @@
 // VmHWM from /proc: this process's own peak, a child's, and a process that is gone.
-#include "harness/proc_status.h"
+#include "harness/common/proc_status.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

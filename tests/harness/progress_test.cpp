@@ -1,6 +1,6 @@
 // Suite progress lines: one line per finished scenario, a status line only on a terminal,
 // nothing when disabled (--quiet).
-#include "harness/progress.h"
+#include "harness/controller/progress.h"
 
 #include <gtest/gtest.h>
 

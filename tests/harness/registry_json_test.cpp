@@ -1,6 +1,6 @@
-// The registry snapshot of torch-free builds (harness/registry_json.h): every key of every
+// The registry snapshot of torch-free builds (harness/scenario/registry_json.h): every key of every
 // registered fault kind and detector survives JSON and back; bad snapshots name the entry.
-#include "harness/registry_json.h"
+#include "harness/scenario/registry_json.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "harness/registry.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -1,11 +1,11 @@
-// The replica detector's vote (harness/replica.h) and its attribution in decide().
-#include "harness/replica.h"
+// The replica detector's vote (detectors/core/replica.h) and its attribution in decide().
+#include "detectors/core/replica.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "harness/consensus.h"
+#include "detectors/core/consensus.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 namespace {

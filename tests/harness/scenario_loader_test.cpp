@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/keys.h"
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/scenario_schema.h"
+#include "harness/scenario/keys.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "harness/child_process.h"
+#include "harness/common/child_process.h"
 #include "tests/harness/job_processes.h"
 #include "tests/test_util.h"
 

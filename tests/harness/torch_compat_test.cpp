@@ -1,7 +1,7 @@
-// harness/torch_compat.h against the LibTorch this binary is built with (Debian's 1.13 in CI, a
-// pip-installed 2.x under .ci/libtorch2-check): optimizer state keys, the warning handler,
+// harness/tensor/torch_compat.h against the LibTorch this binary is built with (Debian's 1.13 in
+// CI, a pip-installed 2.x under .ci/libtorch2-check): optimizer state keys, the warning handler,
 // autocast state, anomaly mode's message, the CPU generator.
-#include "harness/torch_compat.h"
+#include "harness/tensor/torch_compat.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,6 +1,6 @@
 // Workloads: the contract names (docs/scenario-format.md), deterministic batches, probes in forward
 // order, the classic numeric traps (normalize_inputs, masked_mse, empty mask) and learnability.
-#include "harness/workload.h"
+#include "harness/job/workload.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 namespace {

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/fused_scan.h"
-#include "harness/registry.h"
-#include "harness/scenario.h"
-#include "harness/workload.h"
+#include "detectors/core/fused_scan.h"
+#include "harness/job/workload.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::inject {
 namespace {

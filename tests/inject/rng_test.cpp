@@ -1,6 +1,6 @@
 // The portable generator against the shared test vector (tests/data/generator_vectors.json, also
 // checked by the Python agent's tests): every entry must match bit for bit.
-#include "inject/rng.h"
+#include "harness/common/rng.h"
 
 #include <gtest/gtest.h>
 

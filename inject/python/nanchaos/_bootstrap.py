@@ -53,7 +53,7 @@ def install() -> None:
         os._exit(2)
     log.write("agent", rank=rank, pid=os.getpid(), python=sys.executable,
               python_version=sys.version.split()[0])
-    # This rank ends itself if the controller or the launcher dies (harness/job_guard.h).
+    # This rank ends itself if the controller or the launcher dies (harness/common/job_guard.h).
     from . import guard
 
     guard.start(f"nanchaos rank {rank}")

@@ -3,7 +3,7 @@
 One ``Agent`` per rank process, created by the bootstrap (``nanchaos._bootstrap``) when the
 harness launched the process. It never adds a check of its own: it applies the planned faults and
 records what the job's stack did (steps, losses, updates or skips, the job's detections and
-decisions, collectives, exceptions, digests at exit) in the event schema of ``harness/events.h``.
+decisions, collectives, exceptions, digests at exit) in the event schema of ``harness/evidence/events.h``.
 
 Attach (docs/scenario-format.md "The Python agent"): the model is the module a
 ``DistributedDataParallel`` wraps or else the module that owns every parameter of the first

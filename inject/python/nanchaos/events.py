@@ -1,6 +1,6 @@
 """The agent's evidence writer: one JSON object per line in ``$NANCHAOS_EVENTS``.
 
-Same schema as the built-in ranks' log (``harness/events.h``): every event carries ``ev`` and
+Same schema as the built-in ranks' log (``harness/evidence/events.h``): every event carries ``ev`` and
 ``t_us``, microseconds on CLOCK_MONOTONIC (the clock the controller and every rank of a host
 share). Each line is handed to the kernel with one ``os.write`` on an ``O_APPEND`` descriptor, so
 it survives SIGKILL of this process a moment later (the page cache keeps it). NaN and infinities,
@@ -9,7 +9,7 @@ which JSON cannot carry, are written as ``null`` (readers treat null as non-fini
 Thread-safety: ``write`` may be called from any thread (DDP's comm-hook futures complete on a
 process-group worker thread); a lock keeps lines whole and in order.
 
-Evidence that cannot be written is never lost silently (the rule of ``harness/events.h``): disk
+Evidence that cannot be written is never lost silently (the rule of ``harness/evidence/events.h``): disk
 blocks are reserved ahead of the writes with Linux's ``fallocate(FALLOC_FL_KEEP_SIZE)`` (256 KiB
 at a time, the file's size unchanged), and the last ``RESERVE_BYTES`` of them are kept for the
 log's own records. When the filesystem refuses the next block (ENOSPC, EDQUOT, EFBIG),
@@ -32,7 +32,7 @@ import time
 from typing import Any, Dict, Optional
 
 BLOCK_BYTES = 256 << 10
-"""Disk space reserved ahead of the writes at a time (as ``harness/events.cpp``'s kBlock)."""
+"""Disk space reserved ahead of the writes at a time (as ``harness/evidence/events.cpp``'s kBlock)."""
 RESERVE_BYTES = 4096
 """Reserved bytes kept for ``log_error`` and ``log_dropped`` (``EventLog::kReserveBytes``)."""
 _FALLOC_FL_KEEP_SIZE = 1  # linux/falloc.h
@@ -56,7 +56,7 @@ _fallocate = _libc_fallocate()
 
 
 def now_us() -> int:
-    """CLOCK_MONOTONIC in microseconds, as ``harness/events.h::now_us``."""
+    """CLOCK_MONOTONIC in microseconds, as ``harness/evidence/events.h::now_us``."""
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
 
 

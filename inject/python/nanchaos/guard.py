@@ -1,4 +1,4 @@
-"""The external rank's own watch over the controller (the Python side of ``harness/job_guard.h``).
+"""The external rank's own watch over the controller (the Python side of ``harness/common/job_guard.h``).
 
 When the controller that launched the job is gone (SIGKILLed, OOM-killed), nobody would enforce
 ``[job].timeout_ms`` any more. A daemon thread of the agent's process therefore ends the process
@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Optional
 
-EXIT_CODE = 5  # harness/job_guard.h kJobGuardExit
+EXIT_CODE = 5  # harness/common/job_guard.h kJobGuardExit
 POLL_S = 0.2
 
 _started = False
@@ -44,7 +44,7 @@ def process_start_ticks(pid: int) -> Optional[int]:
 
 
 def _pidns() -> str:
-    """This process's PID namespace, e.g. "pid:[4026531836]" (as harness/rank_host.h)."""
+    """This process's PID namespace, e.g. "pid:[4026531836]" (as harness/common/rank_host.h)."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:

@@ -3,7 +3,7 @@
 Every random choice a fault makes (which elements it hits, whether a `probability` draw fires)
 comes from here, keyed by (scenario seed, fault index, step[, rank]), so the same scenario hits
 the same elements in a built-in job and in an external job, on any compiler and any Python. The
-C++ twin is ``inject/rng.h``; ``tests/data/generator_vectors.json`` is the shared test vector that
+C++ twin is ``harness/common/rng.h``; ``tests/data/generator_vectors.json`` is the shared test vector that
 both test suites check. Pure Python integers (masked to 64 bits); no ``random`` module state.
 """
 

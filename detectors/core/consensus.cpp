@@ -1,0 +1,68 @@
+#include "detectors/core/consensus.h"
+
+#include <algorithm>
+
+#include "harness/scenario/registry.h"
+
+namespace nanchaos::harness {
+
+int detector_bit(const std::string& name) {
+  const auto& order = detector_order();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (name == order[i]) return int(i);
+  }
+  return -1;
+}
+
+size_t summary_width() { return detector_order().size(); }
+
+SummaryCounts summary_counts(uint64_t bits) {
+  SummaryCounts c(summary_width(), 0);
+  for (size_t b = 0; b < c.size(); ++b) c[b] = (bits >> b) & 1u;
+  return c;
+}
+
+bool summary_flagged(const SummaryCounts& counts) {
+  return std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != 0; });
+}
+
+double global_max_abs(const std::vector<double>& rows, int world) {
+  double m = 0;
+  for (int r = 0; r < world; ++r) m = std::max(m, rows[size_t(r) * kRowWidth + kMaxAbs]);
+  return m;
+}
+
+Decision decide(const std::vector<double>& rows, int world,
+                const std::vector<std::string>& bwd_names,
+                const std::vector<std::string>& module_names,
+                const std::vector<std::string>& replica_names) {
+  Decision d;
+  auto bits_of = [&](int r) { return uint64_t(rows[size_t(r) * kRowWidth + kBits]); };
+  uint64_t any = 0;
+  for (int r = 0; r < world; ++r) any |= bits_of(r);
+  if (!any) return d;
+  d.flagged = true;
+  int first_bit = 0;
+  while (!(any & (uint64_t(1) << first_bit))) ++first_bit;
+  const auto& order = detector_order();
+  d.detector = order.at(size_t(first_bit));
+  for (int r = 0; r < world; ++r) {
+    const uint64_t bits = bits_of(r);
+    if (!bits) continue;
+    nlohmann::json dets = nlohmann::json::array();
+    for (size_t b = 0; b < order.size(); ++b) {
+      if (bits & (uint64_t(1) << b)) dets.push_back(order[b]);
+    }
+    d.flagged_detail.push_back({{"rank", r}, {"detectors", dets}});
+    if (bits & (uint64_t(1) << first_bit)) d.ranks.push_back(r);
+  }
+  // Attribution (DESIGN.md) from the first blamed rank's row, by the detector's own rule.
+  const auto& info = detectors().at(d.detector);
+  if (info.attribute) {
+    const double* row = &rows[size_t(d.ranks.front()) * kRowWidth];
+    info.attribute(row, AttributionNames{bwd_names, module_names, replica_names}, &d);
+  }
+  return d;
+}
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,157 @@
+// Open MPI engine: non-blocking MPI_Iallreduce polled with MPI_Test against a deadline.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <stdexcept>
+#include <string>
+
+#include "harness/comm/communicator.h"
+#include "harness/common/check.h"
+#include "harness/common/wire.h"
+#include "harness/evidence/events.h"
+
+// MPI's own error text for a failed call (check.h).
+#define NANCHAOS_MPI_CHECK(call)                                                            \
+  do {                                                                                      \
+    const int nanchaos_rc_ = (call);                                                        \
+    if (nanchaos_rc_ != MPI_SUCCESS) {                                                      \
+      char nanchaos_msg_[MPI_MAX_ERROR_STRING];                                             \
+      int nanchaos_len_ = 0;                                                                \
+      MPI_Error_string(nanchaos_rc_, nanchaos_msg_, &nanchaos_len_);                        \
+      ::nanchaos::harness::check_failed(__FILE__, __LINE__, #call,                          \
+                                        std::string(nanchaos_msg_, size_t(nanchaos_len_))); \
+    }                                                                                       \
+  } while (0)
+
+namespace nanchaos::harness {
+
+namespace {
+
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  wire_sum(in, inout, size_t(*len), WireType::kFp16);
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  wire_sum(in, inout, size_t(*len), WireType::kBf16);
+}
+
+class MpiWork final : public Work {
+ public:
+  explicit MpiWork(MPI_Request req) : req_(req) {}
+  CollStatus wait(int64_t deadline_us) override {
+    if (done_) return CollStatus::kOk;
+    for (int spins = 0;; ++spins) {
+      int flag = 0;
+      if (MPI_Test(&req_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return CollStatus::kError;
+      if (flag) {
+        done_ = true;
+        return CollStatus::kOk;
+      }
+      // Spin briefly (reading the clock every 16th test only: a small collective completes in a
+      // few us), then yield the core: ranks are often oversubscribed on small hosts.
+      if ((spins > 64 || (spins & 15) == 15) && now_us() > deadline_us) return CollStatus::kTimeout;
+      if (spins > 64) {
+        timespec ts{0, 50000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+
+ private:
+  MPI_Request req_;
+  bool done_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) NANCHAOS_MPI_CHECK(MPI_Init(nullptr, nullptr));
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    NANCHAOS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    NANCHAOS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    NANCHAOS_MPI_CHECK(MPI_Op_create(&fp16_sum, /*commute=*/1, &fp16_op_));
+    NANCHAOS_MPI_CHECK(MPI_Op_create(&bf16_sum, /*commute=*/1, &bf16_op_));
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+
+  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) override {
+    MPI_Datatype dt = MPI_FLOAT;
+    MPI_Op op = MPI_SUM;
+    switch (type) {
+      case ElemType::kFloat64:
+        dt = MPI_DOUBLE;
+        break;
+      case ElemType::kFloat32:
+        dt = MPI_FLOAT;
+        break;
+      case ElemType::kFloat16:
+        dt = MPI_UINT16_T;
+        op = fp16_op_;
+        break;
+      case ElemType::kBFloat16:
+        dt = MPI_UINT16_T;
+        op = bf16_op_;
+        break;
+      case ElemType::kInt64:
+        dt = MPI_INT64_T;
+        break;
+    }
+    MPI_Request req;
+    NANCHAOS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), dt, op, MPI_COMM_WORLD, &req));
+    return std::make_unique<MpiWork>(req);
+  }
+
+  [[noreturn]] void abort_job(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    _exit(exit_code);
+  }
+
+ private:
+  int rank_ = 0, world_ = 1;
+  MPI_Op fp16_op_ = MPI_OP_NULL, bf16_op_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
+
+void abort_world(int exit_code) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  _exit(exit_code);
+}
+
+namespace {
+void ensure_mpi() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) NANCHAOS_MPI_CHECK(MPI_Init(nullptr, nullptr));
+}
+}  // namespace
+
+void mpi_broadcast_bytes(void* data, size_t bytes, int root) {
+  ensure_mpi();
+  NANCHAOS_MPI_CHECK(MPI_Bcast(data, int(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+}
+
+void mpi_world(int* rank, int* world) {
+  ensure_mpi();
+  NANCHAOS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+  NANCHAOS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, world));
+}
+
+void finalize_mpi() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Finalize();
+}
+
+}  // namespace nanchaos::harness

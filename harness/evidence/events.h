@@ -1,0 +1,106 @@
+// Per-rank structured event log: JSON lines in <run>/events/rank-N.jsonl, one fact per line,
+// handed to the kernel as it happens (a shared file mapping, see EventLog), so a rank that dies
+// mid-step still leaves its evidence.
+//
+// Every event carries "ev" (its type) and "t_us", microseconds on CLOCK_MONOTONIC, which the
+// ranks of one host and the controller share; the judge moves the times of ranks on other hosts
+// onto the controller's clock with their `clock` event (clock_sync.h). Event types written by the
+// rank runner:
+//   start {rank, world, pid, host, pidns}   (pidns: readlink /proc/self/ns/pid, rank_host.h)
+//   clock {offset_us, rtt_us, samples, server, real_minus_mono_us} or clock {error, ...}
+//                                         (when $NANCHAOS_CLOCK is set; clock_sync.h)
+//   step_begin {step, cpu_us}             step_end {step, loss, action, lr, cpu_us}
+//   (cpu_us: process_cpu_us() at that moment)
+//   inject {fault, kind, step, target, detail, replay}
+//   detect {detector, step, layer, cause}   (local, before consensus)
+//   decision {step, detector, ranks, layer, cause, action, flagged}
+//   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
+//   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
+//         (params_hash/optim_hash: XXH3-64 digests, detectors/core/digest.h)
+//   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
+// Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into
+// space reserved for them (see EventLog):
+//   log_error {path, errno, error, op}    log_dropped {count}  (events lost after log_error)
+// Thread-safety: one writer per file (the rank's thread).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanchaos::harness {
+
+/// CLOCK_MONOTONIC in microseconds.
+int64_t now_us();
+/// CPU time of this whole process (all threads, CLOCK_PROCESS_CPUTIME_ID) in microseconds. The
+/// step events carry it so that a step's cost can be told from time spent descheduled on a
+/// shared host (bench/step_bench.cpp).
+int64_t process_cpu_us();
+
+/// One rank's event log. Lines go into a shared memory mapping of the file (MAP_SHARED): a copy
+/// into the page cache, with no system call per event, that outlives the process however it
+/// ends (SIGKILL, MPI_Abort) and that other processes read at once, as a flushed write() would
+/// be. The file is grown in 256 KiB blocks allocated up front (posix_fallocate, so a full disk
+/// fails here and never as SIGBUS later) and cut to its written length by the destructor. A
+/// process that dies without it leaves NUL bytes after its last line: read_events() skips
+/// them and trim_event_log() (the controller, after each job) removes them. Where the file
+/// cannot be mapped (a filesystem without shared mappings or fallocate), the log falls back to
+/// one write(2) per event.
+///
+/// Evidence that cannot be written is never lost silently: the last kReserveBytes of the
+/// mapping are kept for the log's own records. When a block cannot be allocated because the
+/// filesystem is full (ENOSPC, EDQUOT, EFBIG from posix_fallocate), `log_error` goes into that
+/// reserve, every later event is counted as dropped, and the destructor adds
+/// `log_dropped {count}`; a failed write(2) in the fallback mode is counted the same way. The
+/// judge makes such a scenario an `error` naming the path and errno (harness/controller/judge.cpp).
+class EventLog {
+ public:
+  EventLog() = default;
+  /// Opens (truncates) `path`; throws std::runtime_error naming the path on failure.
+  explicit EventLog(const std::string& path);
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  /// Adds "ev" and "t_us" (unless present) and writes one line, visible to readers and kept
+  /// if the process dies right after (see above).
+  void write(const std::string& ev, nlohmann::json fields = nlohmann::json::object());
+  /// Hot-path variant for fixed-schema events (the collectives' enter/leave, written twice per
+  /// collective): `line` is one complete JSON object, already formatted, carrying "ev" and
+  /// "t_us"; a newline is added. Building an nlohmann::json object costs ~10x the formatting
+  /// (bench/README.md).
+  void write_line(std::string_view line);
+  bool is_open() const { return fd_ >= 0; }
+  /// Events that could not be written (0 while the file could grow).
+  int64_t dropped() const { return dropped_; }
+  /// errno of the first failed allocation or write (0: none).
+  int error() const { return errno_; }
+
+  /// Bytes at the end of the mapping kept for `log_error` and `log_dropped` (2 x 2 KiB).
+  static constexpr size_t kReserveBytes = 4096;
+
+ private:
+  void append(std::string_view line);        // line + '\n'
+  bool grow(size_t need);                    // false: no room for `need` bytes (full or write mode)
+  void put_reserved(std::string_view line);  // into the reserve; never fails silently
+  void lose(int err, const char* op);        // first loss: log_error into the reserve
+  std::string path_;
+  int fd_ = -1;
+  char* map_ = nullptr;  // nullptr: write(2) mode
+  size_t cap_ = 0, len_ = 0;
+  bool full_ = false;  // the filesystem refused a block: events are counted, not written
+  int64_t dropped_ = 0;
+  int errno_ = 0;
+};
+
+/// Cuts the NUL bytes a killed writer left after the last complete line of an event log (see
+/// EventLog). No-op for a clean or missing file. Never throws.
+void trim_event_log(const std::string& path);
+
+/// Reads a JSON-lines file; a truncated or garbled last line (a rank killed mid-write) is skipped.
+/// A missing file gives an empty vector.
+std::vector<nlohmann::json> read_events(const std::string& path);
+
+}  // namespace nanchaos::harness

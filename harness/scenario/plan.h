@@ -1,0 +1,45 @@
+// The plan of an external job: the scenario compiled into the JSON the Python agent reads
+// (RUN/plan.json, $NANCHAOS_PLAN; docs/scenario-format.md "External jobs"). The agent only parses
+// JSON, never TOML, so every default is filled here.
+//
+//   {"version": 1, "scenario": "nan-x", "seed": 7, "steps": 30, "micro_batches": 1, "world": 2,
+//    "collective_timeout_ms": 10000, "dry_run": false,
+//    "faults": [{"index": 0, "kind": "tensor", "ranks": [1], "step": 10, "repeat": 1,
+//                "probability": 1.0, "persistent": false,
+//                "params": {"target": "activation:net.1", "value": "nan", "factor": null, ...},
+//                "given": ["target"]}]}
+//
+// Values: floats as numbers, NaN/±inf as "nan"/"inf"/"-inf", "forever" as -1, ranks "all" or
+// an array; "params" holds exactly the keys the kind declares (null when a key has no value);
+// "given" lists the params written in the file. Torch-free; a pure function.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "harness/scenario/scenario.h"
+
+namespace nanchaos::harness {
+
+/// Compiles `s` (s.seed is the effective seed of this trial). `dry_run`: `nanchaos targets`'s
+/// probe job, which the agent ends at the start of iteration 1.
+nlohmann::ordered_json compile_plan(const Scenario& s, bool dry_run = false);
+
+/// Elements fault `f` hits in a tensor of `numel` elements (harness/common/rng.h element_count):
+/// its `fraction` when written, else its `count` (1 when the kind has no `count` key).
+int64_t fault_element_count(const FaultSpec& f, int64_t numel);
+
+/// The random half of a plan, resolved for targets of `numel` elements (docs/generator.md):
+/// for each fault, every step in [0, [job].steps) at which it fires on some rank of
+/// [0, [job].ranks) (window, ranks and probability draw), the ranks it fires on, and, for kinds
+/// that pick elements (those declaring `count`), the ascending flat indices it hits there.
+/// First executions only: after a rollback a persistent fault repeats the same draws.
+///
+///   {"scenario": "x", "seed": 7, "numel": 64,
+///    "faults": [{"index": 0, "kind": "tensor", "fires": [{"step": 3, "ranks": [1],
+///                                                         "elements": [17]}]}]}
+///
+/// The same on every compiler and standard library (a CI step compares a g++ and a clang++
+/// build: tests/fuzz/plan_tool.cpp, .ci/fuzz-short).
+nlohmann::ordered_json plan_draws(const Scenario& s, int64_t numel);
+
+}  // namespace nanchaos::harness
