@@ -21,7 +21,7 @@ std::string rank_text() {
     const char* v = std::getenv(var);
     if (v && *v) return v;
   }
-  return "?";
+  return "";
 }
 
 // __FILE__ is an absolute path in CMake builds; the part from the source tree's top folder is
@@ -41,7 +41,9 @@ void set_check_rank(int rank) { g_rank.store(rank); }
 std::string process_origin() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  return fmt::format("[{} {} rank {}]", host, getpid(), rank_text());
+  const std::string rank = rank_text();
+  if (rank.empty()) return fmt::format("[{} {}]", host, getpid());  // not a rank (the controller)
+  return fmt::format("[{} {} rank {}]", host, getpid(), rank);
 }
 
 void check_failed(const char* file, int line, const char* call, const std::string& library_error) {

@@ -6,7 +6,8 @@
 //
 // so that a message collected from any rank of a 64-node job says which host, process and rank
 // it came from. The rank is the one set_check_rank() recorded, else the launcher's variable
-// (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, RANK), else "?" (before the launcher says).
+// (OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, RANK); a process that is no rank (the
+// controller) says "[host pid]".
 //
 //   NANCHAOS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));          // harness/comm/mpi_*.cpp
 //   NANCHAOS_CUDA_CHECK(cudaSetDevice(device));                        //
@@ -25,7 +26,8 @@ namespace nanchaos::harness {
 /// knows). Negative: unknown.
 void set_check_rank(int rank);
 
-/// "[host pid rank R]": where this process runs, as check messages and rank-side errors say it.
+/// "[host pid rank R]" ("[host pid]" outside a rank): where this process runs, as check messages
+/// and log lines say it.
 std::string process_origin();
 
 /// Throws std::runtime_error("<process_origin()> <file>:<line>: <call> failed: <library_error>").

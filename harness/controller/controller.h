@@ -154,6 +154,12 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& python, const std::string& job_id,
                            std::optional<uint64_t> seed, bool dry_run = false);
 
+/// Whitespace-separated words of a command line (no quoting): "mpirun --mca x y" -> 3 words.
+std::vector<std::string> split_words(const std::string& s);
+
+/// True when `name` is an executable file: as a path when it has a '/', else searched in PATH.
+bool find_program(const std::string& name);
+
 /// --launcher if given, else $NANCHAOS_LAUNCHER, else "mpirun".
 std::string default_launcher(const std::string& given = "");
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/common/job_guard.h"
+#include "harness/common/log.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
@@ -183,6 +184,7 @@ int exec_rank(const ExecRankOptions& opts) {
   // a dead controller, Python or not.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(kJobGuardExit);  // it died before prctl
+  log::debug("exec-rank {}/{}: exec {}", id.rank, id.world, fmt::join(argv, " "));
   execvp(cargv[0], cargv.data());
   const int err = errno;
   const std::string reason = fmt::format("cannot execute {}: {}", argv[0], std::strerror(err));

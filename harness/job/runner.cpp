@@ -25,6 +25,7 @@
 #include "harness/common/check.h"
 #include "harness/common/cuda_device.h"
 #include "harness/common/job_guard.h"
+#include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
@@ -79,14 +80,9 @@ double wire_max(WireType w) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-// LibTorch warnings (anomaly mode prints a forward traceback per detection) go to the rank's
-// stderr only with NANCHAOS_LOG=debug; otherwise they would drown the launcher log.
-void torch_warning(const std::string& msg) {
-  const char* level = std::getenv("NANCHAOS_LOG");
-  if (level && std::string(level) == "debug") {
-    std::fprintf(stderr, "torch warning: %s\n", first_line(msg).c_str());
-  }
-}
+// LibTorch warnings (anomaly mode prints a forward traceback per detection) are debug lines
+// (NANCHAOS_LOG=debug); at the default level they would drown the launcher log.
+void torch_warning(const std::string& msg) { log::debug("torch warning: {}", first_line(msg)); }
 
 // One tensor into a digest (detectors/core/digest.h): its contiguous CPU bytes as one framed piece.
 void digest_tensor(Digest& d, const torch::Tensor& t) {

@@ -1,0 +1,391 @@
+// Launching one job and watching it to its end: the launcher command lines (mpirun, srun,
+// exec-rank), the poll loop (pid watch, memory, attach deadlines, timeout, interruption), the
+// kill sequence and the orphan sweep. Declared in controller.h.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness/common/child_process.h"
+#include "harness/common/cuda_device.h"
+#include "harness/common/job_guard.h"
+#include "harness/common/log.h"
+#include "harness/common/proc_status.h"
+#include "harness/common/rank_host.h"
+#include "harness/controller/controller.h"
+#include "harness/controller/judge.h"
+#include "harness/controller/progress.h"
+#include "harness/evidence/clock_sync.h"
+#include "harness/evidence/events.h"
+#include "harness/scenario/plan.h"
+#include "nanchaos/config.h"
+#include "results/html.h"
+#include "results/report.h"
+#include "results/stats.h"
+
+namespace fs = std::filesystem;
+
+namespace nanchaos::harness {
+namespace {
+
+// What an external rank's log says so far about attaching (read incrementally, whole lines).
+struct AttachWatch {
+  int64_t launch_t = 0;
+  int64_t seen_us = 0;  // remote ranks: when the controller first read the `launch` line
+  bool agent = false, start = false;
+  std::string attach_error;
+  std::streamoff offset = 0;
+};
+
+void scan_attach(const std::string& path, AttachWatch& w) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  in.seekg(w.offset);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no newline yet: an incomplete line, read it next time
+    w.offset += std::streamoff(line.size() + 1);
+    const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!e.is_object()) continue;
+    const std::string ev = e.value("ev", "");
+    if (ev == "launch") {
+      w.launch_t = e.value("t_us", int64_t(0));
+    } else if (ev == "agent") {
+      w.agent = true;
+    } else if (ev == "start") {
+      w.start = true;
+    } else if (ev == "attach_error" && w.attach_error.empty()) {
+      w.attach_error = e.value("reason", std::string("attach_error"));
+    }
+  }
+}
+
+void kill_job(pid_t pgid, const std::string& job_id, int sig) {
+  if (pgid > 0) ::kill(-pgid, sig);
+  for (int pid : job_processes(job_id)) ::kill(pid, sig);
+}
+
+// Alive and not a zombie (an exited rank stays a zombie until the launcher reaps it).
+bool process_alive(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto rp = line.rfind(')');
+  return rp == std::string::npos || rp + 2 >= line.size() || line[rp + 2] != 'Z';
+}
+}  // namespace
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> launcher_argv(const std::string& launcher, const Scenario& s,
+                                       const std::string& self_exe, const std::string& scenario,
+                                       const std::string& run_dir, std::optional<uint64_t> seed) {
+  if (s.job.backend == Backend::kNccl && s.job.ranks == 1) {
+    // One rank over NCCL needs no launcher: the unique id is generated locally, MPI is not used.
+    std::vector<std::string> argv = {self_exe, "rank",      "--scenario",
+                                     scenario, "--run-dir", run_dir};
+    if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
+    return argv;
+  }
+  std::vector<std::string> argv = split_words(launcher.empty() ? "mpirun" : launcher);
+  const std::string tool = fs::path(argv.at(0)).filename().string();
+  const std::string np = std::to_string(s.job.ranks);
+  if (tool == "srun") {
+    argv.insert(argv.end(), {"-n", np, "--kill-on-bad-exit=1"});
+  } else {  // Open MPI's mpirun (or orterun/mpiexec)
+    argv.insert(argv.end(),
+                {"-np", np, "--oversubscribe", "--bind-to", "none", "-x", "NANCHAOS_JOB_ID", "-x",
+                 "NANCHAOS_CLOCK", "--mca", "mpi_yield_when_idle", "1"});
+    // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
+    for (const char* v :
+         {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START", "NANCHAOS_CONTROLLER_HOST",
+          "NANCHAOS_CONTROLLER_PIDNS", "NANCHAOS_DEADLINE_UNIX_MS"}) {
+      argv.insert(argv.end(), {"-x", v});
+    }
+    if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});
+    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  }
+  argv.insert(argv.end(), {self_exe, "rank", "--scenario", scenario, "--run-dir", run_dir});
+  if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
+  return argv;
+}
+
+std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scenario& s,
+                                        const std::string& self_exe, const std::string& scenario,
+                                        const std::string& run_dir, int master_port,
+                                        const std::string& python, std::optional<uint64_t> seed) {
+  // The built-in rank command line, with `rank` swapped for `exec-rank` and its options.
+  Scenario via_launcher = s;
+  via_launcher.job.backend = Backend::kMpi;  // never the one-NCCL-rank shortcut: ranks need ids
+  std::vector<std::string> argv =
+      launcher_argv(launcher, via_launcher, self_exe, scenario, run_dir, std::nullopt);
+  auto it = std::find(argv.begin(), argv.end(), self_exe);
+  *(it + 1) = "exec-rank";
+  argv.insert(argv.end(), {"--master-port", std::to_string(master_port)});
+  if (!python.empty()) argv.insert(argv.end(), {"--python", python});
+  if (seed) argv.insert(argv.end(), {"--seed", std::to_string(*seed)});
+  return argv;
+}
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string default_launcher(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("NANCHAOS_LAUNCHER");
+  return env && *env ? env : "mpirun";
+}
+
+JobResult run_external_job(const std::string& launcher, const Scenario& s,
+                           const std::string& self_exe, const std::string& run_dir,
+                           const std::string& python, const std::string& job_id,
+                           std::optional<uint64_t> seed, bool dry_run) {
+  const std::string abs_run = fs::absolute(run_dir).string();
+  // A log left by an earlier run in the same folder must not pass for this job's first line.
+  std::error_code ec;
+  fs::remove_all(abs_run + "/events", ec);
+  if (fs::create_directories(abs_run + "/events", ec); ec) {
+    JobResult r;
+    r.launch_error = fmt::format("cannot create {}/events: {}", abs_run, ec.message());
+    return r;
+  }
+  {
+    errno = 0;
+    std::ofstream plan(abs_run + "/plan.json");
+    plan << compile_plan(s, dry_run).dump() << "\n";  // one line: $NANCHAOS_PLAN reads well
+    plan.close();
+    if (!plan) {
+      JobResult r;
+      r.launch_error =
+          fmt::format("cannot write {}/plan.json: {}", abs_run, std::strerror(errno ? errno : EIO));
+      return r;
+    }
+  }
+  const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
+                                   free_port(), python, seed);
+  return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, abs_run + "/events",
+                    int(s.job.ranks), s.job.attach_timeout_ms);
+}
+
+std::vector<int> job_processes(const std::string& job_id) {
+  std::vector<int> pids;
+  const std::string marker = "NANCHAOS_JOB_ID=" + job_id;
+  DIR* d = opendir("/proc");
+  if (!d) return pids;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+    std::string entry;
+    while (std::getline(env, entry, '\0')) {
+      if (entry == marker) {
+        // Zombies have already exited; only live processes count.
+        std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+        std::string statline;
+        std::getline(stat, statline);
+        const auto rp = statline.rfind(')');
+        if (rp != std::string::npos && rp + 2 < statline.size() && statline[rp + 2] == 'Z') break;
+        pids.push_back(int(pid));
+        break;
+      }
+    }
+  }
+  closedir(d);
+  return pids;
+}
+
+JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
+                     int64_t timeout_ms, const std::string& job_id, const std::string& events_dir,
+                     int world, int64_t attach_timeout_ms) {
+  JobResult r;
+  r.t0_us = now_us();
+  r.host = this_host();
+  r.real_minus_mono_us = real_minus_mono_us();
+  const ClockServer clock;  // answers the ranks' clock exchanges until the job is reaped
+  // The launcher's environment: ours, the job id that marks every process of the job, what
+  // its ranks need to end themselves should this controller die (job_guard.h), and where the
+  // controller's clock service is (clock_sync.h).
+  std::map<std::string, std::string> ours = job_guard_env(timeout_ms);
+  ours.insert({{"NANCHAOS_JOB_ID", job_id},
+               {"NANCHAOS_CLOCK", clock.spec()},
+               {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
+               {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}});
+  SpawnOptions spawn;
+  spawn.argv = argv;
+  spawn.env = env_with(ours);
+  spawn.stdout_path = log_path;  // stderr too
+  spawn.new_session = true;      // own process group: the whole tree can be signalled at once
+  // Defence 1 of job_guard.h: the launcher gets SIGTERM when this (main) thread ends, and tears
+  // its ranks down. run_suite launches from the main thread only.
+  spawn.death_signal = SIGTERM;
+  ChildProcess launcher;
+  try {
+    launcher = ChildProcess::spawn(spawn);
+  } catch (const SpawnError& e) {
+    r.launch_error = e.what();
+    r.t_end_us = now_us();
+    return r;
+  }
+  const pid_t pid = launcher.pid();
+  log::debug("job {}: launched pid {}: {}", job_id, pid, fmt::join(argv, " "));
+  const int64_t deadline = r.t0_us + timeout_ms * 1000;
+  std::map<int, int> rank_pid;        // rank -> pid, once its start (or launch) event is there
+  std::map<int, AttachWatch> attach;  // external ranks that have not written `start` yet
+  int64_t attach_kill_at = 0;         // > 0: a rank never attached; kill the job then
+  // Memory is sampled every 25th poll (~250 ms): 64 ranks' status files every 10 ms would cost
+  // a 2-core host more than the check is worth; VmHWM is a peak, so a late sample loses nothing.
+  int64_t polls = 0;
+  bool sample_memory = false;
+  auto watch_ranks = [&] {
+    if (events_dir.empty()) return;
+    for (int rank = 0; rank < world; ++rank) {
+      if (!rank_pid.count(rank)) {
+        // `start` is a rank's first event: read one line, not the whole (pre-grown) log.
+        std::ifstream in(fmt::format("{}/rank-{}.jsonl", events_dir, rank));
+        std::string line;
+        if (std::getline(in, line)) {
+          const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+          const std::string ev = e.is_object() ? e.value("ev", "") : "";
+          if (ev == "start" || ev == "launch") {
+            rank_pid[rank] = e.value("pid", 0);
+            if (!rank_is_local(e)) r.remote_ranks.insert(rank);  // its pid is not in our /proc
+          }
+          if (ev == "launch" && attach_timeout_ms > 0) attach[rank] = AttachWatch{};
+        }
+        continue;
+      }
+      if (auto a = attach.find(rank); a != attach.end() && r.attach_failure.empty()) {
+        // Alive first, then the log: a line written just before the process ended is seen.
+        // A remote rank's end is the launcher's to report; its attach deadline runs from when
+        // the controller saw its `launch` line (its t_us is another host's clock).
+        const bool remote = r.remote_ranks.count(rank) > 0;
+        const bool alive = remote || process_alive(rank_pid[rank]);
+        AttachWatch& w = a->second;
+        scan_attach(fmt::format("{}/rank-{}.jsonl", events_dir, rank), w);
+        if (remote && w.launch_t > 0 && w.seen_us == 0) w.seen_us = now_us();
+        const int64_t launched = remote ? w.seen_us : w.launch_t;
+        const std::string never = fmt::format(
+            "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a "
+            "Python program or its interpreter did not run the bootstrap",
+            rank);
+        if (!w.attach_error.empty() && !alive) {
+          r.attach_failure = fmt::format("rank {}: {}", rank, w.attach_error);
+        } else if (!w.agent && !alive) {
+          r.attach_failure = never;
+        } else if (!w.agent && launched > 0 && now_us() - launched > attach_timeout_ms * 1000) {
+          r.attach_failure =
+              never + fmt::format(" (attach_timeout_ms = {} ms passed)", attach_timeout_ms);
+        }
+        if (!r.attach_failure.empty()) {
+          // A rank that exited lets the launcher end by itself (its exit code is evidence); give
+          // it a moment, then kill. A rank still running is killed now.
+          attach_kill_at = now_us() + (alive ? 0 : 1000000);
+        } else if (w.start && w.attach_error.empty()) {
+          attach.erase(a);  // attached: the rest is the ordinary watch
+        }
+      }
+      if (r.remote_ranks.count(rank)) continue;
+      if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
+        r.rank_gone_us[rank] = now_us();
+      } else if (sample_memory && !r.rank_gone_us.count(rank)) {
+        if (auto kib = vm_hwm_kib(rank_pid[rank])) {
+          r.rank_vm_hwm_kib[rank] = std::max(r.rank_vm_hwm_kib[rank], *kib);
+        }
+      }
+    }
+  };
+  // Ends the job: SIGTERM to its group and to every process with its job id, 300 ms, SIGKILL.
+  auto end_job = [&](const char* why) {
+    log::info("job {}: ending it ({}): SIGTERM, SIGKILL 300 ms later", job_id, why);
+    kill_job(pid, job_id, SIGTERM);
+    launcher.wait_for(std::chrono::milliseconds(300));
+    kill_job(pid, job_id, SIGKILL);
+    return launcher.wait();
+  };
+  ExitStatus status;
+  for (;;) {
+    sample_memory = polls++ % 25 == 0;
+    watch_ranks();
+    if (auto st = launcher.poll()) {
+      status = *st;
+      break;
+    }
+    if (const int sig = stop_signal()) {  // SIGINT/SIGTERM on the controller (run_suite)
+      r.interrupted_by = sig;
+      status = end_job("the controller was interrupted");
+      break;
+    }
+    if (attach_kill_at > 0 && now_us() >= attach_kill_at) {
+      status = end_job("a rank never attached");
+      break;
+    }
+    if (now_us() >= deadline) {
+      r.timed_out = true;
+      status = end_job("timeout_ms passed");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  r.t_end_us = now_us();
+  for (const auto& [rank, rpid] : rank_pid) {
+    if (!r.rank_gone_us.count(rank) && !r.remote_ranks.count(rank)) {
+      r.rank_gone_us[rank] = r.t_end_us;
+    }
+  }
+  r.exit_code = status.code();
+  log::debug("job {}: launcher exited with code {} after {} ms", job_id, r.exit_code,
+             (r.t_end_us - r.t0_us) / 1000);
+  // No orphans: whatever of this job is still alive (a rank that outlived its launcher) dies now.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto left = job_processes(job_id);
+    if (left.empty()) break;
+    r.orphans_killed = std::max<int>(r.orphans_killed, int(left.size()));
+    log::info("job {}: {} process(es) outlived the launcher; killing them", job_id, left.size());
+    kill_job(pid, job_id, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return r;
+}
+}  // namespace nanchaos::harness
