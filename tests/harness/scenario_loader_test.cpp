@@ -73,6 +73,13 @@ TEST(ScenarioLoaderErrors, WrongTypePointsAtTheValue) {
             "x.toml:3:9: error: [job].steps: expected integer >= 1, got string");
 }
 
+// Every registered fault kind by name, as the loader lists them (a new kind file adds itself).
+std::string RegisteredKinds() {
+  std::vector<std::string> names;
+  for (const auto& [name, info] : fault_kinds()) names.push_back(name);
+  return join(names);
+}
+
 TEST(ScenarioLoaderErrors, UnknownFaultKind) {
   const std::string text = WithHead(
       "\n"                    // 6
@@ -84,7 +91,8 @@ TEST(ScenarioLoaderErrors, UnknownFaultKind) {
       "kind = \"tensr\"\n");  // 12
   EXPECT_EQ(ErrorOf(text),
             "x.toml:12:8: error: [[fault]] #1 kind \"tensr\" is unknown; did you mean \"tensor\"? "
-            "kinds: batch, bitflip, comm, crash, hang, lr, overflow, state, tensor");
+            "kinds: " +
+                RegisteredKinds());
 }
 
 TEST(ScenarioLoaderErrors, BadTomlSyntax) {
@@ -179,18 +187,25 @@ TEST(ScenarioLoaderErrors, BadTarget) {
             "\"loss\"");
 }
 
+// Every registered detector by name, as the loader lists them (a new detector file adds itself).
+std::string RegisteredDetectors() {
+  std::vector<std::string> names;
+  for (const auto& [name, info] : detectors()) names.push_back(name);
+  return join(names);
+}
+
 TEST(ScenarioLoaderErrors, UnknownEnabledDetector) {
   EXPECT_EQ(ErrorOf(WithHead("[detectors]\nenabled = [\"loss\", \"gard\"]\n")),
             "x.toml:7:20: error: [detectors].enabled: \"gard\" is not a detector; did you mean "
-            "\"grad\"? detectors: activation, anomaly, batch, grad, grad_norm_spike, loss, "
-            "loss_scale, loss_spike, param, post_reduce, replica, watchdog");
+            "\"grad\"? detectors: " +
+                RegisteredDetectors());
 }
 
 TEST(ScenarioLoaderErrors, UnknownFirstDetector) {
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nfirst_detector = \"gradd\"\n")),
             "x.toml:7:18: error: [expect].first_detector: \"gradd\" is not a detector; did you "
-            "mean \"grad\"? detectors: activation, anomaly, batch, grad, grad_norm_spike, loss, "
-            "loss_scale, loss_spike, param, post_reduce, replica, watchdog");
+            "mean \"grad\"? detectors: " +
+                RegisteredDetectors());
 }
 
 TEST(ScenarioLoaderErrors, ExpectCauseAndOutcomeFromTheirLists) {
@@ -555,7 +570,11 @@ TEST(ScenarioLoader, UnimplementedFeaturesOfSharedCases) {
     EXPECT_TRUE(unimplemented_features(s).empty()) << name;
   }
   Scenario r24 = load_scenario(dir + "r24-lr-too-high-rollback.toml");
-  EXPECT_EQ(r24.detectors.enabled.size(), 11u);  // full preset, no loss_scale in fp32
+  // The full preset: every registered detector but loss_scale (fp32 has no loss scaler).
+  EXPECT_EQ(r24.detectors.enabled, preset_detectors(Preset::kFull, DType::kFp32));
+  EXPECT_EQ(r24.detectors.enabled.size(), detectors().size() - 1);
+  EXPECT_EQ(std::count(r24.detectors.enabled.begin(), r24.detectors.enabled.end(), "loss_scale"),
+            0);
   EXPECT_TRUE(r24.recovery.has(Policy::kRollback));
 }
 
