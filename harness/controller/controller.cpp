@@ -282,12 +282,7 @@ int run_suite(const RunOptions& opts) {
       job.launch_error = std::string("cannot prepare the run folder: ") + e.what();
     }
     if (!job.launch_error.empty()) {
-      results::ScenarioResult res;
-      res.name = s.name;
-      res.file = s.file;
-      res.seed = s.seed;
-      res.ranks = s.job.ranks;
-      res.run_dir = run_dir;
+      results::ScenarioResult res = result_for(s, run_dir);
       res.reason = job.launch_error;  // verdict stays "error"
       res.trial = trial;
       res.trial_count = opts.trials;
@@ -344,11 +339,7 @@ int run_suite(const RunOptions& opts) {
       break;
     }
     const auto& s = scenarios[index];
-    results::ScenarioResult res;
-    res.name = s.name;
-    res.file = s.file;
-    res.seed = s.seed;
-    res.ranks = s.job.ranks;
+    results::ScenarioResult res = result_for(s, "");  // no run folder yet
     res.trial_count = 0;  // until a trial runs: a skipped or refused scenario has no trials
     auto missing = unimplemented_features(s);
     const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";

@@ -349,12 +349,7 @@ std::string evidence_lost(const std::vector<RankLog>& logs, const std::string& r
 
 results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
                                    const JobResult& job) {
-  results::ScenarioResult res;
-  res.name = s.name;
-  res.file = s.file;
-  res.seed = s.seed;
-  res.ranks = s.job.ranks;
-  res.run_dir = run_dir;
+  results::ScenarioResult res = result_for(s, run_dir);
   res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
   const int world = int(s.job.ranks);
   std::vector<RankLog> logs;
@@ -931,16 +926,21 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
 // An event whose field has the wrong type (`"step": "x"`: a corrupted or foreign log) makes
 // nlohmann's value() throw; the scenario is then an error naming the folder, never a crash of
 // the run (found by nanchaos_fuzz_report, docs/fuzzing.md).
+results::ScenarioResult result_for(const Scenario& s, const std::string& run_dir) {
+  results::ScenarioResult res;
+  res.name = s.name;
+  res.file = s.file;
+  res.seed = s.seed;
+  res.ranks = s.job.ranks;
+  res.run_dir = run_dir;
+  return res;
+}
+
 results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
   try {
     return judge_logs(s, run_dir, job);
   } catch (const nlohmann::json::exception& e) {
-    results::ScenarioResult res;
-    res.name = s.name;
-    res.file = s.file;
-    res.seed = s.seed;
-    res.ranks = s.job.ranks;
-    res.run_dir = run_dir;
+    results::ScenarioResult res = result_for(s, run_dir);
     res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
     res.verdict = "error";
     res.reason = fmt::format(

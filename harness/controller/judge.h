@@ -17,4 +17,9 @@ namespace nanchaos::harness {
 /// "cannot judge: an event in RUN/events has a field of the wrong type: ...".
 results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job);
 
+/// A result that names its scenario (name, file, seed, ranks) and run folder ("" for a scenario
+/// that never got one), verdict still "error": what every path that judges, skips or refuses a
+/// scenario starts from.
+results::ScenarioResult result_for(const Scenario& s, const std::string& run_dir);
+
 }  // namespace nanchaos::harness
