@@ -54,7 +54,8 @@ int64_t process_cpu_us();
 /// filesystem is full (ENOSPC, EDQUOT, EFBIG from posix_fallocate), `log_error` goes into that
 /// reserve, every later event is counted as dropped, and the destructor adds
 /// `log_dropped {count}`; a failed write(2) in the fallback mode is counted the same way. The
-/// judge makes such a scenario an `error` naming the path and errno (harness/controller/judge.cpp).
+/// judge makes such a scenario an `error` naming the path and errno
+/// (harness/controller/rank_evidence.cpp, evidence_lost).
 class EventLog {
  public:
   EventLog() = default;

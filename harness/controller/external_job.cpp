@@ -1,0 +1,89 @@
+// What the judge says about an external job that never got going (docs/scenario-format.md
+// "External jobs"), and about a target that matched nothing in the model the agent found.
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "harness/controller/judge_internal.h"
+#include "harness/scenario/keys.h"
+#include "harness/scenario/scenario_schema.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+
+std::string last_nonempty_line(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string last;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+}  // namespace
+
+// The first reason that applies, from the most specific (the agent said why it could not attach)
+// to the most generic (it loaded but no model appeared); the launcher's status and the last line
+// of ranks.log go with the reasons the agent did not write itself.
+std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
+                                 const std::string& run_dir) {
+  const std::string tail = last_nonempty_line(run_dir + "/ranks.log");
+  const std::string exited = fmt::format("; launcher exit status {}", job.exit_code) +
+                             (tail.empty() ? "" : "; last line of ranks.log: " + tail);
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (logs[r].attach_error) return fmt::format("rank {}: {}", r, *logs[r].attach_error);
+  }
+  if (!job.attach_failure.empty()) return job.attach_failure + exited;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].agent) {
+      return fmt::format(
+                 "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not "
+                 "a Python program or its interpreter did not run the bootstrap",
+                 r) +
+             exited;
+    }
+  }
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].started && logs[r].exception) {
+      return fmt::format("rank {}: the job raised before the agent attached to a model: {}", r,
+                         *logs[r].exception);
+    }
+  }
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].started) {
+      return fmt::format(
+                 "rank {}: the agent loaded but never attached to a model (no "
+                 "DistributedDataParallel and no optimizer created)",
+                 r) +
+             exited;
+    }
+  }
+  return "";
+}
+
+// For an external job rank 0's `start` lists the model's modules and parameters: a target none
+// of them matches gets the nearest name (the DDP `module.` prefix is the classic slip); otherwise
+// the generic advice.
+std::string target_hint(const std::string& target, const json& start) {
+  const std::string generic = "check the name with `nanchaos targets`";
+  const auto colon = target.find(':');
+  if (!start.is_object() || colon == std::string::npos) return generic;
+  const std::string where = target.substr(0, colon), pattern = target.substr(colon + 1);
+  const char* list = where == "activation" ? "modules" : "parameters";
+  std::vector<std::string> names;
+  for (const auto& n : start.value(list, json::array())) {
+    if (n.is_string()) names.push_back(n.get<std::string>());
+  }
+  if (names.empty()) return generic;
+  for (const auto& n : names) {
+    if (match_target(pattern, n)) return generic;  // it matched: the module never ran in training
+  }
+  const std::string near = nearest(pattern, names);
+  return fmt::format("it matches no {} of the model{}; `nanchaos targets` lists them",
+                     where == "activation" ? "module (nor a probe that ran)" : "parameter",
+                     near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near));
+}
+
+}  // namespace nanchaos::harness

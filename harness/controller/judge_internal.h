@@ -1,0 +1,51 @@
+// The judge's phases (judge.cpp runs them in this order), internal to harness/controller:
+// - postmortem.cpp: which collectives each rank was in, the absent, dead and deadlocked ranks;
+// - detections.cpp: the stack's detections merged across ranks, attributed, with latencies;
+// - external_job.cpp: why an external job never got going, and why a target matched nothing.
+// Each reads the per-rank evidence (rank_evidence.h) and the launcher's exit state only.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/controller/controller.h"
+#include "harness/controller/rank_evidence.h"
+#include "harness/scenario/scenario.h"
+#include "results/report.h"
+
+namespace nanchaos::harness {
+
+/// What the collectives and the processes' ends say about each rank.
+struct Postmortem {
+  nlohmann::json last_collective = nlohmann::json::object();  ///< rank -> its last coll_enter
+  int64_t first_gap_seq = -1;         ///< the first collective some ranks entered and others not
+  std::vector<int64_t> absent;        ///< the ranks missing from it
+  nlohmann::json mismatch = nullptr;  ///< one collective number entered at different steps/names
+  std::vector<int64_t> dead;          ///< crashed or aborted jobs: the ranks that died
+  bool deadlock = false;  ///< a rank waited in a collective past collective_timeout_ms + 1 s
+  double longest_wait_ms = 0;
+};
+
+/// `outcome` is the job's (completed, aborted, hung, crashed): it decides how the dead are found.
+Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
+                      const JobResult& job, const std::string& outcome);
+
+/// Fills `res.detections` (sorted) and `res.first_detection` (with its latencies) from the
+/// ranks' detect and decision events; returns the false positives (detections before the first
+/// fault step, or with no fault at all). `absent` is Postmortem::absent.
+int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& logs,
+                         const JobResult& job, const std::vector<int64_t>& absent,
+                         std::optional<int64_t> first_fault_step,
+                         std::optional<int64_t> first_inject_t, results::ScenarioResult& res);
+
+/// Why an external job's rank never got to `start` (docs/scenario-format.md "External jobs").
+std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
+                                 const std::string& run_dir);
+
+/// Why a target may have matched nothing, given rank 0's `start` event (null: none).
+std::string target_hint(const std::string& target, const nlohmann::json& start);
+
+}  // namespace nanchaos::harness

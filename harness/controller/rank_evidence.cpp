@@ -1,0 +1,201 @@
+// Reading one rank's event log into a RankEvidence, and the report facts that come straight from
+// the per-rank evidence: clock offsets, peak memory, evidence lost to a full disk.
+#include "harness/controller/rank_evidence.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "harness/evidence/clock_sync.h"
+#include "harness/evidence/events.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+
+// A rank on another host than the controller writes times on that host's CLOCK_MONOTONIC: move
+// them onto the controller's with the offset it measured at start (clock_sync.h). Ranks on the
+// controller's host share its clock and are left as they are (the measurement would only add its
+// own error, up to rtt/2). A remote rank with no usable `clock` event keeps its times (and
+// clock_offsets says so).
+void place_on_controller_timeline(std::vector<json>& events, const JobResult& job,
+                                  std::string& host, json& clock, std::optional<int64_t>& shift) {
+  for (const auto& e : events) {
+    const std::string ev = e.value("ev", "");
+    if (host.empty() && (ev == "launch" || ev == "start")) host = e.value("host", std::string());
+    if (ev == "clock" && clock.is_null()) clock = e;
+  }
+  if (job.host.empty() || host.empty() || host == job.host) return;
+  shift = timeline_shift_us(clock, job.real_minus_mono_us);
+  if (!shift) return;
+  for (auto& e : events) {
+    if (e.contains("t_us") && e["t_us"].is_number_integer()) {
+      e["t_us"] = e["t_us"].get<int64_t>() + *shift;
+    }
+  }
+}
+
+// Below this much free space in the run folder, a rank log without an exit record is taken as
+// evidence lost to a full disk rather than a crash: a 256-KiB block (events.h) cannot be had.
+constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
+
+}  // namespace
+
+int64_t int_field(const json& e, const char* key, int64_t def) {
+  auto it = e.find(key);
+  if (it == e.end() || it->is_null()) return def;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
+  }
+  return e.value(key, def);
+}
+
+RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
+  RankEvidence r;
+  r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
+  place_on_controller_timeline(r.events, job, r.host, r.clock, r.shift_us);
+  for (const auto& e : r.events) {
+    const std::string ev = e.value("ev", "");
+    const int64_t t = int_field(e, "t_us", 0);
+    r.last_t = std::max<int64_t>(r.last_t, t);
+    if (ev == "start") {
+      r.started = true;
+      r.start_ev = e;
+    } else if (ev == "probe" && r.start_ev.is_object()) {
+      r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
+    } else if (ev == "exception" && !r.exception)
+      r.exception = e.value("message", std::string("an exception"));
+    else if (ev == "agent")
+      r.agent = true;
+    else if (ev == "log_error" && !r.log_error)
+      r.log_error = e;
+    else if (ev == "log_dropped")
+      r.log_dropped = int_field(e, "count", 0);
+    else if (ev == "attach_error" && !r.attach_error)
+      r.attach_error = e.value("reason", std::string("attach_error"));
+    else if (ev == "final")
+      r.final = FinalRecord{e};
+    else if (ev == "abort")
+      r.abort = AbortRecord{e};
+    else if (ev == "exit") {
+      r.exit_code = int(int_field(e, "code", -1));
+      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = int_field(e, "vm_hwm_kib", 0);
+    } else if (ev == "step_end") {
+      const int64_t st = int_field(e, "step", 0);
+      r.steps_done = std::max(r.steps_done, st + 1);
+      r.actions[st] = e.value("action", "");
+    } else if (ev == "coll_enter")
+      r.coll_enter[int_field(e, "seq", 0)] = CollectiveEntry{e, t};
+    else if (ev == "coll_leave") {
+      r.coll_left.insert(int_field(e, "seq", 0));
+      if (e.value("status", "ok") == "error") r.coll_failed_t[int_field(e, "seq", 0)] = t;
+    } else if (ev == "inject") {
+      InjectRecord inj;
+      inj.fault = int(int_field(e, "fault", 0));
+      inj.kind = e.value("kind", "");
+      inj.step = int_field(e, "step", 0);
+      inj.target = e.value("target", "");
+      inj.t_us = t;
+      inj.replay = e.value("replay", false);
+      r.injections.push_back(inj);
+    }
+  }
+  r.last_words_crash = !r.events.empty() && r.events.back().value("ev", "") == "inject" &&
+                       r.events.back().value("kind", "") == "crash";
+  return r;
+}
+
+json clock_offsets_json(const std::vector<RankEvidence>& logs) {
+  json out = json::object();
+  for (size_t r = 0; r < logs.size(); ++r) {
+    const auto& c = logs[r].clock;
+    if (!c.is_object()) continue;
+    json one = {{"host", logs[r].host},
+                {"applied_shift_us", logs[r].shift_us ? json(*logs[r].shift_us) : json(nullptr)}};
+    if (c.contains("error")) {
+      one["error"] = c["error"];
+    } else {
+      one["offset_us"] = c.value("offset_us", int64_t(0));
+      one["rtt_us"] = c.value("rtt_us", int64_t(0));
+      one["samples"] = c.value("samples", 0);
+    }
+    out[std::to_string(r)] = one;
+  }
+  return out.empty() ? json(nullptr) : out;
+}
+
+// The rank's own exit-event figure, else the controller's last sample of its /proc status (ranks
+// on its host only). `measured_by` says which for each rank: "exit_event", "controller_sample",
+// or why none ("remote, no exit event": a rank on another host that did not reach its exit
+// record).
+json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job) {
+  json per_rank = json::object(), measured_by = json::object();
+  double max_mib = 0, total_mib = 0;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    int64_t kib = logs[r].vm_hwm_kib.value_or(0);
+    std::string how = kib > 0 ? "exit_event" : "";
+    if (auto it = job.rank_vm_hwm_kib.find(int(r)); it != job.rank_vm_hwm_kib.end()) {
+      if (it->second > kib) how = "controller_sample";
+      kib = std::max(kib, it->second);
+    }
+    if (how.empty()) {
+      how = job.remote_ranks.count(int(r)) ? "none (remote, no exit event)" : "none";
+    }
+    measured_by[std::to_string(r)] = how;
+    if (kib <= 0) continue;
+    const double mib = double(kib) / 1024.0;
+    per_rank[std::to_string(r)] = std::round(mib * 10) / 10;
+    max_mib = std::max(max_mib, mib);
+    total_mib += mib;
+  }
+  if (per_rank.empty()) return nullptr;
+  const auto n = per_rank.size();
+  auto round1 = [](double v) { return std::round(v * 10) / 10; };
+  return {{"source", "VmHWM"},
+          {"ranks_measured", n},
+          {"per_rank_max_mib", round1(max_mib)},
+          {"per_rank_mean_mib", round1(total_mib / double(n))},
+          {"total_mib", round1(total_mib)},
+          {"per_rank_mib", per_rank},
+          {"measured_by", measured_by}};
+}
+
+// Two ways evidence goes missing: a rank's log that could not grow (its own log_error,
+// events.h), or a run folder on a filesystem with no room left while a rank's log lacks its exit
+// record (a log that could not even be created, an agent's writes refused before any reserve
+// existed).
+std::string evidence_lost(const std::vector<RankEvidence>& logs, const std::string& run_dir,
+                          int64_t& dropped) {
+  std::string why;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    const auto& l = logs[r];
+    if (!l.log_error) continue;
+    if (l.log_dropped) dropped += *l.log_dropped;
+    if (!why.empty()) continue;  // name the first rank; count them all
+    const json& e = *l.log_error;
+    why = fmt::format("evidence lost: rank {}: cannot grow its event log {}: {} (errno {}, {}); {}",
+                      r, e.value("path", std::string("?")), e.value("error", std::string("?")),
+                      int_field(e, "errno", 0), e.value("op", std::string("?")),
+                      l.log_dropped ? fmt::format("{} later event(s) dropped", *l.log_dropped)
+                                    : std::string("later events dropped (count unknown: the rank "
+                                                  "did not close its log)"));
+  }
+  if (!why.empty()) return why;
+  bool incomplete = false;
+  for (const auto& l : logs) incomplete = incomplete || !l.exit_code;
+  struct statvfs fs {};
+  if (incomplete && statvfs(run_dir.c_str(), &fs) == 0 &&
+      uint64_t(fs.f_bavail) * fs.f_frsize < kMinFreeBytes) {
+    return fmt::format(
+        "evidence lost: the filesystem of {} is full ({} bytes free) and a rank's event log has "
+        "no exit record",
+        run_dir, uint64_t(fs.f_bavail) * fs.f_frsize);
+  }
+  return "";
+}
+
+}  // namespace nanchaos::harness
