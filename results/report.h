@@ -1,5 +1,7 @@
 // The report model (report.json, the part others rely on: docs/scenario-format.md "Results"), its
-// writers: report.json, junit.xml, report.md and the console table.
+// writers: report.json (report.cpp), junit.xml (junit.cpp), report.md (markdown.cpp) and the
+// console table (console.cpp); the summary columns of the last two and of report.html come from
+// one table (columns.h).
 //
 // The judge (harness/controller/judge.cpp) fills a ScenarioResult per scenario from the ranks'
 // event logs; this module only models and writes. Writers throw std::runtime_error naming the path

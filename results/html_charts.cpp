@@ -1,0 +1,257 @@
+// report.html's charts (html.h): the data, read from the run folders' event logs (timelines)
+// and from the scenarios' stats (latency per detector), and the gnuplot scripts that draw them.
+// Each script carries its data inline (datablocks), so a person can re-render one by hand.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "harness/evidence/events.h"
+#include "results/html.h"
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+// Gnuplot string literal content: no double quotes or newlines inside "...".
+std::string gp_str(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"') {
+      out += '\'';
+    } else if (c == '\n' || c == '\r') {
+      out += ' ';
+    } else if (c == '\\') {
+      out += '/';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
+                       std::optional<double> job_end_ms) {
+  Timeline t;
+  t.ranks = std::max(ranks, 0);
+  std::vector<std::vector<json>> logs;
+  int64_t t0 = job_start_us.value_or(std::numeric_limits<int64_t>::max());
+  for (int r = 0; r < t.ranks; ++r) {
+    logs.push_back(harness::read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r)));
+    if (!job_start_us) {
+      for (const auto& e : logs.back()) t0 = std::min(t0, e.value("t_us", int64_t(0)));
+    }
+  }
+  if (t0 == std::numeric_limits<int64_t>::max()) t0 = 0;
+  auto ms = [&](const json& e) { return double(e.value("t_us", int64_t(0)) - t0) / 1000.0; };
+  bool any = false;
+  for (int r = 0; r < t.ranks; ++r) {
+    std::map<int64_t, std::pair<double, std::string>> open;  // seq -> (enter ms, name)
+    double last = 0;
+    for (const auto& e : logs[size_t(r)]) {
+      const std::string ev = e.value("ev", "");
+      const double at = ms(e);
+      last = std::max(last, at);
+      t.begin_ms = any ? std::min(t.begin_ms, at) : at;
+      any = true;
+      if (ev == "coll_enter") {
+        open[e.value("seq", int64_t(-1))] = {at, e.value("name", "")};
+      } else if (ev == "coll_leave") {
+        auto it = open.find(e.value("seq", int64_t(-1)));
+        if (it != open.end()) {
+          t.bars.push_back({r, it->second.first, at, it->second.second, false});
+          open.erase(it);
+        }
+      } else if (ev == "inject") {
+        std::string label = fmt::format("inject {} s{}", e.value("kind", ""), e.value("step", 0));
+        if (e.value("replay", false)) label += " (replay)";
+        t.marks.push_back({r, at, "inject", label});
+      } else if (ev == "detect") {
+        t.marks.push_back({r, at, "detect", "detect " + e.value("detector", "")});
+      } else if (ev == "decision") {
+        t.marks.push_back({r, at, "decision", "decision " + e.value("action", "")});
+      } else if (ev == "abort") {
+        t.marks.push_back({r, at, "abort", "abort"});
+      } else if (ev == "exit") {
+        t.marks.push_back({r, at, "exit", fmt::format("exit {}", e.value("code", 0))});
+      }
+    }
+    // Entered and never left: the rank was still waiting at its last sign of life.
+    for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
+    t.end_ms = std::max(t.end_ms, last);
+  }
+  // A rank whose last sign of life IS entering the collective (killed while waiting) waited
+  // until the job ended: a zero-length bar would hide the very thing to see.
+  const double waited_until = job_end_ms ? std::max(*job_end_ms, t.end_ms) : t.end_ms;
+  for (auto& b : t.bars) {
+    if (b.open && b.t1_ms <= b.t0_ms) {
+      b.t1_ms = waited_until;
+      t.end_ms = waited_until;
+    }
+  }
+  return t;
+}
+
+std::string timeline_script(const Timeline& t, const std::string& title,
+                            const std::string& svg_path) {
+  const int lanes = std::max(t.ranks, 1);
+  std::string s;
+  s += fmt::format(
+      "set terminal svg size 1000,{} fixed noenhanced font 'sans,10' background '#ffffff'\n",
+      140 + 50 * lanes);
+  s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
+  s += fmt::format("set title \"{}\"\n", gp_str(title));
+  s += "set xlabel \"ms since the job started\"\n";
+  s += fmt::format("set yrange [{}:-0.7]\n", lanes - 0.3);
+  s += "set ytics (";
+  for (int r = 0; r < lanes; ++r) s += fmt::format("{}\"rank {}\" {}", r ? ", " : "", r, r);
+  s += ")\nset grid xtics\nset key outside bottom center horizontal\n";
+  // From the first rank event: the launch and LibTorch set-up before it carry no evidence.
+  const double span = std::max(t.end_ms - t.begin_ms, 1.0);
+  s += fmt::format("set xrange [{}:{}]\n", std::max(0.0, t.begin_ms - 0.02 * span),
+                   t.end_ms + 0.08 * span);
+  s += "set style fill solid 0.8 noborder\n";
+  std::vector<std::string> plots;
+  auto block = [&](const std::string& name, const std::string& rows) {
+    s += fmt::format("${} << EOD\n{}EOD\n", name, rows);
+  };
+  std::string closed, open;
+  for (const auto& b : t.bars) {
+    (b.open ? open : closed) += fmt::format("{} {} {}\n", b.t0_ms, b.t1_ms, b.rank);
+  }
+  if (!closed.empty()) {
+    block("coll", closed);
+    plots.push_back(
+        "$coll using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '#4a7fb5' "
+        "title 'collective'");
+  }
+  if (!open.empty()) {
+    block("open", open);
+    plots.push_back(
+        "$open using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '#e8590c' "
+        "title 'collective never left'");
+  }
+  // Marks of one moment (inject, detect, decision at the faulty step; abort and exit at the end)
+  // get their labels in different corners around the point, so they do not print on each other.
+  struct Kind {
+    const char* kind;
+    const char* style;
+    double dy;          // label offset in lane units (negative: above the lane)
+    const char* align;  // left: label starts at the mark; right: it ends there
+  };
+  const Kind kinds[] = {{"inject", "pt 9 ps 1.6 lc rgb '#c92a2a'", -0.36, "right"},
+                        {"detect", "pt 7 ps 1.3 lc rgb '#1971c2'", 0.42, "left"},
+                        {"decision", "pt 13 ps 1.3 lc rgb '#2b8a3e'", -0.36, "left"},
+                        {"abort", "pt 2 ps 2 lw 2 lc rgb '#000000'", -0.36, "right"},
+                        {"exit", "pt 5 ps 1 lc rgb '#868e96'", 0.42, "right"}};
+  for (const auto& k : kinds) {
+    // Label each (rank, label) once: a detector firing every step would bury the lane. Marks of
+    // one kind and rank within 3% of the time axis share one label ("detect loss, grad").
+    struct Row {
+      double t;
+      int rank;
+      std::string label;
+    };
+    std::vector<Row> kept;
+    std::map<int, size_t> last_labelled;  // rank -> index in kept
+    std::set<std::pair<int, std::string>> labelled;
+    for (const auto& m : t.marks) {
+      if (m.kind != k.kind) continue;
+      kept.push_back({m.t_ms, m.rank, ""});
+      if (!labelled.insert({m.rank, m.label}).second) continue;
+      auto it = last_labelled.find(m.rank);
+      if (it != last_labelled.end() && m.t_ms - kept[it->second].t <= 0.03 * span) {
+        std::string& l = kept[it->second].label;
+        const std::string prefix = std::string(k.kind) + " ";
+        l += ", " + (m.label.rfind(prefix, 0) == 0 ? m.label.substr(prefix.size()) : m.label);
+        continue;
+      }
+      kept.back().label = m.label;
+      last_labelled[m.rank] = kept.size() - 1;
+    }
+    if (kept.empty()) continue;
+    std::string rows;
+    for (const auto& row : kept) {
+      rows += fmt::format("{} {} \"{}\"\n", row.t, row.rank, gp_str(row.label));
+    }
+    block(k.kind, rows);
+    plots.push_back(
+        fmt::format("${} using 1:2 with points {} title '{}'", k.kind, k.style, k.kind));
+    plots.push_back(
+        fmt::format("${} using 1:($2+({})):3 with labels {} offset {},0 font 'sans,8' notitle",
+                    k.kind, k.dy, k.align, std::string(k.align) == "left" ? "0.6" : "-0.6"));
+  }
+  if (plots.empty()) {
+    s += "set label 1 \"no events\" at graph 0.5,0.5 center\n";
+    plots.push_back("NaN notitle");
+  }
+  s += "plot ";
+  for (size_t i = 0; i < plots.size(); ++i) s += (i ? ", \\\n     " : "") + plots[i];
+  s += "\n";
+  return s;
+}
+
+std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(
+    const SuiteReport& r) {
+  std::vector<std::pair<std::string, std::vector<LatencyPoint>>> out;
+  for (const auto& s : r.scenarios) {
+    if (!s.stats.is_object() || !s.stats.contains("by_detector")) continue;
+    for (const auto& [det, dj] : s.stats["by_detector"].items()) {
+      const json& lat = dj.value("latency_ms", json());
+      if (!lat.is_object()) continue;
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&name = det](const auto& p) { return p.first == name; });
+      if (it == out.end()) {
+        out.push_back({det, {}});
+        it = out.end() - 1;
+      }
+      it->second.push_back({s.name, lat.value("p50", 0.0), lat.value("p95", 0.0),
+                            lat.value("max", 0.0), lat.value("n", size_t(0))});
+    }
+  }
+  return out;
+}
+
+std::string latency_script(const std::string& detector, const std::vector<LatencyPoint>& points,
+                           const std::string& svg_path) {
+  double lo = std::numeric_limits<double>::max(), hi = 0;
+  std::string rows;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    lo = std::min(lo, p.p50_ms);
+    hi = std::max(hi, p.max_ms);
+    rows +=
+        fmt::format("{} {} {} {} \"{}\"\n", i, p.p50_ms, p.p95_ms, p.max_ms, gp_str(p.scenario));
+  }
+  const bool log_y = !points.empty() && lo > 0 && hi / lo > 100;
+  std::string s;
+  s += fmt::format(
+      "set terminal svg size {},360 fixed noenhanced font 'sans,10' background '#ffffff'\n",
+      std::max<size_t>(420, 160 + 90 * points.size()));
+  s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
+  s += fmt::format("set title \"detector {}: latency injection -> first detection\"\n",
+                   gp_str(detector));
+  s += "set ylabel \"ms\"\nset grid ytics\nset key outside top center horizontal\n";
+  s += "set xtics rotate by -25\nset bmargin 7\n";
+  s += fmt::format("set xrange [-0.6:{}]\n", double(points.size()) - 0.4);
+  if (log_y) {
+    s += "set logscale y\n";
+  } else {
+    s += "set yrange [0:*]\n";
+  }
+  s += fmt::format("$lat << EOD\n{}EOD\n", rows);
+  s += "set style fill solid 0.7 noborder\nset boxwidth 0.5\n";
+  s += "plot $lat using 1:2:xtic(5) with ";
+  s += log_y ? "points pt 7 ps 1.4 lc rgb '#1971c2' title 'p50'"
+             : "boxes lc rgb '#74c0fc' title 'p50'";
+  s += ", \\\n     $lat using 1:2:2:3 with yerrorbars pt -1 lc rgb '#1971c2' title 'p50..p95'";
+  s += ", \\\n     $lat using 1:4 with points pt 2 ps 1.4 lc rgb '#c92a2a' title 'max'\n";
+  return s;
+}
+
+}  // namespace nanchaos::results

@@ -1,0 +1,104 @@
+// report.md (report.h write_markdown): the summary, the column table's summary rows (columns.h),
+// the trial percentiles and peak memory when there are any, and per scenario that did not pass
+// its reason and failed checks.
+#include <fmt/format.h>
+
+#include "results/columns.h"
+
+namespace nanchaos::results {
+namespace {
+
+std::string summary_table(const SuiteReport& r) {
+  std::string head = "|", rule = "|";
+  for (const Column& c : report_columns()) {
+    if (c.markdown.empty()) continue;
+    head += fmt::format(" {} |", c.markdown);
+    rule += c.align == Align::kRight ? "--:|" : "---|";
+  }
+  std::string t = head + "\n" + rule + "\n";
+  for (const auto& s : r.scenarios) {
+    const Row w(s, Format::kMarkdown);
+    t += "|";
+    for (const Column& c : report_columns()) {
+      if (!c.markdown.empty()) t += " " + md_cell(c.text(w)) + " |";
+    }
+    t += "\n";
+  }
+  return t;
+}
+
+}  // namespace
+
+void write_markdown(const SuiteReport& r, const std::string& path) {
+  std::string m = fmt::format("# nanchaos report: {}\n\n", one_line(r.suite));
+  m += fmt::format("Started {} on `{}`, nanchaos {}.\n\n", md_cell(r.started), md_cell(r.host),
+                   md_cell(r.nanchaos_version));
+  m += fmt::format("**{}**\n\n", summary_text(r));
+  m += summary_table(r);
+  // Repeated trials (--trials N > 1): the percentiles of results/stats.h per scenario.
+  if (r.trials > 1) {
+    auto pct = [](const nlohmann::json& st, const char* key, const char* f) -> std::string {
+      const auto it = st.find(key);
+      if (it == st.end() || !it->is_object()) return "-";
+      auto v = [&](const char* k) {
+        const auto x = it->find(k);
+        return x != it->end() && x->is_number() ? fmt::format(fmt::runtime(f), x->get<double>())
+                                                : std::string("-");
+      };
+      return v("p50") + " / " + v("p95") + " / " + v("max");
+    };
+    m += fmt::format(
+        "\n## Trials ({} per scenario; p50 / p95 / max, nearest rank)\n\n| Scenario | Passed | "
+        "Latency (steps) | Latency (ms) | Decision (us) | Abort latency (ms) |\n"
+        "|---|--:|--:|--:|--:|--:|\n",
+        r.trials);
+    for (const auto& s : r.scenarios) {
+      if (!s.stats.is_object()) continue;
+      m += fmt::format("| {} | {}/{} | {} | {} | {} | {} |\n", md_cell(s.name),
+                       s.stats.value("passed", 0), s.stats.value("trials", 0),
+                       pct(s.stats, "latency_steps", "{:.0f}"),
+                       pct(s.stats, "latency_ms", "{:.2f}"), pct(s.stats, "decision_us", "{:.0f}"),
+                       pct(s.stats, "abort_latency_ms", "{:.0f}"));
+    }
+  }
+  // Peak memory per rank (extra.memory, written by the judge; VmHWM counts shared library
+  // pages in every rank, so the total is an upper bound).
+  bool mem_heading = false;
+  for (const auto& s : r.scenarios) {
+    const auto it = s.extra.find("memory");
+    if (it == s.extra.end() || !it->is_object()) continue;
+    if (!mem_heading) {
+      m += "\n## Memory per rank (peak RSS, VmHWM)\n\n| Scenario | Ranks | Max (MiB) | Mean (MiB) "
+           "| Total (MiB) |\n|---|--:|--:|--:|--:|\n";
+      mem_heading = true;
+    }
+    m += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", md_cell(s.name),
+                     it->value("ranks_measured", 0), it->value("per_rank_max_mib", 0.0),
+                     it->value("per_rank_mean_mib", 0.0), it->value("total_mib", 0.0));
+  }
+  bool heading = false;
+  for (const auto& s : r.scenarios) {
+    if (is_pass(s)) continue;
+    if (!heading) {
+      m += "\n## Not passing\n";
+      heading = true;
+    }
+    m += fmt::format("\n### {} ({})\n\n", one_line(s.name), s.verdict);
+    if (!s.file.empty()) m += fmt::format("File: `{}`", s.file);
+    if (!s.run_dir.empty())
+      m += fmt::format("{}Run folder: `{}`", s.file.empty() ? "" : " · ", s.run_dir);
+    if (!s.file.empty() || !s.run_dir.empty()) m += "\n\n";
+    if (!s.reason.empty()) m += fmt::format("Reason: {}\n\n", one_line(s.reason));
+    const auto failed = failed_checks(s);
+    if (!failed.empty()) {
+      m += "| Check | Expected | Actual |\n|---|---|---|\n";
+      for (const Check* c : failed) {
+        m += fmt::format("| {} | {} | {} |\n", md_cell(c->key), md_cell(value_text(c->expected)),
+                         md_cell(value_text(c->actual)));
+      }
+    }
+  }
+  write_file(path, [&](std::ofstream& out) { out << m; });
+}
+
+}  // namespace nanchaos::results
