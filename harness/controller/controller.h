@@ -36,6 +36,10 @@ struct RunOptions {
   HostLimitOptions host_limits;
 };
 
+/// "rank R: the nanchaos agent never loaded (...)": an external rank that never wrote `agent`
+/// (neither the Python bootstrap nor a LibTorch program's nanchaos::Agent ran).
+std::string agent_never_loaded(int64_t rank);
+
 /// How a launched job ended, as the controller saw it.
 struct JobResult {
   int exit_code = -1;        ///< launcher exit code (or 128 + signal)

@@ -148,6 +148,15 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
           d.ranks = both;
         }
       }
+      // The job's own watchdog (a stack detection with cause `hang`) fires on the ranks that
+      // waited; the ranks absent from the collective are the hung ones (DESIGN.md: rank = the
+      // absent ones), as for the built-in watchdog.
+      if (d.detector != "observed:exception" && d.cause == "hang" && !absent.empty()) {
+        const bool reporter_absent = std::any_of(d.ranks.begin(), d.ranks.end(), [&](int64_t r) {
+          return std::find(absent.begin(), absent.end(), r) != absent.end();
+        });
+        if (!reporter_absent) d.ranks = absent;
+      }
     }
     // Within an iteration the stack's own report comes first: observed:* are the agent's reading
     // of what the stack did, written when the iteration ended (or the process raised), and a peer

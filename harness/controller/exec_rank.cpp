@@ -139,6 +139,15 @@ int exec_rank(const ExecRankOptions& opts) {
   const char* old_path = env_or_null("PYTHONPATH");
   set("PYTHONPATH", old_path ? agent + ":" + old_path : agent);
   for (const auto& [k, v] : s.job.env) set(k.c_str(), v);
+  // A bare program name is searched in PATH, then in the folder of this nanchaos binary, where
+  // the C++ example job (examples/libtorch, nanchaos-example-libtorch) is built.
+  std::error_code self_ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", self_ec);
+  if (!self_ec) {
+    const char* path = env_or_null("PATH");
+    set("PATH",
+        (path && *path ? std::string(path) + ":" : std::string()) + self.parent_path().string());
+  }
 
   // The scenario's folder is the working directory; a relative program with a '/' is taken
   // from there (execvp searches PATH only for a bare name).

@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "harness/controller/controller.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/scenario_schema.h"
@@ -38,11 +39,7 @@ std::string external_setup_error(const std::vector<RankEvidence>& logs, const Jo
   if (!job.attach_failure.empty()) return job.attach_failure + exited;
   for (size_t r = 0; r < logs.size(); ++r) {
     if (!logs[r].agent) {
-      return fmt::format(
-                 "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not "
-                 "a Python program or its interpreter did not run the bootstrap",
-                 r) +
-             exited;
+      return agent_never_loaded(int64_t(r)) + exited;
     }
   }
   for (size_t r = 0; r < logs.size(); ++r) {

@@ -306,10 +306,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         scan_attach(fmt::format("{}/rank-{}.jsonl", events_dir, rank), w);
         if (remote && w.launch_t > 0 && w.seen_us == 0) w.seen_us = now_us();
         const int64_t launched = remote ? w.seen_us : w.launch_t;
-        const std::string never = fmt::format(
-            "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a "
-            "Python program or its interpreter did not run the bootstrap",
-            rank);
+        const std::string never = agent_never_loaded(rank);
         if (!w.attach_error.empty() && !alive) {
           r.attach_failure = fmt::format("rank {}: {}", rank, w.attach_error);
         } else if (!w.agent && !alive) {
@@ -388,4 +385,12 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   }
   return r;
 }
+std::string agent_never_loaded(int64_t rank) {
+  return fmt::format(
+      "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a Python "
+      "program or its interpreter did not run the bootstrap, nor a LibTorch program that "
+      "constructs nanchaos::Agent",
+      rank);
+}
+
 }  // namespace nanchaos::harness

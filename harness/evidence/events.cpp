@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -32,12 +33,17 @@ namespace {
 constexpr size_t kBlock = size_t(256) << 10;  // mapping growth step
 }  // namespace
 
-EventLog::EventLog(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+EventLog::EventLog(const std::string& path, bool append) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
   if (fd_ < 0) {
     throw std::runtime_error("cannot open event log " + path + ": " + std::strerror(errno));
   }
-  grow(1);
+  if (append) {
+    struct stat st {};
+    if (fstat(fd_, &st) == 0) len_ = size_t(st.st_size);
+    ::lseek(fd_, off_t(len_), SEEK_SET);  // the write(2) fallback writes at the offset
+  }
+  grow(len_ + 1);
 }
 
 EventLog::~EventLog() {

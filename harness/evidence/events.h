@@ -16,7 +16,7 @@
 //   decision {step, detector, ranks, layer, cause, action, flagged}
 //   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
-//         (params_hash/optim_hash: XXH3-64 digests, detectors/core/digest.h)
+//         (params_hash/optim_hash: XXH3-64 digests, harness/common/digest.h)
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into
 // space reserved for them (see EventLog):
@@ -59,8 +59,10 @@ int64_t process_cpu_us();
 class EventLog {
  public:
   EventLog() = default;
-  /// Opens (truncates) `path`; throws std::runtime_error naming the path on failure.
-  explicit EventLog(const std::string& path);
+  /// Opens `path`, truncated, or with `append` after the lines already there (an external
+  /// job's agent continues the log exec-rank began with `launch` and `clock`); throws
+  /// std::runtime_error naming the path on failure.
+  explicit EventLog(const std::string& path, bool append = false);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;

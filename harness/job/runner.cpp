@@ -13,7 +13,6 @@
 
 #include "detectors/core/consensus.h"
 #include "detectors/core/cuda_scan.h"
-#include "detectors/core/digest.h"
 #include "detectors/core/fused_scan.h"
 #include "detectors/core/half_round.h"
 #include "detectors/core/loss_scaler.h"
@@ -21,9 +20,11 @@
 #include "detectors/detector.h"
 #include "harness/comm/collective.h"
 #include "harness/comm/communicator.h"
+#include "harness/comm/in_process.h"
 #include "harness/comm/nccl_communicator.h"
 #include "harness/common/check.h"
 #include "harness/common/cuda_device.h"
+#include "harness/common/digest.h"
 #include "harness/common/job_guard.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
@@ -33,8 +34,9 @@
 #include "harness/job/workload.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
+#include "harness/tensor/optim_state.h"
 #include "harness/tensor/torch_compat.h"
-#include "inject/injector.h"
+#include "inject/faults.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -43,8 +45,6 @@ using detect::Detector;
 using detect::Finding;
 using detect::Hook;
 using detect::StepView;
-using inject::FaultContext;
-using inject::Injector;
 using inject::NamedTensors;
 
 WireType wire_of(DType d) {
@@ -84,38 +84,6 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 // (NANCHAOS_LOG=debug); at the default level they would drown the launcher log.
 void torch_warning(const std::string& msg) { log::debug("torch warning: {}", first_line(msg)); }
 
-// One tensor into a digest (detectors/core/digest.h): its contiguous CPU bytes as one framed piece.
-void digest_tensor(Digest& d, const torch::Tensor& t) {
-  auto c = t.contiguous().cpu();
-  d.add_bytes(c.data_ptr(), c.nbytes());
-}
-
-/// A parameter's optimizer state as named tensors sharing storage with the optimizer's (Adam,
-/// AdamW: exp_avg, exp_avg_sq; SGD: momentum_buffer when momentum is on); empty without state.
-NamedTensors state_tensors(torch::optim::OptimizerParamState* st) {
-  NamedTensors out;
-  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) {
-    out = {{"exp_avg", a->exp_avg()}, {"exp_avg_sq", a->exp_avg_sq()}};
-  } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) {
-    out = {{"exp_avg", w->exp_avg()}, {"exp_avg_sq", w->exp_avg_sq()}};
-  } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(st)) {
-    if (m->momentum_buffer().defined()) out = {{"momentum_buffer", m->momentum_buffer()}};
-  }
-  return out;
-}
-
-/// Adam/AdamW's step counter (bias correction: PyTorch's `state["step"]`), -1 otherwise.
-int64_t state_step(torch::optim::OptimizerParamState* st) {
-  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) return a->step();
-  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) return w->step();
-  return -1;
-}
-
-void set_state_step(torch::optim::OptimizerParamState* st, int64_t step) {
-  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) a->step(step);
-  if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) w->step(step);
-}
-
 class RankRunner {
  public:
   RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir)
@@ -147,7 +115,6 @@ class RankRunner {
       device_ = torch::Device(torch::kCUDA);
       workload_->module().to(device_);
       gpu_scan_ = std::make_unique<CudaScanner>();
-      for (const auto& f : s_.faults) stage_send_ |= f.kind == "comm";
     }
     for (auto& [name, p] : workload_->parameters()) {
       fwd_names_.push_back(name);
@@ -184,14 +151,11 @@ class RankRunner {
     if (s_.job.precision == DType::kFp16) {
       scaler_.emplace(s_.recovery.scaler);
     }
-    for (const auto& f : s_.faults) {
-      has_state_faults_ |= f.kind == "state";
-      has_optimizer_faults_ |=
-          f.params.has("target") && f.params.get_string("target").rfind("optimizer:", 0) == 0;
-      const auto& info = fault_kinds().at(f.kind);
-      if (!info.make) throw std::runtime_error("fault kind " + f.kind + " is not implemented yet");
-      injectors_.push_back(info.make(f, s_));
-    }
+    faults_ = std::make_unique<inject::Faults>(s_, *log_, rank_, world_);
+    faults_->set_device_stall([this](int64_t ms) { return comm_->enqueue_stall(ms); });
+    stage_send_ = cuda_ && faults_->has_kind("comm");
+    has_state_faults_ = faults_->has_kind("state");
+    has_optimizer_faults_ = faults_->has_optimizer_targets();
     for (const auto& name : s_.detectors.enabled) {
       const auto& info = detectors().at(name);
       if (!info.make) continue;  // optional, not built (the controller refused the rest)
@@ -295,26 +259,6 @@ class RankRunner {
       return w.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
     }
     return w.lr;
-  }
-
-  FaultContext context(int64_t step) {
-    FaultContext ctx;
-    ctx.step = step;
-    ctx.rank = rank_;
-    ctx.world = world_;
-    ctx.seed = s_.seed;
-    ctx.reexecution = step <= high_water_;  // re-executed after a rollback
-    const bool again = ctx.reexecution;
-    ctx.fired = [this, step, again](int fault, const std::string& target, nlohmann::json detail) {
-      log_->write("inject", {{"fault", fault},
-                             {"kind", s_.faults[fault].kind},
-                             {"step", step},
-                             {"target", target},
-                             {"detail", std::move(detail)},
-                             {"replay", again}});
-    };
-    ctx.stall_device = [this](int64_t ms) { return comm_->enqueue_stall(ms); };
-    return ctx;
   }
 
   // Runs detectors of one hook; records findings into the local consensus row.
@@ -451,7 +395,7 @@ class RankRunner {
 
   /// The `state` kind's hook: hands the faults the loss scale, the learning-rate factor and the
   /// step counters, then writes back what they changed.
-  void apply_state_faults(FaultContext& ctx) {
+  void apply_state_faults() {
     std::optional<double> scale;
     if (scaler_) scale = scaler_->scale();
     std::vector<int64_t> counters;
@@ -466,7 +410,7 @@ class RankRunner {
     ts.loss_scale = scale ? &*scale : nullptr;
     ts.lr_factor = &lr_scale_;
     ts.step_counters = &counters;
-    for (auto& inj : injectors_) inj->on_training_state(ctx, ts);
+    faults_->training_state(ts);
     if (scale && *scale != scaler_->scale()) {
       LossScaler::State st = scaler_->state();
       st.scale = *scale;
@@ -692,7 +636,7 @@ class RankRunner {
     for (auto& d : detectors_) d->reset();
     broadcast_buffers(step);
     snapshot_buffers();
-    FaultContext ctx = context(step);
+    faults_->begin_step(step, /*reexecution=*/step <= high_water_);
     std::vector<double> rows(size_t(world_) * kRowWidth, 0.0);
     std::vector<double> row(kRowWidth, 0.0);
     row[kLogitsFinite] = 1.0;
@@ -703,12 +647,12 @@ class RankRunner {
     localize_us_ = 0;
 
     // step_start: faults on parameters, then the param detector.
-    for (auto& inj : injectors_) inj->on_step_start(ctx);
-    if (has_state_faults_) apply_state_faults(ctx);  // may change lr_scale_ from this step on
+    faults_->step_start();
+    if (has_state_faults_) apply_state_faults();  // may change lr_scale_ from this step on
     double lr = scheduled_lr(step) * lr_scale_;
     NamedTensors params = named_parameters();
-    for (auto& inj : injectors_) inj->on_parameters(ctx, params);
-    for (auto& inj : injectors_) lr *= inj->lr_factor(ctx);
+    faults_->parameters(params);
+    lr = faults_->scale_lr(lr);
     StepView view;
     view.step = step;
     view.rank = rank_;
@@ -721,7 +665,7 @@ class RankRunner {
 
     // batch
     Batch batch = workload_->make_batch(step, rank_);
-    for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    faults_->batch(batch);
     to_device(batch);
     workload_->prepare(batch);
     view.params = nullptr;
@@ -736,7 +680,7 @@ class RankRunner {
     // forward + loss
     workload_->module().train();
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
-      for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      out = faults_->activation(name, out);
       if (localize_) note_output(name, out, /*rounded=*/false);
       if (half_ && !cuda_) {
         out = round_through_half(out, *half_);
@@ -752,7 +696,7 @@ class RankRunner {
       logits = workload_->forward(batch, probe);
       loss = workload_->loss(logits, batch);
     }
-    for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
+    loss = faults_->loss(loss);
     view.loss = &loss;
     view.logits = &logits;
     run_detectors(Hook::kLoss, view, row, step);
@@ -767,7 +711,7 @@ class RankRunner {
     torch::Tensor scaled_loss = scaler_ ? loss * scaler_->scale() : loss;
     std::string anomaly_message = backward(scaled_loss);
     NamedTensors grads = gradients();
-    for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
+    faults_->gradients(grads);
     std::vector<ConstSpan> spans;
     for (auto& p : bwd_params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
     ScanStats pre;
@@ -837,14 +781,14 @@ class RankRunner {
         send = send_t.data_ptr();
         if (stage_send_) {  // the comm fault edits a host copy of the wire buffer
           auto host = send_t.cpu();
-          for (auto& inj : injectors_) inj->on_send_buffer(ctx, host.data_ptr(), count, wire_);
+          faults_->send_buffer(host.data_ptr(), count, wire_);
           send_t.copy_(host);
         }
       } else {
         send = in_place_ ? bucket_.data_ptr() : static_cast<void*>(wire_buf_.data());
-        for (auto& inj : injectors_) inj->on_send_buffer(ctx, send, count, wire_);
+        faults_->send_buffer(send, count, wire_);
       }
-      for (auto& inj : injectors_) inj->on_before_collective(ctx, "grad_allreduce");
+      faults_->before_collective("grad_allreduce");
       collective("grad_allreduce", send, count, elem_of(wire_), step);
       std::vector<MutSpan> outs;
       for (auto& p : bwd_params_) outs.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
@@ -898,7 +842,7 @@ class RankRunner {
       }
       if (has_optimizer_faults_) {
         NamedTensors states = optimizer_states();
-        for (auto& inj : injectors_) inj->on_optimizer_state(ctx, states);
+        faults_->optimizer_state(states);
       }
     }
     log_->write("step_end",
@@ -998,21 +942,6 @@ class RankRunner {
     std::optional<LossScaler::State> scaler;
   };
 
-  static std::unique_ptr<torch::optim::OptimizerParamState> deep_clone(
-      const torch::optim::OptimizerParamState& st) {
-    auto c = st.clone();  // copies tensor handles only: clone the tensors too
-    if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(c.get())) {
-      a->exp_avg(a->exp_avg().clone()).exp_avg_sq(a->exp_avg_sq().clone());
-      if (a->max_exp_avg_sq().defined()) a->max_exp_avg_sq(a->max_exp_avg_sq().clone());
-    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(c.get())) {
-      w->exp_avg(w->exp_avg().clone()).exp_avg_sq(w->exp_avg_sq().clone());
-      if (w->max_exp_avg_sq().defined()) w->max_exp_avg_sq(w->max_exp_avg_sq().clone());
-    } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(c.get())) {
-      if (m->momentum_buffer().defined()) m->momentum_buffer(m->momentum_buffer().clone());
-    }
-    return c;
-  }
-
   void take_snapshot(int64_t step) {
     auto snap = std::make_unique<Snapshot>();
     snap->step = step;
@@ -1083,20 +1012,12 @@ class RankRunner {
   void replay_and_refine(int64_t step, Decision* d) {
     log_->write("replay_begin", {{"step", step}});
     restore_buffers();
-    FaultContext ctx = context(step);
-    ctx.reexecution = true;
-    ctx.fired = [this, step](int fault, const std::string& target, nlohmann::json detail) {
-      log_->write("inject", {{"fault", fault},
-                             {"kind", s_.faults[fault].kind},
-                             {"step", step},
-                             {"target", target},
-                             {"detail", std::move(detail)},
-                             {"replay", true}});
-    };
+    const bool again = faults_->reexecution();
+    faults_->begin_step(step, /*reexecution=*/true);
     NamedTensors params = named_parameters();
-    for (auto& inj : injectors_) inj->on_parameters(ctx, params);
+    faults_->parameters(params);
     Batch batch = workload_->make_batch(step, rank_);
-    for (auto& inj : injectors_) inj->on_batch(ctx, batch);
+    faults_->batch(batch);
     to_device(batch);
     workload_->prepare(batch);
     bool bad_batch =
@@ -1107,7 +1028,7 @@ class RankRunner {
     int first_module = -1, index = 0;
     bool overflow = false;
     ProbeFn probe = [&](const std::string& name, torch::Tensor out) {
-      for (auto& inj : injectors_) out = inj->on_activation(ctx, name, out);
+      out = faults_->activation(name, out);
       const bool finite_fp32 = first_module >= 0 || torch::isfinite(out).all().item<bool>();
       if (half_ && !cuda_) out = round_through_half(out, *half_);
       if (first_module < 0 && !torch::isfinite(out).all().item<bool>()) {
@@ -1134,7 +1055,7 @@ class RankRunner {
         logits = workload_->forward(batch, probe);
         loss = workload_->loss(logits, batch);
       }
-      for (auto& inj : injectors_) loss = inj->on_loss(ctx, loss);
+      loss = faults_->loss(loss);
       bad_loss = !std::isfinite(loss.item<double>());
       zero_grads();
       try {
@@ -1143,13 +1064,14 @@ class RankRunner {
         anomaly = first_line(e.what());
       }
       NamedTensors grads = gradients();
-      for (auto& inj : injectors_) inj->on_gradients(ctx, grads);
+      faults_->gradients(grads);
       for (size_t i = 0; i < bwd_params_.size() && first_grad < 0; ++i) {
         if (!torch::isfinite(bwd_params_[i].grad()).all().item<bool>()) first_grad = int(i);
       }
     }
     zero_grads();
     restore_buffers();
+    faults_->begin_step(step, again);  // the step goes on as it was
     const bool reproduced =
         bad_batch || first_module >= 0 || bad_loss || first_grad >= 0 || !anomaly.empty();
     log_->write("replay_end", {{"step", step},
@@ -1221,38 +1143,17 @@ class RankRunner {
 
   void write_final(int64_t steps_completed) {
     const double ev = eval_loss();
-    // params_hash: every parameter (registration order), then every buffer; optim_hash: per
-    // parameter with state, Adam/AdamW's exp_avg, exp_avg_sq and step, SGD's momentum buffer.
-    Digest ph, oh;
-    bool finite = true;
-    for (auto& p : fwd_params_) {
-      digest_tensor(ph, p.detach());
-      finite = finite && torch::isfinite(p).all().item<bool>();
-    }
-    for (auto& [name, b] : workload_->buffers()) digest_tensor(ph, b);
-    for (auto& p : fwd_params_) {
-      auto* st = compat::optimizer_state(*opt_, p);
-      if (!st) continue;
-      if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(st)) {
-        digest_tensor(oh, a->exp_avg());
-        digest_tensor(oh, a->exp_avg_sq());
-        oh.add_u64(uint64_t(a->step()));
-      } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) {
-        digest_tensor(oh, w->exp_avg());
-        digest_tensor(oh, w->exp_avg_sq());
-        oh.add_u64(uint64_t(w->step()));
-      } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(st)) {
-        if (m->momentum_buffer().defined()) digest_tensor(oh, m->momentum_buffer());
-      }
-    }
+    std::vector<torch::Tensor> buffers;
+    for (auto& [name, b] : workload_->buffers()) buffers.push_back(b);
+    const FinalDigests fd = final_digests(fwd_params_, buffers, opt_.get());
     log_->write("final",
                 {{"steps_completed", steps_completed},
                  {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
                  {"eval_loss_str", fmt::format("{}", ev)},
                  {"initial_eval_loss", initial_eval_},
-                 {"params_hash", ph.hex()},
-                 {"optim_hash", oh.hex()},
-                 {"params_finite", finite},
+                 {"params_hash", fd.params_hash},
+                 {"optim_hash", fd.optim_hash},
+                 {"params_finite", fd.params_finite},
                  {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
   }
 
@@ -1279,7 +1180,7 @@ class RankRunner {
   std::unique_ptr<torch::optim::Optimizer> opt_;
   std::vector<std::string> fwd_names_, bwd_names_;
   std::vector<torch::Tensor> fwd_params_, bwd_params_;
-  std::vector<std::unique_ptr<Injector>> injectors_;
+  std::unique_ptr<inject::Faults> faults_;  // the agent (inject/faults.h)
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::map<std::string, Finding> local_findings_;
   std::optional<int64_t> first_local_us_;
@@ -1354,6 +1255,15 @@ std::unique_ptr<Communicator> make_communicator(const Scenario& s) {
 }
 
 }  // namespace
+
+int run_rank_on(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir) {
+  try {
+    RankRunner runner(std::move(s), std::move(comm), run_dir);
+    return runner.run();
+  } catch (const WorldAborted& e) {
+    return e.exit_code;  // MPI_Abort's part: this rank ends where it stood
+  }
+}
 
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
              std::optional<uint64_t> seed) {

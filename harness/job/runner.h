@@ -8,8 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "harness/comm/communicator.h"
+#include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 
@@ -22,5 +26,12 @@ inline constexpr int kRankExitSetup = 2;
 /// trial of `nanchaos run --trials N`). Returns the process exit code.
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
              std::optional<uint64_t> seed = std::nullopt);
+
+/// Runs one rank of `s` on `comm` (its rank and world size) in this thread, logging to
+/// `run_dir/events/rank-<rank>.jsonl`: the loop of run_rank() without the launcher, MPI or the
+/// job guard, for an in-process world (harness/comm/in_process.h). Returns the rank's exit code
+/// (a WorldAborted becomes its code). Throws std::runtime_error on a setup error (a rank count
+/// that differs from [job].ranks, a fault kind not implemented).
+int run_rank_on(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir);
 
 }  // namespace nanchaos::harness

@@ -1,4 +1,5 @@
 // Shared workload plumbing: name listings and the factory.
+#include <mutex>
 #include <stdexcept>
 
 #include "harness/job/workload.h"
@@ -25,6 +26,11 @@ std::vector<std::pair<std::string, torch::Tensor>> Workload::buffers() {
 }
 
 std::unique_ptr<Workload> make_workload(const Scenario& s) {
+  // Each workload seeds LibTorch's process-wide generator and draws its initial weights from it.
+  // Ranks that share a process (an in-process world, harness/comm/in_process.h) build their
+  // models one at a time, so every rank starts from the seed's weights, as separate processes do.
+  static std::mutex construction;
+  std::lock_guard<std::mutex> lock(construction);
   switch (s.job.workload) {
     case WorkloadKind::kMlp:
       return make_mlp(s);

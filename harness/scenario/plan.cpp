@@ -1,8 +1,12 @@
 // Scenario -> plan JSON for the Python agent; see plan.h.
 #include "harness/scenario/plan.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <variant>
 
 #include "harness/common/rng.h"
@@ -73,6 +77,143 @@ ordered_json compile_plan(const Scenario& s, bool dry_run) {
     plan["faults"].push_back(std::move(j));
   }
   return plan;
+}
+
+namespace {
+
+[[noreturn]] void plan_error(const std::string& source, const std::string& what) {
+  throw std::runtime_error(source + ": " + what);
+}
+
+double special_number(const nlohmann::json& v, const std::string& source, const std::string& at) {
+  if (v.is_number()) return v.get<double>();
+  if (v == "nan") return std::nan("");
+  if (v == "inf") return HUGE_VAL;
+  if (v == "-inf") return -HUGE_VAL;
+  plan_error(source, at + ": expected a number, \"nan\", \"inf\" or \"-inf\", got " + v.dump());
+}
+
+RankSet ranks_of(const nlohmann::json& v, const std::string& source, const std::string& at) {
+  RankSet r;
+  if (v == "all") {
+    r.all = true;
+  } else if (v.is_array()) {
+    for (const auto& x : v) {
+      if (!x.is_number_integer())
+        plan_error(source, at + ": a rank is not an integer: " + x.dump());
+      r.ranks.push_back(x.get<int64_t>());
+    }
+  } else {
+    plan_error(source, at + ": expected \"all\" or an array of ranks, got " + v.dump());
+  }
+  return r;
+}
+
+std::vector<std::string> strings_of(const nlohmann::json& v, const std::string& source,
+                                    const std::string& at) {
+  std::vector<std::string> out;
+  for (const auto& x : v) {
+    if (!x.is_string()) plan_error(source, at + ": expected strings, got " + x.dump());
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+// One param of a fault back into its Value, by the kind's declared type (compile_plan's
+// value_json in reverse).
+Value param_value(const KeySpec& spec, const nlohmann::json& v, const std::string& source,
+                  const std::string& at) {
+  auto want = [&](bool ok, const char* what) {
+    if (!ok) plan_error(source, at + ": expected " + what + ", got " + v.dump());
+  };
+  switch (spec.type) {
+    case KeyType::kBool:
+      want(v.is_boolean(), "a boolean");
+      return v.get<bool>();
+    case KeyType::kInt:
+    case KeyType::kIntOrForever:
+      want(v.is_number_integer(), "an integer");
+      return v.get<int64_t>();
+    case KeyType::kFloat:
+    case KeyType::kFloatOrSpecial:
+      return special_number(v, source, at);
+    case KeyType::kString:
+      want(v.is_string(), "a string");
+      return v.get<std::string>();
+    case KeyType::kStringOrArray:
+      if (v.is_string()) return v.get<std::string>();
+      [[fallthrough]];
+    case KeyType::kStringArray:
+    case KeyType::kStringTable:
+      want(v.is_array(), "an array of strings");
+      return strings_of(v, source, at);
+    case KeyType::kRankSet:
+      return ranks_of(v, source, at);
+    case KeyType::kIntOrIntArray:
+      if (v.is_number_integer()) return v.get<int64_t>();
+      want(v.is_array(), "an integer or an array of integers");
+      return ranks_of(v, source, at).ranks;
+  }
+  plan_error(source, at + ": unknown key type");
+}
+
+template <typename T>
+T field(const nlohmann::json& j, const char* key, const std::string& source,
+        const std::string& at) {
+  if (!j.contains(key)) plan_error(source, at + "." + key + " is missing");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    plan_error(source, at + "." + key + " has the wrong type: " + j.at(key).dump());
+  }
+}
+
+}  // namespace
+
+PlanRead read_plan(const nlohmann::json& plan, const std::string& source) {
+  if (!plan.is_object()) plan_error(source, "the plan is not a JSON object");
+  if (plan.value("version", 0) != 1) {
+    plan_error(source, "plan version " + plan.value("version", nlohmann::json()).dump() +
+                           " (this agent reads version 1)");
+  }
+  PlanRead out;
+  Scenario& s = out.scenario;
+  s.name = field<std::string>(plan, "scenario", source, "plan");
+  s.file = source;
+  s.seed = field<uint64_t>(plan, "seed", source, "plan");
+  s.job.steps = field<int64_t>(plan, "steps", source, "plan");
+  s.job.micro_batches = field<int64_t>(plan, "micro_batches", source, "plan");
+  s.job.ranks = field<int64_t>(plan, "world", source, "plan");
+  s.detectors.collective_timeout_ms = field<int64_t>(plan, "collective_timeout_ms", source, "plan");
+  out.dry_run = plan.value("dry_run", false);
+  const auto faults = plan.value("faults", nlohmann::json::array());
+  if (!faults.is_array()) plan_error(source, "plan.faults is not an array");
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const auto& j = faults[i];
+    const std::string at = fmt::format("plan.faults[{}]", i);
+    FaultSpec f;
+    f.index = field<int>(j, "index", source, at);
+    f.kind = field<std::string>(j, "kind", source, at);
+    f.ranks = ranks_of(j.value("ranks", nlohmann::json("all")), source, at + ".ranks");
+    f.step = field<int64_t>(j, "step", source, at);
+    f.repeat = field<int64_t>(j, "repeat", source, at);
+    f.probability = field<double>(j, "probability", source, at);
+    f.persistent = field<bool>(j, "persistent", source, at);
+    const auto kind = fault_kinds().find(f.kind);
+    if (kind == fault_kinds().end()) plan_error(source, at + ": unknown fault kind " + f.kind);
+    const auto given = j.value("given", nlohmann::json::array());
+    const auto params = j.value("params", nlohmann::json::object());
+    for (const auto& spec : kind->second.keys) {
+      if (!params.contains(spec.name) || params.at(spec.name).is_null()) continue;
+      SourcePos pos;  // "given": where it was written is the plan itself
+      if (std::find(given.begin(), given.end(), spec.name) != given.end()) pos.file = source;
+      f.params.set(spec.name,
+                   param_value(spec, params.at(spec.name), source, at + ".params." + spec.name),
+                   pos);
+    }
+    s.faults.push_back(std::move(f));
+  }
+  return out;
 }
 
 int64_t fault_element_count(const FaultSpec& f, int64_t numel) {

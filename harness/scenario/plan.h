@@ -24,6 +24,20 @@ namespace nanchaos::harness {
 /// probe job, which the agent ends at the start of iteration 1.
 nlohmann::ordered_json compile_plan(const Scenario& s, bool dry_run = false);
 
+/// A plan read back (the C++ agent's side of compile_plan; inject/agent.h): a Scenario holding
+/// what the plan carries (name, seed, [job].steps, ranks, micro_batches, collective_timeout_ms
+/// and the faults with their params typed by the kind's KeySpecs; "given" params are marked
+/// given), and the dry-run flag. Everything else keeps its default.
+struct PlanRead {
+  Scenario scenario;
+  bool dry_run = false;
+};
+
+/// Parses plan JSON as compile_plan writes it. Throws std::runtime_error naming `source` (e.g.
+/// "$NANCHAOS_PLAN") and the field on a plan it cannot read: not an object, a version other
+/// than 1, an unknown fault kind, a param of the wrong type.
+PlanRead read_plan(const nlohmann::json& plan, const std::string& source);
+
 /// Elements fault `f` hits in a tensor of `numel` elements (harness/common/rng.h element_count):
 /// its `fraction` when written, else its `count` (1 when the kind has no `count` key).
 int64_t fault_element_count(const FaultSpec& f, int64_t numel);

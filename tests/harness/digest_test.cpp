@@ -1,6 +1,6 @@
-// The final-state digest (detectors/core/digest.h): XXH3-64 of a framed stream, pinned to literals
+// The final-state digest (harness/common/digest.h): XXH3-64 of a framed stream, pinned to literals
 // computed independently with libxxhash's one-shot XXH3_64bits over the same framed bytes.
-#include "detectors/core/digest.h"
+#include "harness/common/digest.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -53,6 +53,30 @@ TEST(EventLog, LinesAreReadableWhileOpenAndTheFileIsExactAfterClose) {
   fs::remove(path);
 }
 
+// An external job's agent continues the log exec-rank began (`launch`, `clock`).
+TEST(EventLog, AppendKeepsTheLinesAlreadyThere) {
+  const std::string path = temp_path("append");
+  {
+    std::ofstream(path) << R"({"ev":"launch","t_us":1})"
+                        << "\n";
+  }
+  {
+    EventLog log(path, /*append=*/true);
+    log.write("agent", {{"rank", 1}});
+  }
+  const auto seen = read_events(path);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0]["ev"], "launch");
+  EXPECT_EQ(seen[1]["ev"], "agent");
+  EXPECT_EQ(slurp(path).find('\0'), std::string::npos);
+  {
+    EventLog log(path);  // the default truncates
+    log.write("start");
+  }
+  EXPECT_EQ(read_events(path).size(), 1u);
+  fs::remove(path);
+}
+
 TEST(EventLog, EventsOfAKilledWriterSurviveAndTheNulTailIsTrimmed) {
   const std::string path = temp_path("killed");
   const pid_t child = fork();

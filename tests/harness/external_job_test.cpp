@@ -70,7 +70,8 @@ TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) 
   EXPECT_EQ(s["verdict"], "error");
   const std::string reason = s["reason"];
   EXPECT_NE(reason.find(": the nanchaos agent never loaded (no `agent` event): the command is not "
-                        "a Python program or its interpreter did not run the bootstrap; launcher "
+                        "a Python program or its interpreter did not run the bootstrap, nor a "
+                        "LibTorch program that constructs nanchaos::Agent; launcher "
                         "exit status "),
             std::string::npos)
       << reason;
@@ -125,7 +126,8 @@ TEST(ExternalJob, ACommandThatNeverLoadsTheAgentIsKilledAtAttachTimeout) {
   EXPECT_EQ(s["verdict"], "error");
   EXPECT_NE(s["reason"].get<std::string>().find(
                 "the nanchaos agent never loaded (no `agent` event): the command is not a Python "
-                "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 "
+                "program or its interpreter did not run the bootstrap, nor a LibTorch program that "
+                "constructs nanchaos::Agent (attach_timeout_ms = 2000 "
                 "ms passed); launcher exit status "),
             std::string::npos)
       << s["reason"];

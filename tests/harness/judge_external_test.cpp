@@ -300,7 +300,8 @@ TEST(JudgeExternal, NeverLoadedAgentNamesTheRankExitCodeAndLastLogLine) {
   EXPECT_EQ(res.verdict, "error");
   EXPECT_EQ(res.reason,
             "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a "
-            "Python program or its interpreter did not run the bootstrap; launcher exit status "
+            "Python program or its interpreter did not run the bootstrap, nor a LibTorch program "
+            "that constructs nanchaos::Agent; launcher exit status "
             "127; last line of ranks.log: bash: line 1: train: command not found");
 }
 
@@ -312,7 +313,8 @@ TEST(JudgeExternal, TheControllersAttachFailureIsUsed) {
   JobResult job = Job(143);
   job.attach_failure =
       "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a Python "
-      "program or its interpreter did not run the bootstrap (attach_timeout_ms = 2000 ms passed)";
+      "program or its interpreter did not run the bootstrap, nor a LibTorch program that "
+      "constructs nanchaos::Agent (attach_timeout_ms = 2000 ms passed)";
   const auto res = judge(Load(""), d.path(), job);
   EXPECT_EQ(res.verdict, "error");
   EXPECT_EQ(res.reason, job.attach_failure + "; launcher exit status 143");

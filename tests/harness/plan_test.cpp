@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "harness/scenario/scenario.h"
@@ -74,6 +75,60 @@ TEST(Plan, InfinitiesAndNumbersKeepTheirForm) {
   EXPECT_EQ(plan["faults"][1]["params"]["fraction"], 0.25);
   EXPECT_EQ(plan["faults"][1]["given"],
             nlohmann::ordered_json::array({"target", "factor", "fraction"}));
+}
+
+// The C++ agent reads the plan back (read_plan): every fault field and param as loaded, and
+// "given" exactly where the file wrote it.
+TEST(Plan, ReadsBackWhatItCompiled) {
+  const Scenario s = load_scenario_string(kScenario, "x.toml");
+  const PlanRead back = read_plan(nlohmann::json::parse(compile_plan(s).dump()), "$NANCHAOS_PLAN");
+  EXPECT_FALSE(back.dry_run);
+  EXPECT_EQ(back.scenario.name, "ext-plan");
+  EXPECT_EQ(back.scenario.seed, 7u);
+  EXPECT_EQ(back.scenario.job.steps, 30);
+  EXPECT_EQ(back.scenario.job.micro_batches, 2);
+  EXPECT_EQ(back.scenario.detectors.collective_timeout_ms, 4000);
+  ASSERT_EQ(back.scenario.faults.size(), s.faults.size());
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const FaultSpec &a = s.faults[i], &b = back.scenario.faults[i];
+    EXPECT_EQ(b.index, a.index);
+    EXPECT_EQ(b.kind, a.kind);
+    EXPECT_EQ(b.ranks.all, a.ranks.all);
+    EXPECT_EQ(b.ranks.ranks, a.ranks.ranks);
+    EXPECT_EQ(b.step, a.step);
+    EXPECT_EQ(b.repeat, a.repeat);
+    EXPECT_EQ(b.probability, a.probability);
+    EXPECT_EQ(b.persistent, a.persistent);
+    EXPECT_EQ(b.params.values().size(), a.params.values().size());
+  }
+  // Params and "given" (NaN spelt "nan"): compiling the plan read back gives the same faults.
+  EXPECT_EQ(compile_plan(back.scenario)["faults"], compile_plan(s)["faults"]);
+}
+
+TEST(Plan, ReadRefusesAPlanItCannotApplyNamingTheField) {
+  auto error_of = [](const std::string& text) {
+    try {
+      read_plan(nlohmann::json::parse(text), "$NANCHAOS_PLAN");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head =
+      R"({"version":1,"scenario":"p","seed":1,"steps":4,"micro_batches":1,"world":2,)"
+      R"("collective_timeout_ms":100,"faults":[)";
+  EXPECT_EQ(error_of("[1]"), "$NANCHAOS_PLAN: the plan is not a JSON object");
+  EXPECT_EQ(error_of(R"({"version":2})"),
+            "$NANCHAOS_PLAN: plan version 2 (this agent reads version 1)");
+  EXPECT_EQ(error_of(head + R"({"index":0,"kind":"nope","ranks":[0],"step":1,"repeat":1,)"
+                            R"("probability":1.0,"persistent":false}]})"),
+            "$NANCHAOS_PLAN: plan.faults[0]: unknown fault kind nope");
+  EXPECT_EQ(error_of(head + R"({"index":0,"kind":"tensor","ranks":[0],"step":1,"repeat":1,)"
+                            R"("probability":1.0,"persistent":false,"params":{"count":"x"}}]})"),
+            "$NANCHAOS_PLAN: plan.faults[0].params.count: expected an integer, got \"x\"");
+  EXPECT_EQ(error_of(head + R"({"index":0,"kind":"tensor","ranks":[0],"repeat":1,)"
+                            R"("probability":1.0,"persistent":false}]})"),
+            "$NANCHAOS_PLAN: plan.faults[0].step is missing");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // XXH3-64 digest of a framed byte stream; see digest.h.
-#include "detectors/core/digest.h"
+#include "harness/common/digest.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
