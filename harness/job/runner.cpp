@@ -18,6 +18,8 @@
 #include "detectors/core/loss_scaler.h"
 #include "detectors/core/replica.h"
 #include "detectors/detector.h"
+#include "detectors/stack/recovery.h"
+#include "detectors/stack/stack_comm.h"
 #include "harness/comm/collective.h"
 #include "harness/comm/communicator.h"
 #include "harness/comm/in_process.h"
@@ -170,6 +172,9 @@ class RankRunner {
     if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
     has_watchdog_ = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
                               "watchdog") != s_.detectors.enabled.end();
+    coll_ = std::make_unique<detect::StackComm>(
+        *comm_, *log_, has_watchdog_ ? s_.detectors.collective_timeout_ms : 0, cuda_, device_,
+        kRankExitWatchdog, [this](int code) { write_exit(code); });
     for (const auto& d : detectors_) has_post_reduce_ |= d->hook() == detect::Hook::kPostReduce;
     // The loss check's attribution gets the module on the step itself (transient faults too).
     for (const auto& d : detectors_) localize_ |= consensus_ && d->name() == "loss";
@@ -218,8 +223,8 @@ class RankRunner {
         // again on the re-executed steps, transient ones do not.
         restore_snapshot();
         ++rollbacks;
-        log_->write("rollback", {{"step", step}, {"to_step", snapshot_->step}});
-        step = snapshot_->step;
+        log_->write("rollback", {{"step", step}, {"to_step", snapshot_->step()}});
+        step = snapshot_->step();
         continue;
       }
       ++step;
@@ -282,58 +287,14 @@ class RankRunner {
     }
   }
 
-  /// Collective with enter/leave events, polled against the watchdog deadline.
   void collective(const std::string& name, void* buf, size_t count, ElemType type, int64_t step) {
-    const int64_t seq = coll_seq_++;
-    const CollStatus st = logged_allreduce(*comm_, *log_, seq, name, buf, count, type, step,
-                                           has_watchdog_ ? s_.detectors.collective_timeout_ms : 0);
-    if (st == CollStatus::kOk) return;
-    // Watchdog: name the collective, then take the whole job down (never hang).
-    const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
-    log_->write("detect", {{"detector", "watchdog"},
-                           {"step", step},
-                           {"layer", name},
-                           {"cause", "hang"},
-                           {"seq", seq},
-                           {"status", what}});
-    log_->write("abort",
-                {{"step", step},
-                 {"reason", fmt::format("watchdog: collective #{} {} {}", seq, name, what)},
-                 {"cause", "hang"}});
-    write_exit(kRankExitWatchdog);
-    comm_->abort_job(kRankExitWatchdog);
+    coll_->collective(name, buf, count, type, step);
   }
-
-  /// All-reduce of a [world x width] float64 matrix where each rank filled only its own row. On
-  /// NCCL the doubles travel as their int64 bit patterns: a SUM with zeros everywhere else is then
-  /// an exact all-gather (NaN payloads included), where a floating-point reduction could change
-  /// or drop a NaN (a float max does).
   void allreduce_rows(std::vector<double>& rows, const std::string& name, int64_t step) {
-    if (!cuda_) {
-      collective(name, rows.data(), rows.size(), ElemType::kFloat64, step);
-      return;
-    }
-    static_assert(sizeof(double) == sizeof(int64_t));
-    auto host = torch::empty({int64_t(rows.size())}, torch::kInt64);
-    std::memcpy(host.data_ptr<int64_t>(), rows.data(), rows.size() * sizeof(double));
-    auto dev = host.to(device_);
-    collective(name, dev.data_ptr(), rows.size(), ElemType::kInt64, step);
-    host = dev.cpu();
-    std::memcpy(rows.data(), host.data_ptr<int64_t>(), rows.size() * sizeof(double));
+    coll_->allreduce_rows(rows, name, step);
   }
-
-  /// In-place SUM all-reduce of `n` int64 (on NCCL through the device, as the rows). With one
-  /// contributing rank per slot and zeros elsewhere it is an exact all-gather or broadcast of
-  /// any bit pattern.
   void allreduce_i64(int64_t* data, size_t n, const std::string& name, int64_t step) {
-    if (!cuda_) {
-      collective(name, data, n, ElemType::kInt64, step);
-      return;
-    }
-    auto host = torch::from_blob(data, {int64_t(n)}, torch::kInt64);
-    auto dev = host.to(device_);
-    collective(name, dev.data_ptr(), n, ElemType::kInt64, step);
-    host.copy_(dev.cpu());
+    coll_->allreduce_i64(data, n, name, step);
   }
 
   /// Always-on localization (issue 15): at every probe point one fp32 sum of the module's output,
@@ -424,50 +385,27 @@ class RankRunner {
     allreduce_i64(counts.data(), counts.size(), name, step);
   }
 
-  /// All-gather of one uint64 per slot of `mine` into a [world x mine.size()] matrix.
   std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& mine, const std::string& name,
                                       int64_t step) {
-    std::vector<uint64_t> all(size_t(world_) * mine.size(), 0);
-    std::copy(mine.begin(), mine.end(), all.begin() + ptrdiff_t(size_t(rank_) * mine.size()));
-    allreduce_i64(reinterpret_cast<int64_t*>(all.data()), all.size(), name, step);
-    return all;
+    return coll_->allgather_u64(mine, name, step);
   }
 
-  /// One digest per replica_names_ entry, in the contract's order: each parameter (forward order)
-  /// with its optimizer state (tensors and step counter), each buffer, then the training state
-  /// (loss scale, learning-rate factor).
-  std::vector<uint64_t> replica_digests() {
-    std::vector<uint64_t> out;
-    out.reserve(replica_names_.size());
-    for (auto& p : fwd_params_) {
-      Digest d;
-      digest_tensor(d, p.detach());
-      auto* st = compat::optimizer_state(*opt_, p);
-      for (auto& [name, t] : state_tensors(st)) digest_tensor(d, t);
-      d.add_u64(uint64_t(state_step(st)));
-      out.push_back(d.value());
-    }
-    for (auto& [name, b] : workload_->buffers()) {
-      Digest d;
-      digest_tensor(d, b);
-      out.push_back(d.value());
-    }
-    Digest t;
-    const double scale = scaler_ ? scaler_->scale() : 0.0;
-    uint64_t bits;
-    std::memcpy(&bits, &scale, sizeof bits);
-    t.add_u64(bits);
-    std::memcpy(&bits, &lr_scale_, sizeof bits);
-    t.add_u64(bits);
-    out.push_back(t.value());
-    return out;
+  /// The training state as the stack's recovery sees it (detectors/recovery.h).
+  detect::ModelState model_state() {
+    detect::ModelState m;
+    m.params = fwd_params_;
+    for (auto& [name, b] : workload_->buffers()) m.buffers.push_back(b);
+    m.optimizer = opt_.get();
+    m.scaler = scaler_ ? &*scaler_ : nullptr;
+    m.lr_scale = &lr_scale_;
+    return m;
   }
 
   /// The `replica` detector's exchange (replica.h): one digest per rank; the per-tensor digests
   /// only when they differ. Every rank takes the same branches (same gathered data).
   void replica_round(StepView& view, std::vector<double>& row, int64_t step) {
     const int64_t t0 = now_us();
-    const std::vector<uint64_t> mine = replica_digests();
+    const std::vector<uint64_t> mine = detect::replica_digests(model_state());
     Digest all;
     for (uint64_t v : mine) all.add_u64(v);
     const std::vector<uint64_t> combined = allgather_u64({all.value()}, "replica", step);
@@ -495,84 +433,12 @@ class RankRunner {
                                   {"differing", std::move(differing)}});
   }
 
-  /// Policy `resync`: the minority ranks of the last replica vote receive parameters, buffers,
-  /// optimizer state (tensors and step counters), loss scaler state and the learning-rate factor
-  /// from the vote's source, bit-exact (a SUM where only the source contributes, as int64).
-  /// Every rank must hold the same layout (the same optimizer state tensors); when one does not,
-  /// the job aborts with that reason instead of copying garbage.
+  /// Policy `resync` (detectors/recovery.h); layouts that differ abort the job.
   void resync(int64_t step) {
-    std::vector<torch::Tensor> tensors;  // in a fixed order, every rank alike
-    std::vector<int64_t> steps;
-    for (auto& p : fwd_params_) tensors.push_back(p.detach());
-    for (auto& [name, b] : workload_->buffers()) tensors.push_back(b);
-    for (auto& p : fwd_params_) {
-      auto* st = compat::optimizer_state(*opt_, p);
-      for (auto& [name, t] : state_tensors(st)) tensors.push_back(t);
-      steps.push_back(state_step(st));
-    }
-    LossScaler::State sc = scaler_ ? scaler_->state() : LossScaler::State{};
-    size_t bytes = 0;
-    for (auto& t : tensors) bytes += size_t(t.nbytes());
-    const size_t scalars = steps.size() + 4;  // steps, scale, tracker, just_grew, lr_scale
-    const size_t words = (bytes + 7) / 8 + scalars;
-    // The layout check: every rank's word count against the source's.
-    const auto sizes = allgather_u64({uint64_t(words)}, "resync_layout", step);
-    const int src = replica_vote_.source;
-    for (int r = 0; r < world_; ++r) {
-      if (sizes[size_t(r)] != sizes[size_t(src)]) {
-        aborting_ = true;
-        abort_cause_ = "replica_divergence";
-        log_->write("resync",
-                    {{"step", step},
-                     {"source", src},
-                     {"ok", false},
-                     {"reason", fmt::format("rank {} holds {} words of state, the source "
-                                            "rank {} holds {}: layouts differ",
-                                            r, sizes[size_t(r)], src, sizes[size_t(src)])}});
-        return;
-      }
-    }
-    std::vector<int64_t> buf(words, 0);
-    if (rank_ == src) {
-      auto* out = reinterpret_cast<unsigned char*>(buf.data());
-      for (auto& t : tensors) {
-        auto c = t.contiguous().cpu();
-        std::memcpy(out, c.data_ptr(), c.nbytes());
-        out += c.nbytes();
-      }
-      int64_t* s = buf.data() + (bytes + 7) / 8;
-      for (int64_t v : steps) *s++ = v;
-      std::memcpy(s++, &sc.scale, sizeof(double));
-      *s++ = sc.tracker;
-      *s++ = sc.just_grew ? 1 : 0;
-      std::memcpy(s, &lr_scale_, sizeof(double));
-    }
-    allreduce_i64(buf.data(), buf.size(), "resync", step);
-    const bool receiver = std::find(replica_vote_.minority.begin(), replica_vote_.minority.end(),
-                                    int64_t(rank_)) != replica_vote_.minority.end();
-    if (receiver) {
-      torch::NoGradGuard ng;
-      const auto* in = reinterpret_cast<const unsigned char*>(buf.data());
-      for (auto& t : tensors) {
-        auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
-        std::memcpy(host.data_ptr(), in, host.nbytes());
-        in += host.nbytes();
-        t.copy_(host);
-      }
-      const int64_t* s = buf.data() + (bytes + 7) / 8;
-      for (auto& p : fwd_params_) set_state_step(compat::optimizer_state(*opt_, p), *s++);
-      LossScaler::State got{};
-      std::memcpy(&got.scale, s++, sizeof(double));
-      got.tracker = *s++;
-      got.just_grew = *s++ != 0;
-      if (scaler_) scaler_->restore(got);
-      std::memcpy(&lr_scale_, s, sizeof(double));
-    }
-    log_->write("resync", {{"step", step},
-                           {"source", src},
-                           {"ranks", replica_vote_.minority},
-                           {"bytes", words * 8},
-                           {"ok", true}});
+    const std::string why = detect::resync(model_state(), replica_vote_, *coll_, *log_, step);
+    if (why.empty()) return;
+    aborting_ = true;
+    abort_cause_ = "replica_divergence";
   }
 
   /// Batches are made (and batch faults applied) on the CPU, then moved to the rank's device.
@@ -590,30 +456,16 @@ class RankRunner {
   }
 
   void apply_policy(const Decision& d, int64_t step, bool* skip) {
-    const auto& pol = s_.recovery;
-    std::string action = "skip_step";
-    if (pol.has(Policy::kAbort)) {
-      action = "abort";
+    const detect::PolicyAction act = detect::choose_action(s_.recovery, d.detector);
+    const std::string& action = act.action;
+    if (act.abort) {
       aborting_ = true;
       abort_cause_ = d.cause;
-      *skip = true;
-    } else if (pol.has(Policy::kNone)) {
-      action = "none";
-    } else {
-      *skip = true;
-      if (pol.has(Policy::kRollback)) {
-        action = "rollback";
-        rollback_requested_ = true;
-      }
-      if (pol.has(Policy::kResync) && d.detector == "replica") {
-        action = "resync";
-        resync_requested_ = true;
-      }
-      if (pol.has(Policy::kLrBackoff)) {
-        lr_scale_ *= pol.lr_backoff_factor;  // from this detection on, cumulatively
-        action += "+lr_backoff";
-      }
     }
+    *skip = *skip || act.skip;
+    rollback_requested_ = rollback_requested_ || act.rollback;
+    resync_requested_ = resync_requested_ || act.resync;
+    if (act.lr_factor != 1.0) lr_scale_ *= act.lr_factor;
     if (!d.cause.empty()) abort_cause_ = d.cause;
     log_->write("decision",
                 {{"step", step},
@@ -932,40 +784,13 @@ class RankRunner {
     return grads;
   }
 
-  /// In-memory snapshot for `rollback`: parameters, buffers, optimizer state and the data
-  /// position (the step; batches derive from (seed, rank, step), and no op draws from the global
-  /// RNG). The loss scaler joins it with the mixed-precision work.
-  struct Snapshot {
-    int64_t step = 0;
-    std::vector<torch::Tensor> params, buffers;
-    std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> optim;  // fwd order
-    std::optional<LossScaler::State> scaler;
-  };
-
   void take_snapshot(int64_t step) {
-    auto snap = std::make_unique<Snapshot>();
-    snap->step = step;
-    for (auto& p : fwd_params_) snap->params.push_back(p.detach().clone());
-    for (auto& [name, b] : workload_->buffers()) snap->buffers.push_back(b.clone());
-    for (auto& p : fwd_params_) {
-      auto* st = compat::optimizer_state(*opt_, p);
-      snap->optim.push_back(st ? deep_clone(*st) : nullptr);
-    }
-    if (scaler_) snap->scaler = scaler_->state();
-    snapshot_ = std::move(snap);
+    snapshot_ = std::make_unique<detect::Snapshot>(step, model_state());
     log_->write("snapshot", {{"step", step}});
   }
 
   void restore_snapshot() {
-    torch::NoGradGuard ng;
-    for (size_t i = 0; i < fwd_params_.size(); ++i) fwd_params_[i].copy_(snapshot_->params[i]);
-    size_t i = 0;
-    for (auto& [name, b] : workload_->buffers()) b.copy_(snapshot_->buffers.at(i++));
-    for (size_t k = 0; k < fwd_params_.size(); ++k) {
-      const auto& st = snapshot_->optim[k];
-      compat::set_optimizer_state(*opt_, fwd_params_[k], st ? deep_clone(*st) : nullptr);
-    }
-    if (scaler_ && snapshot_->scaler) scaler_->restore(*snapshot_->scaler);
+    snapshot_->restore(model_state());
     zero_grads();
   }
 
@@ -1212,13 +1037,13 @@ class RankRunner {
   std::optional<LossScaler> scaler_;       // fp16 only
   double lr_scale_ = 1.0;                  // lr_backoff: cumulative factor
   int64_t high_water_ = -1;  // highest step run so far (re-executions are steps <= this)
-  std::unique_ptr<Snapshot> snapshot_;
+  std::unique_ptr<detect::Snapshot> snapshot_;  // rollback
   int64_t decided_us_ = 0;
   std::vector<std::string> module_names_;
   std::vector<torch::Tensor> buffer_snapshot_;
   bool aborting_ = false;
   std::string abort_cause_;
-  int64_t coll_seq_ = 0;
+  std::unique_ptr<detect::StackComm> coll_;  // every collective of the rank
   double initial_eval_ = 0;
 };
 

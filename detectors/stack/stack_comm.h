@@ -1,0 +1,64 @@
+// The stack's collectives (consensus rows, replica digests, resync, the replay's exchange) and
+// the job's gradient all-reduce, over the rank's communicator: each one logged as
+// coll_enter/coll_leave (harness/comm/collective.h) and, with the `watchdog` detector enabled,
+// polled against [detectors].collective_timeout_ms. A collective that times out or fails is
+// the watchdog's finding: `detect` (cause `hang`, layer = the collective), `abort`, the rank's
+// `exit`, then Communicator::abort_job takes every rank down; it never returns to the caller.
+// Without a watchdog a collective waits forever, as a stock c10d job does (until the
+// launcher's timeout).
+//
+// On NCCL (device = cuda) the float64 rows and int64 words travel through a device copy as
+// int64 bit patterns: a SUM where one rank contributes each slot is then an exact all-gather,
+// NaN payloads included (a floating-point reduction could change or drop a NaN).
+// Thread-safety: the rank's one thread.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/comm/communicator.h"
+#include "harness/evidence/events.h"
+
+namespace nanchaos::detect {
+
+class StackComm {
+ public:
+  /// `timeout_ms` 0: no watchdog. On a watchdog finding the rank exits with `watchdog_exit`,
+  /// after `write_exit(code)` wrote its `exit` event (the job owns that event's fields).
+  /// `device` is where NCCL buffers live (`cuda`).
+  StackComm(harness::Communicator& comm, harness::EventLog& log, int64_t timeout_ms, bool cuda,
+            torch::Device device, int watchdog_exit, std::function<void(int)> write_exit);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+
+  /// In-place SUM all-reduce of `count` elements of `type` at `buf` (a host buffer on MPI, a
+  /// device pointer on NCCL), named `name` in the log, at `step`.
+  void collective(const std::string& name, void* buf, size_t count, harness::ElemType type,
+                  int64_t step);
+  /// All-reduce of a [world x width] float64 matrix in which each rank filled only its row.
+  void allreduce_rows(std::vector<double>& rows, const std::string& name, int64_t step);
+  /// In-place SUM of `n` int64 (an exact all-gather or broadcast with one contributor a slot).
+  void allreduce_i64(int64_t* data, size_t n, const std::string& name, int64_t step);
+  /// All-gather of one uint64 per slot of `mine` into a [world x mine.size()] matrix.
+  std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& mine, const std::string& name,
+                                      int64_t step);
+
+ private:
+  harness::Communicator& comm_;
+  harness::EventLog& log_;
+  int64_t timeout_ms_;
+  bool cuda_;
+  torch::Device device_;
+  int watchdog_exit_;
+  std::function<void(int)> write_exit_;
+  int rank_, world_;
+  int64_t seq_ = 0;
+};
+
+}  // namespace nanchaos::detect
