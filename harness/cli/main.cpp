@@ -183,7 +183,9 @@ int main(int argc, char** argv) {
   run->add_option("--launcher", run_opts.launcher,
                   "launcher command (default $NANCHAOS_LAUNCHER or mpirun), e.g. "
                   "\"mpirun --hostfile hosts\" or \"srun --mpi=pmix\"");
-  run->add_flag("--quiet", run_opts.quiet, "no console table, no progress lines on stderr");
+  run->add_flag(
+      "--quiet", run_opts.quiet,
+      "no console table, no progress lines on stderr (a failed scenario is still named there)");
   run->add_flag("--fail-on-skip", run_opts.fail_on_skip,
                 "exit 1 when a scenario is skipped (e.g. a GPU suite on a host without one)");
   run->add_option("--trials", run_opts.trials,

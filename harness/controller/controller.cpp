@@ -386,7 +386,13 @@ int run_suite(const RunOptions& opts) {
     if (res.verdict == "error") usage_error = true;
     report.scenarios.push_back(res);
     progress.finish(index, res);
-    if (!opts.quiet) std::cout << results::console_row(res) << std::flush;
+    if (!opts.quiet) {
+      std::cout << results::console_row(res) << std::flush;
+    } else if (res.verdict == "fail" || res.verdict == "error") {
+      // Quiet hides the table, not a failure: a CI log must say which scenario and why.
+      std::cerr << fmt::format("nanchaos run: {} {}: {} (run dir {})\n", res.verdict, res.name,
+                               res.reason, res.run_dir);
+    }
     if (stop_signal() != 0) note_interruption(index + 1);
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
     if (report.interrupted) break;
