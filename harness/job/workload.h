@@ -59,6 +59,37 @@ class Workload {
 
 std::unique_ptr<Workload> make_workload(const Scenario& s);
 
+/// Moves a batch made (and faulted) on the CPU to the rank's device; no-op on the CPU.
+void to_device(Batch& b, torch::Device device);
+
+/// The loss on the fixed held-out batch (make_batch(0, -1)) in eval mode, without probes; the
+/// module is back in train mode after.
+double eval_loss(Workload& w, torch::Device device);
+
+/// In-place SUM all-reduce of `n` fp32 values at `data` across the ranks.
+using AllReduceFloats = std::function<void(float* data, size_t n)>;
+
+/// DDP's default (broadcast_buffers=True): rank 0's floating-point buffers (BatchNorm running
+/// statistics) overwrite every rank's at step start, as one SUM all-reduce to which only rank 0
+/// contributes (x + 0 == x, NaN stays NaN). No-op without buffers or with one rank.
+void broadcast_buffers(Workload& w, int rank, int world, const AllReduceFloats& sum);
+
+/// BatchNorm running statistics are the only state a forward pass changes before the update
+/// (parameters and optimizer state change only in the update, after every check): a copy of
+/// every buffer for the replay, and its restore.
+std::vector<torch::Tensor> clone_buffers(Workload& w);
+void restore_buffers(Workload& w, const std::vector<torch::Tensor>& copy);
+
+/// The [workload] optimizer over `params` (forward order) at the base learning rate: SGD, Adam,
+/// or AdamW with weight_decay 0.01 (LibTorch's optimizers, PyTorch's defaults otherwise).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::vector<torch::Tensor>& params,
+                                                        const WorkloadConfig& w);
+
+/// The learning rate of `step` before lr faults and lr_backoff: linear warmup over
+/// warmup_steps (step + 1) / warmup_steps, then constant or cosine decay to 0 at [job].steps
+/// (as torch.optim.lr_scheduler's CosineAnnealingLR with T_max = steps - warmup).
+double scheduled_lr(const Scenario& s, int64_t step);
+
 /// `nanchaos targets`: module and parameter names for the configured sizes.
 struct TargetList {
   std::vector<std::string> modules;

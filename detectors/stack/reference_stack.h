@@ -1,0 +1,177 @@
+// The reference stack: what a rank of the built-in jobs runs to detect, agree on and recover
+// from a numerical fault (DESIGN.md "The step pipeline"; SCENARIO_FORMAT.md [detectors],
+// [recovery]). The job owns the model, the data, the gradient bucket and the loop; it hands the
+// stack a StepView at each hook point and asks it what to do. The stack owns:
+//   - the enabled detectors (one file each, detectors/*.cpp) and this rank's consensus row;
+//   - always-on localization (one fp32 sum per probed module output);
+//   - the consensus rounds (consensus.h) and the replay's exchange and refinement;
+//   - the fp16 dynamic loss scaler (GradScaler's found_inf rule);
+//   - the recovery policies: skip, rollback (snapshots), lr_backoff, resync, abort, and the
+//     max_consecutive escalation;
+//   - every collective of the rank, through StackComm (with the watchdog).
+// Every rank takes the same branches: a decision is made only from all-reduced data.
+//
+// Events written here: detect, decision, replica_check, scale_backoff, snapshot, rollback,
+// resync (recovery.h), coll_enter/coll_leave (stack_comm.h). The job writes the rest.
+// Thread-safety: the rank's one thread; nothing blocks except the collectives (watchdog-bounded
+// when the `watchdog` detector is enabled).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "detectors/core/consensus.h"
+#include "detectors/core/loss_scaler.h"
+#include "detectors/core/replica.h"
+#include "detectors/detector.h"
+#include "detectors/stack/recovery.h"
+#include "detectors/stack/stack_comm.h"
+#include "harness/comm/communicator.h"
+#include "harness/evidence/events.h"
+#include "harness/scenario/scenario.h"
+
+namespace nanchaos::detect {
+
+/// The names the stack attributes to, fixed for the run.
+struct JobLayout {
+  std::vector<std::string> module_names;   ///< probed modules, forward order
+  std::vector<std::string> grad_names;     ///< parameters, backward order (the bucket's order)
+  std::vector<std::string> replica_names;  ///< parameters (forward), buffers, "training_state"
+  bool cuda = false;                       ///< tensors on the rank's GPU (NCCL)
+  std::optional<torch::ScalarType> half;   ///< precision fp16/bf16
+};
+
+/// What the job's replay of one step found on this rank (the stack exchanges and judges it).
+struct ReplayResult {
+  bool reproduced = false;  ///< anything non-finite again: batch, module, loss, gradient, anomaly
+  int first_module = -1;    ///< first non-finite module output, forward order
+  int first_grad = -1;      ///< first non-finite gradient, backward order
+  bool overflow = false;    ///< that module's output left the half range (fp16_overflow)
+};
+
+/// Why the loop must stop: the `abort` event's reason and cause.
+struct Stop {
+  std::string reason;
+  std::string cause;
+};
+
+class ReferenceStack {
+ public:
+  /// Makes the enabled detectors of `s` and the rank's StackComm over `comm`. `state` returns
+  /// the job's training state (its scaler and lr_scale fields are filled in by the stack).
+  /// `write_exit(code)` writes the job's `exit` event before a watchdog take-down.
+  ReferenceStack(const harness::Scenario& s, harness::EventLog& log, harness::Communicator& comm,
+                 JobLayout layout, torch::Device device, int watchdog_exit,
+                 std::function<void(int)> write_exit, std::function<ModelState()> state);
+  ~ReferenceStack();
+
+  StackComm& comm() { return *coll_; }
+  bool enabled() const { return !detectors_.empty(); }
+  /// Anomaly mode is on for every backward (the `anomaly` detector): a NaN raises there.
+  bool anomaly_mode() const { return anomaly_mode_; }
+  /// The fp16 dynamic loss scaler (nullptr unless precision = fp16).
+  harness::LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+  /// lr_backoff's cumulative factor (1 until a backoff; a `state` fault may change it).
+  double& lr_scale() { return lr_scale_; }
+  /// This step's cost of always-on localization (us).
+  int64_t localize_us() const { return localize_us_; }
+
+  // ---- between steps (the loop)
+  /// Takes the rollback snapshot when `step` is due; forgets the last step's rollback request.
+  void before_step(int64_t step);
+  /// The escalation rules after a step: a policy abort, or max_consecutive detections in a row
+  /// (counted across rollbacks: only a clean step past the high-water mark resets the count, so
+  /// a fault that returns on every re-execution escalates instead of looping; SCENARIO_FORMAT.md
+  /// "Recovery must terminate"). `high_water`: the highest step run so far.
+  std::optional<Stop> after_step(int64_t step, bool detected, bool reexecuted, int64_t high_water);
+  /// When the step asked for a rollback and a snapshot exists: restores it (bit-exact), writes
+  /// `rollback` and returns the step to re-execute from.
+  std::optional<int64_t> rollback(int64_t step);
+
+  // ---- the step pipeline, in order
+  /// Forgets the last step's findings and probe sums; resets the detectors.
+  void begin_step(int64_t step);
+  /// Runs the detectors of `hook` on `view` into this rank's row (`detect` per finding). After
+  /// kLoss, a non-finite-logits finding reads the probe sums to name the module.
+  void check(Hook hook, const StepView& view);
+  /// At step start: the `replica` detector's digest exchange, when enabled and due.
+  void replica_round(StepView& view);
+  /// Every probed module output (after the job's faults): the detectors' on_activation.
+  void on_activation(const std::string& module, const torch::Tensor& out);
+  /// Whether the job should hand its probe sums to note_output (always-on localization).
+  bool localizing() const { return localize_; }
+  /// One fp32 sum of a module output, kept as a 0-d tensor (no host sync). `rounded`: the sum
+  /// after the CPU path's half rounding.
+  void note_output(const std::string& module, const torch::Tensor& out, bool rounded);
+  /// The fused scan of the local gradients: first non-finite index and the magnitude that
+  /// enters the SUM (max |g| x pre_scale) go into the row.
+  void note_gradient_scan(const harness::ScanStats& pre, float pre_scale);
+  /// The naive stack (no consensus): a rank that flagged something returns early from its
+  /// step. Then call early_return, which writes the rank-local `decision`.
+  bool wants_early_return() const;
+  void early_return(int64_t step);
+  /// The consensus: a fixed-size summary all-reduce every step, the [world x row] detail only
+  /// when some rank flagged something, then the replay (`replay(step)`, the job's re-run of the
+  /// step) to refine attribution. Without consensus: no decision.
+  harness::Decision decide(int64_t step, const std::function<ReplayResult(int64_t)>& replay);
+  /// The loss scaler's update (found_inf from the consensus) and the policy's action on
+  /// `decision`: sets *skip (no optimizer step) and returns whether the stack detected
+  /// something this step.
+  bool recover(harness::Decision& decision, int64_t step, bool* skip);
+  /// After the gradient all-reduce: the post_reduce detectors on the reduced buffer's scan
+  /// (`view.reduce_stats`), the same on every rank; a finding is decided without consensus.
+  /// Returns `detected`, updated.
+  bool post_reduce(StepView& view, int64_t step, bool detected, bool* skip);
+
+ private:
+  void run_detectors(Hook hook, const StepView& view);
+  void localize();
+  void apply_policy(const harness::Decision& d, bool* skip);
+  void update_scaler(harness::Decision* d, bool* skip);
+  void refine(const ReplayResult& mine, harness::Decision* d);
+  ModelState state();  // the job's, with the stack's scaler and lr factor
+
+  const harness::Scenario& s_;
+  harness::EventLog& log_;
+  JobLayout layout_;
+  std::function<ModelState()> job_state_;
+  int rank_ = 0, world_ = 1;
+  int64_t step_ = 0;  // the step being run (begin_step .. the next begin_step)
+  std::unique_ptr<StackComm> coll_;
+  std::vector<std::unique_ptr<Detector>> detectors_;
+  Detector* replica_ = nullptr;  // the `replica` detector, when enabled
+  bool consensus_ = true;
+  bool has_post_reduce_ = false;
+  bool anomaly_mode_ = false;
+  bool localize_ = false;
+  // this step
+  std::vector<double> row_;   // this rank's consensus row (consensus.h)
+  std::vector<double> rows_;  // [world x kRowWidth], filled only on a flagged step
+  bool detail_ = false;       // rows_ holds every rank's row
+  double global_max_abs_ = 0;
+  std::map<std::string, Finding> local_findings_;
+  std::optional<int64_t> first_local_us_;
+  int64_t decided_us_ = 0;
+  std::vector<std::string> probe_names_;
+  std::vector<torch::Tensor> probe_pre_, probe_post_;  // 0-d fp32 sums per probe point
+  int64_t localize_us_ = 0;
+  harness::ReplicaVote replica_vote_;
+  // recovery
+  std::optional<harness::LossScaler> scaler_;
+  double lr_scale_ = 1.0;
+  bool rollback_requested_ = false;
+  bool aborting_ = false;
+  std::string abort_cause_;
+  std::unique_ptr<Snapshot> snapshot_;
+  int64_t consecutive_ = 0;  // detections in a row
+  int64_t rollbacks_ = 0;    // since the count was last reset
+};
+
+}  // namespace nanchaos::detect
