@@ -16,7 +16,8 @@ MASTER_PORT)::
           gradient all-reduce without it: the classic desync this harness exists to show.
   synced  every rank agrees (all-reduce MAX of a flag) to skip the step; see ``SyncedSkipStack``.
   amp     bf16 autocast with a GradScaler (``torch.amp``/``torch.cuda.amp``, or a hand-written
-          equivalent on CPU before torch 2.3); the scaler's own found_inf skip is the stack.
+          equivalent on CPU before torch 2.3, loss_scaler.py); the scaler's own found_inf skip
+          is the stack.
 
 Model module names (``named_modules()`` of the unwrapped model, the names fault targets use)::
 
@@ -30,9 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import hashlib
-import os
 import sys
 import time
 from typing import Iterator, List, Optional, Tuple
@@ -43,34 +41,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-try:  # the harness puts the agent on PYTHONPATH; without it every call is a no-op
-    import nanchaos
-except ImportError:
-    nanchaos = None
-
-
-class _NoAgent:
-    """Stands in for ``nanchaos`` when the job runs without the harness."""
-
-    @staticmethod
-    def attach(model, optimizer=None, scaler=None) -> None:
-        pass
-
-    @staticmethod
-    def report_detection(detector, *, layer=None, cause=None, step=None) -> None:
-        pass
-
-    @staticmethod
-    def report_decision(action, *, step=None) -> None:
-        pass
-
-    @staticmethod
-    def probe(name, tensor):
-        return tensor
-
-
-if nanchaos is None:
-    nanchaos = _NoAgent()
+from ddp_common import add_process_group_args, init_distributed, nanchaos, parameter_digest
+from loss_scaler import make_grad_scaler
 
 
 # --------------------------------------------------------------------------------------- model
@@ -276,89 +248,6 @@ class SyncedSkipStack(NoCheckStack):
         return True
 
 
-class DistributedLossScaler:
-    """A hand-written GradScaler for CPU where ``torch.amp.GradScaler("cpu")`` is missing (< 2.3).
-
-    Same semantics as ``torch.cuda.amp.GradScaler``: ``scale(loss)`` multiplies by the scale;
-    ``unscale_(optimizer)`` divides the gradients by it and sets found_inf when any gradient is
-    non-finite; ``step(optimizer)`` skips ``optimizer.step()`` on found_inf; ``update()`` backs the
-    scale off by ``backoff_factor`` on found_inf and grows it by ``growth_factor`` after
-    ``growth_interval`` clean steps. One difference: found_inf is all-reduced (MAX) across ranks,
-    so the ranks agree even when a value goes bad after DDP's all-reduce on one rank only.
-    """
-
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000) -> None:
-        self._scale = float(init_scale)
-        self._growth_factor = growth_factor
-        self._backoff_factor = backoff_factor
-        self._growth_interval = growth_interval
-        self._growth_tracker = 0
-        self._found_inf: Optional[bool] = None  # None: not unscaled this iteration
-
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        return loss * self._scale
-
-    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._found_inf is not None:
-            raise RuntimeError("unscale_() has already been called since the last update()")
-        inv_scale = 1.0 / self._scale
-        found_inf = torch.zeros(1)
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                found_inf = found_inf.to(p.grad.device)
-                p.grad.mul_(inv_scale)
-                found_inf = torch.maximum(found_inf, (~torch.isfinite(p.grad).all()).float())
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(found_inf, op=dist.ReduceOp.MAX)
-        self._found_inf = bool(found_inf.item() > 0)
-
-    def step(self, optimizer: torch.optim.Optimizer):
-        if self._found_inf is None:
-            self.unscale_(optimizer)
-        return None if self._found_inf else optimizer.step()
-
-    def update(self) -> None:
-        if self._found_inf:
-            self._scale *= self._backoff_factor
-            self._growth_tracker = 0
-        else:
-            self._growth_tracker += 1
-            if self._growth_tracker == self._growth_interval:
-                self._scale *= self._growth_factor
-                self._growth_tracker = 0
-        self._found_inf = None
-
-    def get_scale(self) -> float:
-        return self._scale
-
-    def is_enabled(self) -> bool:
-        return True
-
-    def state_dict(self) -> dict:
-        return {"scale": self._scale, "growth_factor": self._growth_factor,
-                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
-                "_growth_tracker": self._growth_tracker}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._scale = float(state["scale"])
-        self._growth_factor = state["growth_factor"]
-        self._backoff_factor = state["backoff_factor"]
-        self._growth_interval = state["growth_interval"]
-        self._growth_tracker = state["_growth_tracker"]
-
-
-def make_grad_scaler(device_type: str):
-    """torch's GradScaler for ``device_type`` where it has one, else ``DistributedLossScaler``."""
-    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3, cpu and cuda
-        return torch.amp.GradScaler(device_type)
-    if device_type == "cuda":
-        return torch.cuda.amp.GradScaler()
-    return DistributedLossScaler()
-
-
 class AmpStack(NoCheckStack):
     """``amp``: bf16 autocast and a GradScaler; the scaler's found_inf skip is the only check.
 
@@ -393,15 +282,6 @@ STACKS = {"none": NoCheckStack, "raise": RaiseStack, "skip": LocalSkipStack,
 # ------------------------------------------------------------------------------------- helpers
 
 
-def parameter_digest(model: nn.Module) -> str:
-    """blake2b over every parameter's bytes in ``named_parameters()`` order."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, p in model.named_parameters():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Tuple[float, float]:
     """Held-out ``(loss, accuracy)`` on the unwrapped model in eval mode (not a training step)."""
@@ -418,11 +298,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stack", choices=sorted(STACKS), default="none",
                    help="hand-written detection/recovery stack (default: none)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--backend", default=None, help="process group backend (default: gloo on cpu, "
-                   "nccl on cuda)")
-    p.add_argument("--pg-timeout-s", type=float, default=10.0,
-                   help="process group timeout: a collective whose peer stopped raises after this")
+    add_process_group_args(p)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=1e-2)
@@ -440,21 +316,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
-
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        # NCCL only honours the timeout with async error handling (on by default in torch 2.x).
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-        os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
-    else:
-        device = torch.device("cpu")
-    backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.pg_timeout_s))
+    rank, local_rank, device, backend = init_distributed(args)
     world_size = dist.get_world_size()
 
     torch.manual_seed(args.seed)  # same initial parameters on every rank (DDP also broadcasts)

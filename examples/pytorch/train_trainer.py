@@ -32,10 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import hashlib
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -47,35 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-try:  # the harness puts the agent on PYTHONPATH; without it every call is a no-op
-    import nanchaos
-except ImportError:
-    nanchaos = None
-
-
-class _NoAgent:
-    """Stands in for ``nanchaos`` when the job runs without the harness."""
-
-    @staticmethod
-    def attach(model, optimizer=None, scaler=None) -> None:
-        pass
-
-    @staticmethod
-    def report_detection(detector, *, layer=None, cause=None, step=None) -> None:
-        pass
-
-    @staticmethod
-    def report_decision(action, *, step=None) -> None:
-        pass
-
-    @staticmethod
-    def probe(name, tensor):
-        return tensor
-
-
-if nanchaos is None:
-    nanchaos = _NoAgent()
-
+from ddp_common import add_process_group_args, init_distributed, nanchaos, parameter_digest
 
 # --------------------------------------------------------------------------------------- model
 
@@ -255,22 +224,9 @@ def estimate_loss(model: nn.Module, data: SyntheticTokens, batch_size: int,
     return out
 
 
-def parameter_digest(model: nn.Module) -> str:
-    """blake2b over every parameter's bytes in ``named_parameters()`` order."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, p in model.named_parameters():
-        h.update(name.encode())
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--backend", default=None, help="process group backend (default: gloo on cpu, "
-                   "nccl on cuda)")
-    p.add_argument("--pg-timeout-s", type=float, default=10.0,
-                   help="process group timeout: a collective whose peer stopped raises after this")
+    add_process_group_args(p)
     p.add_argument("--max-iters", type=int, default=20)
     p.add_argument("--grad-accum", type=int, default=4, help="micro-batches per iteration")
     p.add_argument("--batch-size", type=int, default=8, help="per micro-batch and rank")
@@ -291,20 +247,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
-
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-        os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
-    else:
-        device = torch.device("cpu")
-    backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.pg_timeout_s))
+    rank, local_rank, device, _ = init_distributed(args)
     master = rank == 0
 
     torch.manual_seed(args.seed)

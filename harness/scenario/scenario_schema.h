@@ -1,9 +1,10 @@
 // Key tables of the fixed scenario tables and helpers shared by every key declaration.
 //
 // The fixed tables ([scenario], [job], [workload], [recovery], [expect]) and the common keys of
-// [[fault]] and [detectors] are declared in scenario_schema.cpp; fault kinds and detectors declare
-// their own keys next to their code (inject/<kind>.cpp, detectors/<name>.cpp) with the same
-// builder:
+// [[fault]] and [detectors] are declared in scenario_schema.cpp, the shared helpers below them
+// (describe_expected, scenario_error, check_target, ...) are defined in scenario_checks.cpp;
+// fault kinds and detectors declare their own keys next to their code (inject/<kind>.cpp,
+// detectors/<name>.cpp) with the same builder:
 //
 //   Key("factor", KeyType::kFloat, "multiplies the learning rate").required().above(0)
 //   Key("bit", KeyType::kInt, "bit of the float32 word to flip").def(30).range(0, 31)

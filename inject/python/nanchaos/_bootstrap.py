@@ -19,6 +19,16 @@ import sys
 
 _agent = None
 
+#: The ``torch.nn.functional`` losses wrapped to see each micro-batch's loss (the ``nn.*Loss``
+#: modules call them); a job with another loss is seen through ``backward()`` of a scalar.
+LOSS_FUNCTIONS = (
+    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "margin_ranking_loss",
+    "hinge_embedding_loss", "cosine_embedding_loss", "multi_margin_loss", "triplet_margin_loss",
+    "ctc_loss",
+)
+
 
 def agent():
     """The process's Agent, or None when not run under nanchaos."""
@@ -115,7 +125,7 @@ def _patch(a) -> None:
         _wrap_init(cls, a.on_scaler)
 
     # Losses: the functional losses (nn.*Loss modules call them) and backward() as a fallback.
-    for name in _loss_names():
+    for name in LOSS_FUNCTIONS:
         orig = getattr(F, name, None)
         if orig is not None:
             setattr(F, name, _wrap_loss(a, orig))
@@ -179,10 +189,6 @@ def _wrap_init(cls, callback) -> None:
     cls.__init__ = init
 
 
-def _loss_names():
-    from .agent import LOSS_FUNCTIONS
-
-    return LOSS_FUNCTIONS
 
 
 def _wrap_loss(a, orig):

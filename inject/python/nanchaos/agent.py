@@ -24,76 +24,40 @@ optimizer's ``step``, DDP's comm hook (one Python call per bucket), the job's ow
 ``torch.distributed`` calls wrapped, two passes over the parameters' version counters and one
 host read of the loss per iteration. Module hooks only on targeted modules; no global module hook.
 
+Modules: the attach rules are ``attach_rules.py``, the activation and gradient
+hooks ``fault_hooks.py``, the ``final`` digests and DDP's release at exit ``final.py``; the
+patches that call into the agent are ``_bootstrap.py`` and ``collectives.py``.
+
 Threads: everything runs on the training thread except the comm-hook completion callbacks
 (a process-group thread) and gradient hooks (the autograd thread); the event log is locked.
 """
 
 from __future__ import annotations
 
-import difflib
-import gc
-import hashlib
 import itertools
 import os
 import socket
 import sys
 import threading
-import time
 import weakref
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from . import faults as faults_mod
-
+from .attach_rules import ambiguity, model_refusal, owners_of, strip_name, unmatched_target
 from .events import EventLog, now_us, num
+from .fault_hooks import install_activation_hooks, install_gradient_hooks
+from .final import final_fields, release_ddp, vm_hwm_kib
 from .plan import Plan
 
-LOSS_FUNCTIONS = (
-    "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
-    "gaussian_nll_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "margin_ranking_loss",
-    "hinge_embedding_loss", "cosine_embedding_loss", "multi_margin_loss", "triplet_margin_loss",
-    "ctc_loss",
-)
-COMPILED_TYPES = ("OptimizedModule",)
+__all__ = ["Agent", "AttachError"]
 
 
 class AttachError(RuntimeError):
     """The agent cannot observe this job faithfully (ambiguous model, compiled model, a fault
     that needs what the job lacks). Raised into the job so that it fails at start, never runs
     unobserved; the reason is also in the rank's ``attach_error`` event."""
-
-
-def _strip(name: str) -> str:
-    for prefix in ("_orig_mod.",):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
-
-
-def _digest(tensors) -> str:
-    """blake2b-128 of the tensors' raw bytes, in order (bit-exact: equal iff every bit is)."""
-    h = hashlib.blake2b(digest_size=16)
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            t = t.detach().to("cpu").contiguous().reshape(-1)
-            h.update(str(t.dtype).encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        else:
-            h.update(repr(t).encode())
-    return h.hexdigest()
-
-
-def _vm_hwm_kib() -> Optional[int]:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 class Agent:
@@ -177,7 +141,7 @@ class Agent:
             self._maybe_add_optimizer(opt)
             return
         if not self._ddps and self._explicit is None:
-            for owner in self._owners_of(opt):
+            for owner in owners_of(opt):
                 self._watch_candidate(owner)
 
     def on_scaler(self, scaler) -> None:
@@ -204,53 +168,13 @@ class Agent:
             self._scalers.insert(0, weakref.ref(scaler))
         self._watch_candidate(model)
 
-    def _owners_of(self, opt) -> List[torch.nn.Module]:
-        """The outermost modules whose parameters include every parameter of ``opt`` (one scan of
-        the garbage collector's objects, once per optimizer created before the model is known);
-        several of them make the attach ambiguous."""
-        want = {id(p) for g in opt.param_groups for p in g["params"]}
-        if not want:
-            return []
-        owners = []
-        for obj in gc.get_objects():
-            try:
-                if not isinstance(obj, torch.nn.Module):
-                    continue
-            except ReferenceError:
-                continue
-            have = {id(p) for p in obj.parameters()}
-            if want <= have:
-                owners.append(obj)
-        # Outermost: not a submodule of another owner.
-        inner = set()
-        for o in owners:
-            for m in o.modules():
-                if m is not o:
-                    inner.add(id(m))
-        roots = [o for o in owners if id(o) not in inner]
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        roots = [o.module if isinstance(o, DDP) else o for o in roots]
-        uniq = []
-        for r in roots:
-            if all(r is not u for u in uniq):
-                uniq.append(r)
-        return uniq
-
     def _watch_candidate(self, module) -> None:
         if id(module) in self._candidate_hooks or self.attached:
             return
         self._candidate_hooks[id(module)] = (weakref.ref(module),
                                              module.register_forward_pre_hook(self._pre_forward))
-        # Gradient faults hook the parameters as soon as a candidate is known (DDP's or the
-        # optimizer's constructor): tensor hooks run in registration order, and a stack that
-        # checks each rank's local gradient in hooks of its own must see the fault.
-        grads = [f for f in self.faults if "gradient" in f.needs]
-        for name, p in module.named_parameters():
-            name = _strip(name)
-            hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
-            if hits and p.requires_grad:
-                p.register_hook(self._gradient_hook(module, name, hits))
+        # Gradient faults hook the parameters as soon as a candidate is known (fault_hooks.py).
+        install_gradient_hooks(self, module)
 
     # ------------------------------------------------------------------------------------------
     # attach: at the first training forward of a candidate
@@ -269,28 +193,19 @@ class Agent:
 
     def _resolve(self, module) -> None:
         cands = self._candidates()
-        if len(cands) > 1:
-            names = ", ".join(type(c).__name__ for c in cands)
-            self._fail(f"cannot tell which model to attach to: {len(cands)} candidates ({names}); "
-                       "call nanchaos.attach(model, optimizer) before training")
+        why = ambiguity(cands)
+        if why:
+            self._fail(why)
         model = cands[0] if cands else module
-        if type(model).__name__ in COMPILED_TYPES:
-            self._fail("the model was compiled (torch.compile) before the agent could attach; "
-                       "call nanchaos.attach(model) before torch.compile, or compile submodules")
-        # Only when the job imported FSDP itself (importing it here would cost, and fails on
-        # Debian's torch 1.13 under Python 3.11).
-        fsdp_mod = sys.modules.get("torch.distributed.fsdp")
-        fsdp = getattr(fsdp_mod, "FullyShardedDataParallel", None)
-        if fsdp is not None and any(isinstance(m, fsdp) for m in model.modules()):
-            self._fail("FSDP models are not supported by this agent yet (DDP only)")
+        why = model_refusal(model)
+        if why:
+            self._fail(why)
         self.model = model
         self.attached = True
         for key, (ref, handle) in list(self._candidate_hooks.items()):
             if ref() is not model:
                 handle.remove()
                 del self._candidate_hooks[key]
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         for r in self._ddps:
             d = r()
             if d is not None and d.module is model:
@@ -299,13 +214,14 @@ class Agent:
             if r() is not None:
                 self._maybe_add_optimizer(r())
         self.scaler = next((r() for r in self._scalers if r() is not None), None)
-        self._named_params = [(_strip(n), p) for n, p in model.named_parameters()]
+        self._named_params = [(strip_name(n), p) for n, p in model.named_parameters()]
         self._params = [p for _, p in self._named_params]
+        names = [n for n, _ in self._named_params]
         for f in self.faults:
-            why = f.attach_refusal(self) or self._unmatched_target(f)
+            why = f.attach_refusal(self) or unmatched_target(f, names, type(model).__name__)
             if why:
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
-        self._install_fault_hooks()
+        install_activation_hooks(self, model)
         if self.ddp is not None:
             from . import collectives
 
@@ -313,30 +229,11 @@ class Agent:
         self.log.write(
             "start", rank=self.rank, world=self.world, pid=os.getpid(), host=socket.gethostname(),
             external=True, agent="python", torch=torch.__version__, python=sys.executable,
-            modules=[_strip(n) for n, _ in model.named_modules() if n],
+            modules=[strip_name(n) for n, _ in model.named_modules() if n],
             parameters=[n for n, _ in self._named_params],
             optimizer=[type(o).__name__ for o in self.optimizers],
             scaler=type(self.scaler).__name__ if self.scaler is not None else None,
             ddp=self.ddp is not None, micro_batches=self.micro_batches)
-
-    def _unmatched_target(self, fault) -> Optional[str]:
-        """A parameter:/gradient: target that names no parameter of the model is refused now,
-        with the nearest names, instead of a whole run ending in "injection not verified".
-        (activation: targets may be probes that only appear in the forward, so they are not.)"""
-        where = getattr(fault, "where", None)
-        if where not in ("parameter", "gradient"):
-            return None
-        names = [n for n, _ in self._named_params]
-        if any(faults_mod.match_target(fault.pattern, n) for n in names):
-            return None
-        hint = ""
-        if fault.pattern.startswith("module."):
-            hint = "; target names have no DDP `module.` prefix"
-        near = difflib.get_close_matches(fault.pattern.replace("module.", "", 1), names, n=3)
-        if near:
-            hint += "; did you mean " + ", ".join(f"{where}:{n}" for n in near) + "?"
-        return (f"target {where}:{fault.pattern} matches no parameter of "
-                f"{type(self.model).__name__}{hint} (`nanchaos targets` lists them)")
 
     def _maybe_add_optimizer(self, opt) -> None:
         if any(o is opt for o in self.optimizers) or self.model is None:
@@ -348,42 +245,6 @@ class Agent:
     def _fail(self, reason: str) -> None:
         self.log.write("attach_error", rank=self.rank, reason=reason)
         raise AttachError("nanchaos: " + reason)
-
-    def _install_fault_hooks(self) -> None:
-        model = self.model
-        act = [f for f in self.faults if "activation" in f.needs]
-        if act:
-            for name, mod in model.named_modules():
-                name = _strip(name)
-                hits = [f for f in act if name and faults_mod.match_target(f.pattern, name)]
-                if hits:
-                    mod.register_forward_hook(self._activation_hook(name, hits))
-
-    def _activation_hook(self, name, hits):
-        def hook(module, inputs, out):
-            if not self._open or not module.training or not torch.is_grad_enabled():
-                return None
-            new = out
-            for f in hits:
-                new = f.on_activation(self, name, new)
-            return None if new is out else new
-
-        return hook
-
-    def _gradient_hook(self, owner, name, hits):
-        owner = weakref.ref(owner)
-
-        def hook(grad):
-            if not self._open or self.micro != self.micro_batches - 1:
-                return None
-            if self.model is not owner():
-                return None  # a candidate that was not chosen
-            new = grad
-            for f in hits:
-                new = f.on_gradient(self, name, new)
-            return None if new is grad else new
-
-        return hook
 
     # ------------------------------------------------------------------------------------------
     # the step clock
@@ -581,49 +442,13 @@ class Agent:
             if self.attached and self.exit_code == 0:
                 self._write_final()
         finally:
-            self.log.write("exit", code=self.exit_code, vm_hwm_kib=_vm_hwm_kib())
+            self.log.write("exit", code=self.exit_code, vm_hwm_kib=vm_hwm_kib())
             self.log.close()
-            self._release_ddp()
-
-    def _release_ddp(self) -> None:
-        """Lets DDP's Python comm hook die while the interpreter is whole.
-
-        A Python comm hook's future carries Python callbacks; gloo's worker thread drops the
-        finished work (and with it those callbacks) some time after the future completed, and
-        that needs the GIL. When the main thread goes straight from the last step to interpreter
-        shutdown, the worker gets the GIL during finalization, is ended with pthread_exit inside
-        a noexcept frame, and the process aborts ("terminate called without an active
-        exception", seen in ~1 of 10 exits on Debian's torch 1.13 with PyTorch's own
-        ``default_hooks.allreduce_hook`` too). So the agent, whose exit handler runs after all of
-        the job's (it was registered first), releases the GIL briefly, then frees DDP's reducer.
-        """
-        ddp = self.ddp
-        self.ddp = None
-        if ddp is None:
-            return
-        time.sleep(0.05)  # the workers drop their finished work now, with the GIL free
-        for attr in ("logger", "reducer"):
-            try:
-                delattr(ddp, attr)
-            except AttributeError:
-                pass
-        gc.collect()
-        time.sleep(0.01)
+            ddp, self.ddp = self.ddp, None
+            if ddp is not None:
+                release_ddp(ddp)  # final.py: why, before interpreter shutdown
 
     def _write_final(self) -> None:
-        with torch.no_grad():
-            params_finite = all(bool(torch.isfinite(p).all()) for p in self._params)
-        optim = []
-        for opt in self.optimizers:
-            state = opt.state_dict().get("state", {})
-            for key in sorted(state):
-                for name in sorted(state[key]):
-                    optim.append(name)
-                    optim.append(state[key][name])
-        fields = dict(steps_completed=self.steps_done, eval_loss=self.last_loss,
-                      initial_eval_loss=self.first_loss, params_hash=_digest(self._params),
-                      optim_hash=_digest(optim), params_finite=params_finite)
-        scale_t = self._scale_tensor()
-        if scale_t is not None:
-            fields["loss_scale"] = float(scale_t)
-        self.log.write("final", **fields)
+        self.log.write("final", **final_fields(self._params, self.optimizers, self.steps_done,
+                                               self.first_loss, self.last_loss,
+                                               self._scale_tensor()))

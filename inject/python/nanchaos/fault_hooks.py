@@ -1,0 +1,78 @@
+"""Where ``activation`` and ``gradient`` faults meet the job's tensors: module and tensor hooks.
+
+Only targeted modules and parameters get a hook (no global module hook). Each hook calls the
+matching faults' ``on_activation(agent, name, out)`` / ``on_gradient(agent, name, grad)`` in plan
+order and hands PyTorch the last fault's result, or None (PyTorch's "unchanged") when no fault
+replaced the tensor, so a clean iteration costs one Python call and no copy.
+
+* Activation hooks are ``register_forward_hook``s on the attached model's modules whose stripped
+  name matches a target; they act only inside an open iteration, on training-mode forwards with
+  autograd enabled (the same forwards the step clock counts). ``out`` is whatever the module
+  returned (any shape, floating dtype, or a structure a fault knows).
+* Gradient hooks are ``Tensor.register_hook``s on matching parameters, installed as soon as a
+  candidate model is known (DDP's or the optimizer's constructor): tensor hooks run in
+  registration order, and a stack that checks each rank's local gradient in hooks of its own
+  must see the fault. ``grad`` has the parameter's shape and dtype; the hook acts on the last
+  micro-batch of an iteration only, and only when its candidate became the model.
+
+Threads: activation hooks run on the training thread, gradient hooks on the autograd thread.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, List
+
+import torch
+
+from . import faults as faults_mod
+from .attach_rules import strip_name
+
+
+def install_gradient_hooks(agent: Any, module: torch.nn.Module) -> None:
+    """Hooks every parameter of the candidate ``module`` that a gradient fault targets."""
+    grads = [f for f in agent.faults if "gradient" in f.needs]
+    for name, p in module.named_parameters():
+        name = strip_name(name)
+        hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
+        if hits and p.requires_grad:
+            p.register_hook(_gradient_hook(agent, module, name, hits))
+
+
+def install_activation_hooks(agent: Any, model: torch.nn.Module) -> None:
+    """Hooks every module of the attached ``model`` that an activation fault targets."""
+    act = [f for f in agent.faults if "activation" in f.needs]
+    if act:
+        for name, mod in model.named_modules():
+            name = strip_name(name)
+            hits = [f for f in act if name and faults_mod.match_target(f.pattern, name)]
+            if hits:
+                mod.register_forward_hook(_activation_hook(agent, name, hits))
+
+
+def _activation_hook(agent: Any, name: str, hits: List) -> Callable:
+    def hook(module, inputs, out):
+        if not agent._open or not module.training or not torch.is_grad_enabled():
+            return None
+        new = out
+        for f in hits:
+            new = f.on_activation(agent, name, new)
+        return None if new is out else new
+
+    return hook
+
+
+def _gradient_hook(agent: Any, owner: torch.nn.Module, name: str, hits: List) -> Callable:
+    owner = weakref.ref(owner)
+
+    def hook(grad):
+        if not agent._open or agent.micro != agent.micro_batches - 1:
+            return None
+        if agent.model is not owner():
+            return None  # a candidate that was not chosen
+        new = grad
+        for f in hits:
+            new = f.on_gradient(agent, name, new)
+        return None if new is grad else new
+
+    return hook
