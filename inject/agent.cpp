@@ -7,7 +7,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <set>
@@ -18,6 +21,7 @@
 #include "harness/common/rank_host.h"
 #include "harness/common/wire.h"
 #include "harness/evidence/events.h"
+#include "harness/scenario/keys.h"
 #include "harness/scenario/plan.h"
 #include "harness/scenario/scenario_schema.h"
 #include "harness/tensor/batch.h"
@@ -53,6 +57,10 @@ std::optional<harness::WireType> wire_of(torch::ScalarType t) {
   }
 }
 
+// The one Agent of this process (two would map the same event log twice: the second's writes
+// land past the end the first cut it to, a SIGBUS).
+std::atomic<const Agent*> g_agent{nullptr};
+
 }  // namespace
 
 struct Agent::Impl {
@@ -67,7 +75,10 @@ struct Agent::Impl {
   std::vector<torch::Tensor> params, buffers;
   // The step clock and this iteration's state.
   int64_t step = -1;
+  int64_t high_water = -1;  // the highest step begun: a step at or below it is a re-execution
   bool open = false;
+  bool grads_done = false;            // gradients() already applied this iteration's faults
+  std::set<std::string> warned;       // each agent_warning once
   torch::Tensor fingerprint0;         // of the parameters at the iteration's start
   std::vector<torch::Tensor> losses;  // detached, read once at the iteration's end
   std::optional<double> first_loss, last_loss, lr_used;
@@ -101,6 +112,15 @@ struct Agent::Impl {
     return !(now == fingerprint0).all().item<bool>();
   }
 
+  // A call the agent cannot honour as made: said once per kind in the log (`agent_warning`,
+  // which the judge quotes when an injection then went unverified) and on stderr.
+  void warn(const std::string& kind, const std::string& message) {
+    if (!warned.insert(kind).second) return;
+    log->write("agent_warning",
+               {{"rank", rank}, {"step", step}, {"kind", kind}, {"message", message}});
+    std::fprintf(stderr, "nanchaos agent: rank %d: warning: %s\n", rank, message.c_str());
+  }
+
   [[noreturn]] void fail(const std::string& reason) {
     log->write("attach_error", {{"rank", rank}, {"reason", reason}});
     throw AttachError("nanchaos: " + reason);
@@ -117,12 +137,18 @@ struct Agent::Impl {
       if (colon == std::string::npos || (where != "parameter" && where != "gradient")) continue;
       const std::string pattern = target.substr(colon + 1);
       bool any = false;
-      for (const auto& [name, p] : named_params) any = any || harness::match_target(pattern, name);
+      std::vector<std::string> names;
+      for (const auto& [name, p] : named_params) {
+        any = any || harness::match_target(pattern, name);
+        names.push_back(name);
+      }
       if (!any) {
-        fail(
-            fmt::format("[[fault]] #{} ({}): target {} matches no parameter of the model ({} "
-                        "parameters; `nanchaos targets` lists them)",
-                        f.index + 1, f.kind, target, named_params.size()));
+        const std::string near = harness::nearest(pattern, names);
+        fail(fmt::format(
+            "[[fault]] #{} ({}): target {} matches no parameter of the model ({} parameters; "
+            "`nanchaos targets` lists them){}",
+            f.index + 1, f.kind, target, named_params.size(),
+            near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near)));
       }
     }
   }
@@ -165,6 +191,21 @@ Agent::Agent() {
   if (!events || !*events) {
     throw std::runtime_error("nanchaos agent: $NANCHAOS_PLAN is set but $NANCHAOS_EVENTS is not");
   }
+  if (const Agent* first = g_agent.load()) {
+    const std::string reason =
+        "a second nanchaos::Agent was constructed while another exists in this process; "
+        "construct one per rank (in main) and pass it where it is needed";
+    // Said where the controller reads it, by the first agent's log while it is open (two logs
+    // on one file would cut each other's lines), else by one opened for this line.
+    const int rank = env_int("RANK", 0);
+    if (first->live()) {
+      first->impl_->log->write("attach_error", {{"rank", rank}, {"reason", reason}});
+    } else {
+      harness::EventLog once(events, /*append=*/true);
+      once.write("attach_error", {{"rank", rank}, {"reason", reason}});
+    }
+    throw AttachError("nanchaos agent: " + reason);
+  }
   auto impl = std::make_unique<Impl>();
   impl->rank = env_int("RANK", 0);
   impl->world = env_int("WORLD_SIZE", 1);
@@ -187,6 +228,7 @@ Agent::Agent() {
   harness::start_job_guard(fmt::format("nanchaos rank {}", impl->rank));
   impl->faults = std::make_unique<inject::Faults>(impl->plan, *impl->log, impl->rank, impl->world);
   impl_ = std::move(impl);
+  g_agent = this;  // only an agent that opened the log holds the slot
 }
 
 bool Agent::live() const { return impl_ && impl_->log; }
@@ -195,6 +237,8 @@ Agent::~Agent() {
   // The optimizer (declared after the agent, say) may be gone by now: no digests, so a
   // program that never called finish() is not `recovered`.
   close(impl_ ? impl_->exit_code : 0, /*digests=*/false);
+  const Agent* self = this;
+  g_agent.compare_exchange_strong(self, nullptr);
 }
 
 int Agent::rank() const { return impl_ ? impl_->rank : env_int("RANK", 0); }
@@ -251,12 +295,23 @@ void Agent::begin_step(int64_t step) {
     a.log.reset();  // cut to its length
     std::_Exit(0);  // `nanchaos targets` read the names in `start`; nothing else runs
   }
+  if (step > a.high_water + 1) {
+    a.warn("step_gap", fmt::format("begin_step({}) after step {}: steps {}..{} never began, so "
+                                   "faults set at them cannot fire (steps are 0-based and "
+                                   "consecutive)",
+                                   step, a.high_water, a.high_water + 1, step - 1));
+  }
+  // A step begun again (the job's own rollback or retry) is a re-execution: persistent faults
+  // fire again, one-shot ones do not (inject/faults.h), as in the built-in jobs.
+  const bool reexecution = step <= a.high_water;
+  a.high_water = std::max(a.high_water, step);
   a.step = step;
   a.open = true;
+  a.grads_done = false;
   a.lr_used.reset();
   a.log->write_line(
       fmt::format(R"({{"ev":"step_begin","t_us":{},"step":{}}})", harness::now_us(), step));
-  a.faults->begin_step(step, /*reexecution=*/false);
+  a.faults->begin_step(step, reexecution);
   a.faults->step_start();
   if (!a.named_params.empty()) {
     torch::NoGradGuard no_grad;
@@ -291,7 +346,21 @@ torch::Tensor Agent::loss(torch::Tensor loss) {
 }
 
 void Agent::gradients() {
-  if (!live() || !impl_->open) return;
+  if (!live()) return;
+  if (!impl_->open) {
+    impl_->warn("outside_step",
+                "gradients() called outside an iteration (before begin_step or "
+                "after finish): no fault applied");
+    return;
+  }
+  if (impl_->grads_done) {
+    impl_->warn("gradients_twice",
+                fmt::format("gradients() called twice in step {}: its gradient faults were "
+                            "applied once, at the first call",
+                            impl_->step));
+    return;
+  }
+  impl_->grads_done = true;
   inject::NamedTensors grads;
   for (const auto& [name, p] : impl_->named_params) {
     if (p.grad().defined()) grads.emplace_back(name, p.grad());

@@ -27,8 +27,9 @@
 //
 // Events written (harness/evidence/events.h): agent, start, step_begin, step_end, inject, probe,
 // detect, decision, abort, coll_enter, coll_leave, exception, final, exit, attach_error,
-// dry_run_done, into $NANCHAOS_EVENTS after exec-rank's `launch` and `clock` lines.
-// Thread-safety: one training thread per rank calls the agent.
+// agent_warning {kind, message, step}, dry_run_done, into $NANCHAOS_EVENTS after exec-rank's
+// `launch` and `clock` lines. Thread-safety: one training thread per rank calls the agent; one
+// Agent per process.
 #pragma once
 
 #include <torch/torch.h>
@@ -43,7 +44,8 @@
 namespace nanchaos {
 
 /// The agent could not attach: a fault's parameter:/gradient: target matches no parameter of
-/// the model, or attach() was called twice with different models. The reason is also written
+/// the model, attach() was called twice with different models, or a second Agent was
+/// constructed while one exists in the process (one per rank). The reason is also written
 /// as `attach_error`, which the controller reports as the scenario's error.
 class AttachError : public std::runtime_error {
  public:
@@ -76,8 +78,10 @@ class Agent {
   void attach(torch::nn::Module& model, torch::optim::Optimizer* optimizer = nullptr);
 
   /// Starts iteration `step` (0-based, consecutive): ends the previous one (`step_end`), then
-  /// the step-start faults (crash, hang) and parameter faults. In a `nanchaos targets` dry run
-  /// the process ends here at step 1 (exit status 0, after `dry_run_done`).
+  /// the step-start faults (crash, hang) and parameter faults. A step at or below the highest
+  /// one begun is a re-execution (the job's own rollback): persistent faults fire again,
+  /// one-shot ones do not. A gap (steps never begun) is an `agent_warning`. In a `nanchaos targets`
+  /// dry run the process ends here at step 1 (exit status 0, after `dry_run_done`).
   void begin_step(int64_t step);
   /// Batch faults on this rank's batch (`inputs` [B, ...] and `labels` [B, ...]; float or
   /// integer; CPU or CUDA), before the job's own checks. Replaces the tensors it changes.
@@ -89,7 +93,8 @@ class Agent {
   /// its end) for `step_end`.
   torch::Tensor loss(torch::Tensor loss);
   /// Gradient faults on the attached parameters' .grad() (fp32/fp16/bf16, in place), after
-  /// backward and before the job reduces them.
+  /// backward and before the job reduces them; once per iteration (a second call, or one
+  /// outside an iteration, applies nothing and is an `agent_warning`).
   void gradients();
   /// One collective of the job, run by `run` (which returns false when the collective failed:
   /// an error or the job's own timeout): `coll_enter`/`coll_leave`, the hang faults just before

@@ -138,7 +138,10 @@ int exec_rank(const ExecRankOptions& opts) {
   const std::string agent = agent_path();
   const char* old_path = env_or_null("PYTHONPATH");
   set("PYTHONPATH", old_path ? agent + ":" + old_path : agent);
-  for (const auto& [k, v] : s.job.env) set(k.c_str(), v);
+  for (const auto& [k, v] : s.job.env) {
+    // The agent's folder stays first on a PYTHONPATH the scenario sets.
+    set(k.c_str(), k == "PYTHONPATH" ? agent + ":" + v : v);
+  }
   // A bare program name is searched in PATH, then in the folder of this nanchaos binary, where
   // the C++ example job (examples/libtorch, nanchaos-example-libtorch) is built.
   std::error_code self_ec;

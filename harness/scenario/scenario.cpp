@@ -132,9 +132,31 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   if (j.command[0].empty()) {
     scenario_error(p.pos("command"), "[job].command[0]: the program name is empty");
   }
+  // exec-rank sets these for every rank (controller/exec_rank.cpp): a scenario that overrides
+  // one would cut the agent off its plan or give the ranks the wrong identity.
+  static const std::set<std::string> owned = {"RANK",
+                                              "WORLD_SIZE",
+                                              "LOCAL_RANK",
+                                              "LOCAL_WORLD_SIZE",
+                                              "MASTER_ADDR",
+                                              "MASTER_PORT",
+                                              "NANCHAOS_PLAN",
+                                              "NANCHAOS_PLAN_FILE",
+                                              "NANCHAOS_EVENTS",
+                                              "NANCHAOS_RUN_DIR",
+                                              "NANCHAOS_STEPS",
+                                              "NANCHAOS_SEED"};
   for (const auto& kv : p.get_strings("env")) {
     const auto eq = kv.find('=');
-    j.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    const std::string name = kv.substr(0, eq);
+    if (owned.count(name)) {
+      scenario_error(p.pos("env"),
+                     "[job].env." + name +
+                         ": set by nanchaos for every rank (RANK, WORLD_SIZE, LOCAL_RANK, "
+                         "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the NANCHAOS_* plan, "
+                         "events, run folder, steps and seed); remove it from the scenario");
+    }
+    j.env.emplace_back(name, kv.substr(eq + 1));
   }
   j.micro_batches = p.get_int("micro_batches");
   j.attach_timeout_ms = p.get_int("attach_timeout_ms");

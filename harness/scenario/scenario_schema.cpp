@@ -144,7 +144,8 @@ const std::vector<KeySpec>& job_keys() {
       Key("command", K::kStringArray,
           "external: the program and its arguments, run once per rank (required when external); "
           "a relative program is taken from the scenario file's folder, the working directory"),
-      Key("env", K::kStringTable, "external: added to every rank's environment")
+      Key("env", K::kStringTable,
+          "external: added to every rank's environment (the variables nanchaos sets are refused)")
           .def(Value(std::vector<std::string>{})),
       Key("micro_batches", K::kInt,
           "external: training-mode root forwards per iteration (gradient accumulation)")

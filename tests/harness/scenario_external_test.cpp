@@ -43,6 +43,22 @@ TEST(ScenarioExternal, AcceptsTheDocumentedKeysWithDefaults) {
   EXPECT_TRUE(unimplemented_features(s).empty());
 }
 
+// The variables exec-rank sets for every rank cannot be overridden: NANCHAOS_PLAN replaced by
+// the scenario cut the agent off its plan with only "not JSON" to say why.
+TEST(ScenarioExternal, RefusesEnvThatOverridesWhatNanchaosSets) {
+  for (const char* name :
+       {"NANCHAOS_PLAN", "RANK", "WORLD_SIZE", "MASTER_PORT", "NANCHAOS_EVENTS"}) {
+    const std::string err = ErrorOf(
+        External(std::string(kCommand) + "env = { " + name + " = \"{not json\" }\n"));  // line 7
+    EXPECT_NE(err.find("x.toml:7"), std::string::npos) << err;
+    EXPECT_NE(err.find(std::string("[job].env.") + name + ": set by nanchaos for every rank"),
+              std::string::npos)
+        << err;
+  }
+  EXPECT_NO_THROW(load_scenario_string(
+      External(std::string(kCommand) + "env = { NANCHAOS_LOG = \"debug\" }\n"), "x.toml"));
+}
+
 TEST(ScenarioExternal, ReadsEnvMicroBatchesAttachTimeoutAndCollectiveTimeout) {
   Scenario s = load_scenario_string(
       External(std::string(kCommand) +

@@ -222,6 +222,10 @@ TEST_F(AgentTest, AnUnmatchedParameterTargetIsAnAttachError) {
                 "target parameter:fc2.weight matches no parameter of the model"),
             std::string::npos)
       << err[0];
+  // fc2.weight is one edit from the model's fc.weight.
+  EXPECT_NE(err[0]["reason"].get<std::string>().find("(did you mean parameter:fc.weight?)"),
+            std::string::npos)
+      << err[0];
   EXPECT_TRUE(Events("start").empty());
 }
 
@@ -253,6 +257,66 @@ TEST_F(AgentTest, AnUnreadablePlanIsAnAttachErrorNotASilentRun) {
   const auto err = Events("attach_error");
   ASSERT_EQ(err.size(), 1u);
   EXPECT_EQ(err[0]["reason"], "$NANCHAOS_PLAN is not JSON");
+}
+
+TEST_F(AgentTest, ASecondAgentInTheProcessIsRefusedAndSaidInTheLog) {
+  Plan("");
+  {
+    Agent first;
+    ASSERT_TRUE(first.active());
+    EXPECT_THROW(Agent(), AttachError);  // said through the first agent's open log
+    first.finish();
+    EXPECT_THROW(Agent(), AttachError);  // still alive, log closed: said by a log of its own
+  }
+  const auto err = Events("attach_error");
+  ASSERT_EQ(err.size(), 2u);
+  for (const auto& e : err) {
+    EXPECT_NE(e["reason"].get<std::string>().find("second nanchaos::Agent"), std::string::npos);
+  }
+  EXPECT_EQ(Events("exit").size(), 1u);  // the first agent's, intact
+  Agent after;                           // once the first is gone, the slot is free again
+  EXPECT_TRUE(after.active());
+}
+
+TEST_F(AgentTest, GradientsTwiceInAStepApplyTheFaultOnceAndWarn) {
+  Plan(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:fc.bias\"\nfactor = 10.0\n"
+      "ranks = [0]\nstep = 0\n");
+  Agent agent;
+  Tiny model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  agent.attach(*model, &opt);
+  Step(agent, model, opt, 0, /*update=*/false);
+  const auto once = model->fc->bias.grad().clone();
+  agent.gradients();  // again, same step
+  EXPECT_TRUE(torch::equal(once, model->fc->bias.grad()));
+  agent.finish();
+  EXPECT_EQ(Events("inject").size(), 1u);
+  const auto warn = Events("agent_warning");
+  ASSERT_EQ(warn.size(), 1u);
+  EXPECT_EQ(warn[0]["kind"], "gradients_twice");
+}
+
+TEST_F(AgentTest, AStepBegunAgainIsAReexecutionAndAGapIsWarned) {
+  // One-shot at step 1: the job's own retry of step 1 does not see it again; a persistent one
+  // at step 3 fires on both runs of step 3.
+  Plan(
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:fc.bias\"\nfactor = 2.0\n"
+      "ranks = [0]\nstep = 1\n"
+      "[[fault]]\nkind = \"tensor\"\ntarget = \"gradient:fc.weight\"\nfactor = 2.0\n"
+      "ranks = [0]\nstep = 3\npersistent = true\n");
+  Agent agent;
+  Tiny model;
+  torch::optim::SGD opt(model->parameters(), 0.1);
+  agent.attach(*model, &opt);
+  for (int64_t step : {0, 1, 1, 3, 3}) Step(agent, model, opt, step);
+  agent.finish();
+  std::vector<int64_t> fired;
+  for (const auto& e : Events("inject")) fired.push_back(e["step"].get<int64_t>());
+  EXPECT_EQ(fired, (std::vector<int64_t>{1, 3, 3}));
+  const auto warn = Events("agent_warning");
+  ASSERT_EQ(warn.size(), 1u);
+  EXPECT_EQ(warn[0]["kind"], "step_gap");  // step 2 never began
 }
 
 }  // namespace
