@@ -44,16 +44,6 @@ constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
 
 }  // namespace
 
-int64_t int_field(const json& e, const char* key, int64_t def) {
-  auto it = e.find(key);
-  if (it == e.end() || it->is_null()) return def;
-  if (it->is_number_float()) {
-    const double d = it->get<double>();
-    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
-  }
-  return e.value(key, def);
-}
-
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
   RankEvidence r;
   r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));

@@ -18,13 +18,9 @@
 #include <vector>
 
 #include "harness/controller/controller.h"
+#include "harness/evidence/event_types.h"  // int_field
 
 namespace nanchaos::harness {
-
-/// An integer field of an event, or `def` when absent or null. A float is accepted when it fits:
-/// nlohmann's value<int64_t>() of 2e120 is undefined behaviour (found by nanchaos_fuzz_report).
-/// Other types throw json::type_error as value() does (judge() turns that into an error verdict).
-int64_t int_field(const nlohmann::json& e, const char* key, int64_t def);
 
 /// One `inject` event: a fault that fired on this rank.
 struct InjectRecord {
