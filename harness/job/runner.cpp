@@ -32,6 +32,7 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/job/workload.h"
 #include "harness/scenario/registry.h"
@@ -276,10 +277,12 @@ class RankRunner {
       const auto bits = uint64_t(row[kBits]);
       if (!first_local_us_) first_local_us_ = now_us();
       row[kBits] = double(bits | (uint64_t(1) << bit));
-      log_->write("detect", {{"detector", d->name()},
-                             {"step", step},
-                             {"layer", finding->layer},
-                             {"cause", finding->cause}});
+      DetectEvent det;
+      det.detector = d->name();
+      det.step = step;
+      det.layer = finding->layer;
+      det.cause = finding->cause;
+      write_event(*log_, det);
       // The finding's code travels in the detector's registered consensus column.
       const int column = detectors().at(d->name()).column;
       if (column >= 0) row[size_t(column)] = finding->code;
@@ -467,17 +470,18 @@ class RankRunner {
     resync_requested_ = resync_requested_ || act.resync;
     if (act.lr_factor != 1.0) lr_scale_ *= act.lr_factor;
     if (!d.cause.empty()) abort_cause_ = d.cause;
-    log_->write("decision",
-                {{"step", step},
-                 {"detector", d.detector},
-                 {"ranks", d.ranks},
-                 {"layer", d.layer},
-                 {"cause", d.cause},
-                 {"action", action},
-                 {"transient", d.transient ? nlohmann::json(*d.transient) : nlohmann::json()},
-                 {"flagged", d.flagged_detail},
-                 {"t_us", decided_us_},
-                 {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+    DecisionEvent dec;
+    dec.step = step;
+    dec.detector = d.detector;
+    dec.ranks = d.ranks;
+    dec.layer = d.layer;
+    dec.cause = d.cause;
+    dec.action = action;
+    dec.transient = d.transient;
+    dec.flagged = d.flagged_detail;
+    dec.first_local_us = first_local_us_.value_or(0);
+    dec.t_us = decided_us_;
+    write_event(*log_, dec);
   }
 
   /// One training step. Returns true when the stack detected something this step.
@@ -672,9 +676,12 @@ class RankRunner {
         if (d->hook() != Hook::kPostReduce) continue;
         if (auto f = d->check(view)) {
           if (!first_local_us_) first_local_us_ = now_us();
-          log_->write(
-              "detect",
-              {{"detector", d->name()}, {"step", step}, {"layer", f->layer}, {"cause", f->cause}});
+          DetectEvent det;
+          det.detector = d->name();
+          det.step = step;
+          det.layer = f->layer;
+          det.cause = f->cause;
+          write_event(*log_, det);
           if (!detected) {
             Decision pd;
             pd.flagged = true;
@@ -697,14 +704,15 @@ class RankRunner {
         faults_->optimizer_state(states);
       }
     }
-    log_->write("step_end",
-                {{"step", step},
-                 {"loss", loss_value},
-                 {"lr", lr},
-                 {"action", skip ? "skip" : "update"},
-                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()},
-                 {"localize_us", localize_us_},
-                 {"cpu_us", process_cpu_us()}});
+    StepEndEvent end;
+    end.step = step;
+    end.action = skip ? "skip" : "update";
+    end.loss = loss_value;
+    end.lr = lr;
+    end.loss_scale = scaler_ ? scaler_->scale() : kNoValue;
+    end.localize_us = localize_us_;
+    end.cpu_us = process_cpu_us();
+    write_event(*log_, end);
     return detected;
   }
 
@@ -940,17 +948,22 @@ class RankRunner {
 
   // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
   bool early_return(int64_t step, double lr) {
-    log_->write("decision", {{"step", step},
-                             {"detector", local_findings_.begin()->first},
-                             {"ranks", {rank_}},
-                             {"layer", local_findings_.begin()->second.layer},
-                             {"cause", local_findings_.begin()->second.cause},
-                             {"action", "early_return"},
-                             {"local", true},
-                             {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
-    log_->write(
-        "step_end",
-        {{"step", step}, {"lr", lr}, {"action", "early_return"}, {"cpu_us", process_cpu_us()}});
+    DecisionEvent dec;
+    dec.step = step;
+    dec.detector = local_findings_.begin()->first;
+    dec.ranks = {rank_};
+    dec.layer = local_findings_.begin()->second.layer;
+    dec.cause = local_findings_.begin()->second.cause;
+    dec.action = "early_return";
+    dec.local = true;
+    dec.first_local_us = first_local_us_.value_or(0);
+    write_event(*log_, dec);
+    StepEndEvent end;
+    end.step = step;
+    end.action = "early_return";
+    end.lr = lr;
+    end.cpu_us = process_cpu_us();
+    write_event(*log_, end);
     return false;
   }
 
@@ -971,27 +984,33 @@ class RankRunner {
     std::vector<torch::Tensor> buffers;
     for (auto& [name, b] : workload_->buffers()) buffers.push_back(b);
     const FinalDigests fd = final_digests(fwd_params_, buffers, opt_.get());
-    log_->write("final",
-                {{"steps_completed", steps_completed},
-                 {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
-                 {"eval_loss_str", fmt::format("{}", ev)},
-                 {"initial_eval_loss", initial_eval_},
-                 {"params_hash", fd.params_hash},
-                 {"optim_hash", fd.optim_hash},
-                 {"params_finite", fd.params_finite},
-                 {"loss_scale", scaler_ ? nlohmann::json(scaler_->scale()) : nlohmann::json()}});
+    FinalEvent fin;
+    fin.steps_completed = steps_completed;
+    fin.eval_loss = ev;  // written as null when not finite
+    fin.eval_loss_str = fmt::format("{}", ev);
+    fin.initial_eval_loss = initial_eval_;
+    fin.params_hash = fd.params_hash;
+    fin.optim_hash = fd.optim_hash;
+    fin.params_finite = fd.params_finite;
+    fin.loss_scale = scaler_ ? scaler_->scale() : kNoValue;
+    write_event(*log_, fin);
   }
 
   // The last event of a rank, with its peak memory (the controller samples ranks that never
   // get here, e.g. a hung one killed at the deadline).
   void write_exit(int code) {
-    nlohmann::json fields = {{"code", code}};
-    if (auto kib = vm_hwm_kib()) fields["vm_hwm_kib"] = *kib;
-    log_->write("exit", std::move(fields));
+    ExitEvent ex;
+    ex.code = code;
+    ex.vm_hwm_kib = vm_hwm_kib();
+    write_event(*log_, ex);
   }
 
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
-    log_->write("abort", {{"step", step}, {"reason", reason}, {"cause", cause}});
+    AbortEvent ab;
+    ab.step = step;
+    ab.reason = reason;
+    ab.cause = cause;
+    write_event(*log_, ab);
     write_final(step + 1);
     write_exit(kRankExitAborted);
     return kRankExitAborted;
