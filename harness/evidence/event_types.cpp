@@ -40,7 +40,7 @@ std::optional<double> opt_num(const json& e, const char* key) {
   if (!it->is_number()) return std::nullopt;
   return it->get<double>();
 }
-// A number, else kNoValue (how the judge's finite_json() read it).
+// A number, else kNoValue (as the judge read eval_loss before the events were typed).
 double num(const json& e, const char* key) {
   auto it = e.find(key);
   return it != e.end() && it->is_number() ? it->get<double>() : kNoValue;
