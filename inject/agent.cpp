@@ -20,6 +20,7 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/common/wire.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/plan.h"
@@ -174,11 +175,11 @@ struct Agent::Impl {
                                 harness::now_us(), step, number(loss).dump(),
                                 updated ? "update" : "skip", number(lr).dump()));
     if (!updated) {
-      log->write("detect", {{"detector", "observed:skip"},
-                            {"step", step},
-                            {"layer", ""},
-                            {"cause", ""},
-                            {"source", "observed"}});
+      harness::DetectEvent det;
+      det.detector = "observed:skip";
+      det.step = step;
+      det.source = "observed";
+      harness::write_event(*log, det);
     }
     steps_done = step + 1;
   }
@@ -427,22 +428,29 @@ void Agent::after_optimizer_step() {
 void Agent::report_detection(const std::string& detector, const std::string& layer,
                              const std::string& cause, std::optional<int64_t> step) {
   if (!live()) return;
-  impl_->log->write("detect", {{"detector", detector},
-                               {"step", step.value_or(impl_->step)},
-                               {"layer", layer},
-                               {"cause", cause},
-                               {"source", "stack"}});
+  harness::DetectEvent det;
+  det.detector = detector;
+  det.step = step.value_or(impl_->step);
+  det.layer = layer;
+  det.cause = cause;
+  det.source = "stack";
+  harness::write_event(*impl_->log, det);
 }
 
 void Agent::report_decision(const std::string& action, std::optional<int64_t> step) {
   if (!live()) return;
   const int64_t st = step.value_or(impl_->step);
-  impl_->log->write("decision", {{"step", st}, {"action", action}, {"source", "stack"}});
+  harness::DecisionEvent dec;
+  dec.step = st;
+  dec.action = action;
+  dec.source = "stack";
+  harness::write_event(*impl_->log, dec);
   if (action == "abort") {
-    impl_->log->write("abort", {{"step", st},
-                                {"reason", "the job's stack decided to abort"},
-                                {"cause", ""},
-                                {"source", "stack"}});
+    harness::AbortEvent ab;
+    ab.step = st;
+    ab.reason = "the job's stack decided to abort";
+    ab.source = "stack";
+    harness::write_event(*impl_->log, ab);
   }
 }
 
@@ -452,12 +460,12 @@ void Agent::exception(const std::string& message) {
   a.exit_code = 1;
   const std::string msg = message.substr(0, 2000);
   a.log->write("exception", {{"type", "std::exception"}, {"message", msg}, {"step", a.step}});
-  a.log->write("detect", {{"detector", "observed:exception"},
-                          {"step", std::max<int64_t>(a.step, 0)},
-                          {"layer", ""},
-                          {"cause", ""},
-                          {"source", "observed"},
-                          {"message", msg}});
+  harness::DetectEvent det;
+  det.detector = "observed:exception";
+  det.step = std::max<int64_t>(a.step, 0);
+  det.source = "observed";
+  det.message = msg;
+  harness::write_event(*a.log, det);
 }
 
 void Agent::finish(int exit_code) { close(exit_code, /*digests=*/true); }
@@ -470,16 +478,19 @@ void Agent::close(int exit_code, bool digests) {
   if (a.open && a.exit_code == 0) a.end_iteration();
   if (digests && a.model && a.exit_code == 0) {
     const harness::FinalDigests d = harness::final_digests(a.params, a.buffers, a.optimizer);
-    a.log->write("final", {{"steps_completed", a.steps_done},
-                           {"eval_loss", number(a.last_loss)},
-                           {"initial_eval_loss", number(a.first_loss)},
-                           {"params_hash", d.params_hash},
-                           {"optim_hash", d.optim_hash},
-                           {"params_finite", d.params_finite}});
+    harness::FinalEvent fin;
+    fin.steps_completed = a.steps_done;
+    fin.eval_loss = a.last_loss.value_or(harness::kNoValue);  // null when none or not finite
+    fin.initial_eval_loss = a.first_loss.value_or(harness::kNoValue);
+    fin.params_hash = d.params_hash;
+    fin.optim_hash = d.optim_hash;
+    fin.params_finite = d.params_finite;
+    harness::write_event(*a.log, fin);
   }
-  json fields = {{"code", a.exit_code}};
-  if (auto kib = harness::vm_hwm_kib()) fields["vm_hwm_kib"] = *kib;
-  a.log->write("exit", std::move(fields));
+  harness::ExitEvent ex;
+  ex.code = a.exit_code;
+  ex.vm_hwm_kib = harness::vm_hwm_kib();
+  harness::write_event(*a.log, ex);
   a.log.reset();
 }
 

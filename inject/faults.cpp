@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "harness/evidence/event_types.h"
 #include "harness/scenario/registry.h"
 
 namespace nanchaos::inject {
@@ -23,12 +24,14 @@ Faults::Faults(const harness::Scenario& s, harness::EventLog& log, int rank, int
   ctx_.seed = s.seed;
   ctx_.step = -1;
   ctx_.fired = [this](int fault, const std::string& target, nlohmann::json detail) {
-    log_.write("inject", {{"fault", fault},
-                          {"kind", kinds_.at(size_t(fault))},
-                          {"step", ctx_.step},
-                          {"target", target},
-                          {"detail", std::move(detail)},
-                          {"replay", ctx_.reexecution}});
+    harness::InjectEvent e;
+    e.fault = fault;
+    e.kind = kinds_.at(size_t(fault));
+    e.step = ctx_.step;
+    e.target = target;
+    e.detail = std::move(detail);
+    e.replay = ctx_.reexecution;
+    harness::write_event(log_, e);
   };
 }
 

@@ -80,10 +80,12 @@ const std::vector<Column>& report_columns() {
   static const std::vector<Column> columns = {
       {"VERDICT", "Verdict", "", [](const Row& w) { return verdict_label(w.result); }, kL, 7},
       // report.html shows the verdict as written in report.json, its row coloured by it.
-      {"", "", "Verdict", [](const Row& w) { return w.result.verdict; }, kL},
+      {"", "", "Verdict", [](const Row& w) { return std::string(to_string(w.result.verdict)); },
+       kL},
       {"SCENARIO", "Scenario", "Scenario", [](const Row& w) { return w.result.name; }, kL, 32,
        Cut::kTail, true},
-      {"OUTCOME", "Outcome", "Outcome", [](const Row& w) { return w.result.outcome; }, kL, 9},
+      {"OUTCOME", "Outcome", "Outcome",
+       [](const Row& w) { return std::string(to_string(w.result.outcome)); }, kL, 9},
       {"DETECTOR", "First detector", "First detector", detector, kL, 15},
       {"RANK", "Rank", "Rank", ranks, kL, 5},
       {"LAYER", "Layer", "Layer", layer, kL, 26, Cut::kHead},

@@ -76,10 +76,7 @@ std::string svg_element(const std::string& text) {
   return text.substr(b, e + 6 - b);
 }
 
-std::string verdict_class(const std::string& v) {
-  if (v == "pass" || v == "fail" || v == "skipped") return v;
-  return "error";
-}
+std::string verdict_class(Verdict v) { return to_string(v); }
 
 // The summary: one row per scenario, coloured by its verdict, the scenario's cell a link to its
 // section further down.
@@ -211,14 +208,16 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
     h += fmt::format(
         "<section class=\"scenario\" id=\"s-{}\"><h3>{} <span class=\"{}\">{}</span>"
         "</h3>\n",
-        html_escape(s.name), html_escape(s.name), verdict_class(s.verdict), html_escape(s.verdict));
+        html_escape(s.name), html_escape(s.name), verdict_class(s.verdict),
+        html_escape(to_string(s.verdict)));
     const std::string trial_text =
         s.trial_count > 0 ? fmt::format("trial {} of {}", s.trial, s.trial_count) : "not run";
     h += fmt::format("<p>File <code>{}</code>, seed {}, {}, outcome {}", html_escape(s.file),
-                     s.seed, trial_text, html_escape(s.outcome.empty() ? "-" : s.outcome));
+                     s.seed, trial_text,
+                     html_escape(s.outcome == Outcome::kNone ? "-" : to_string(s.outcome)));
     if (!s.reason.empty()) h += fmt::format(". Reason: {}", html_escape(s.reason));
     h += ".</p>\n";
-    if (s.run_dir.empty() || s.outcome.empty()) {
+    if (s.run_dir.empty() || s.outcome == Outcome::kNone) {
       h += "<p>No job ran.</p></section>\n";
       continue;
     }

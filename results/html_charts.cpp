@@ -4,11 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
 
-#include "harness/evidence/events.h"
+#include "harness/evidence/event_types.h"
 #include "results/html.h"
 
 namespace nanchaos::results {
@@ -33,57 +34,63 @@ std::string gp_str(const std::string& s) {
   return out;
 }
 
+// One rank's events on the timeline: its collectives as bars, the stack's and the faults' events
+// as marks. Returns the time of its last event (ms).
+double add_rank(const std::vector<harness::TypedEvent>& events, int r,
+                const std::function<double(int64_t)>& ms, Timeline& t, bool& any) {
+  std::map<int64_t, std::pair<double, std::string>> open;  // seq -> (enter ms, name)
+  double last = 0;
+  for (const auto& te : events) {
+    const double at = ms(harness::event_time_us(te));
+    last = std::max(last, at);
+    t.begin_ms = any ? std::min(t.begin_ms, at) : at;
+    any = true;
+    if (const auto* e = std::get_if<harness::CollEnterEvent>(&te)) {
+      open[e->seq] = {at, e->name};
+    } else if (const auto* e = std::get_if<harness::CollLeaveEvent>(&te)) {
+      auto it = open.find(e->seq);
+      if (it != open.end()) {
+        t.bars.push_back({r, it->second.first, at, it->second.second, false});
+        open.erase(it);
+      }
+    } else if (const auto* e = std::get_if<harness::InjectEvent>(&te)) {
+      std::string label = fmt::format("inject {} s{}", e->kind, e->step);
+      if (e->replay) label += " (replay)";
+      t.marks.push_back({r, at, "inject", label});
+    } else if (const auto* e = std::get_if<harness::DetectEvent>(&te)) {
+      t.marks.push_back({r, at, "detect", "detect " + e->detector});
+    } else if (const auto* e = std::get_if<harness::DecisionEvent>(&te)) {
+      t.marks.push_back({r, at, "decision", "decision " + e->action});
+    } else if (std::holds_alternative<harness::AbortEvent>(te)) {
+      t.marks.push_back({r, at, "abort", "abort"});
+    } else if (const auto* e = std::get_if<harness::ExitEvent>(&te)) {
+      t.marks.push_back({r, at, "exit", fmt::format("exit {}", e->code)});
+    }
+  }
+  // Entered and never left: the rank was still waiting at its last sign of life.
+  for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
+  return last;
+}
+
 }  // namespace
 
 Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
                        std::optional<double> job_end_ms) {
   Timeline t;
   t.ranks = std::max(ranks, 0);
-  std::vector<std::vector<json>> logs;
+  std::vector<std::vector<harness::TypedEvent>> logs(size_t(t.ranks));
   int64_t t0 = job_start_us.value_or(std::numeric_limits<int64_t>::max());
   for (int r = 0; r < t.ranks; ++r) {
-    logs.push_back(harness::read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r)));
-    if (!job_start_us) {
-      for (const auto& e : logs.back()) t0 = std::min(t0, e.value("t_us", int64_t(0)));
+    for (const auto& e : harness::read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r))) {
+      logs[size_t(r)].push_back(harness::parse_event(e));
+      if (!job_start_us) t0 = std::min(t0, harness::event_time_us(logs[size_t(r)].back()));
     }
   }
   if (t0 == std::numeric_limits<int64_t>::max()) t0 = 0;
-  auto ms = [&](const json& e) { return double(e.value("t_us", int64_t(0)) - t0) / 1000.0; };
+  auto ms = [&](int64_t t_us) { return double(t_us - t0) / 1000.0; };
   bool any = false;
   for (int r = 0; r < t.ranks; ++r) {
-    std::map<int64_t, std::pair<double, std::string>> open;  // seq -> (enter ms, name)
-    double last = 0;
-    for (const auto& e : logs[size_t(r)]) {
-      const std::string ev = e.value("ev", "");
-      const double at = ms(e);
-      last = std::max(last, at);
-      t.begin_ms = any ? std::min(t.begin_ms, at) : at;
-      any = true;
-      if (ev == "coll_enter") {
-        open[e.value("seq", int64_t(-1))] = {at, e.value("name", "")};
-      } else if (ev == "coll_leave") {
-        auto it = open.find(e.value("seq", int64_t(-1)));
-        if (it != open.end()) {
-          t.bars.push_back({r, it->second.first, at, it->second.second, false});
-          open.erase(it);
-        }
-      } else if (ev == "inject") {
-        std::string label = fmt::format("inject {} s{}", e.value("kind", ""), e.value("step", 0));
-        if (e.value("replay", false)) label += " (replay)";
-        t.marks.push_back({r, at, "inject", label});
-      } else if (ev == "detect") {
-        t.marks.push_back({r, at, "detect", "detect " + e.value("detector", "")});
-      } else if (ev == "decision") {
-        t.marks.push_back({r, at, "decision", "decision " + e.value("action", "")});
-      } else if (ev == "abort") {
-        t.marks.push_back({r, at, "abort", "abort"});
-      } else if (ev == "exit") {
-        t.marks.push_back({r, at, "exit", fmt::format("exit {}", e.value("code", 0))});
-      }
-    }
-    // Entered and never left: the rank was still waiting at its last sign of life.
-    for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
-    t.end_ms = std::max(t.end_ms, last);
+    t.end_ms = std::max(t.end_ms, add_rank(logs[size_t(r)], r, ms, t, any));
   }
   // A rank whose last sign of life IS entering the collective (killed while waiting) waited
   // until the job ended: a zero-length bar would hide the very thing to see.

@@ -46,7 +46,7 @@ void write_junit(const SuiteReport& r, const std::string& path) {
       x += fmt::format("    <skipped message=\"{}\"/>\n", xml_escape(s.reason));
     } else {
       x += fmt::format("    <error message=\"{}\" type=\"{}\"/>\n", xml_escape(s.reason),
-                       xml_escape(s.verdict));
+                       xml_escape(to_string(s.verdict)));
     }
     if (!s.run_dir.empty()) {
       x += fmt::format("    <system-out>run_dir: {}&#10;seed: {}</system-out>\n",

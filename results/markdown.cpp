@@ -83,7 +83,7 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
       m += "\n## Not passing\n";
       heading = true;
     }
-    m += fmt::format("\n### {} ({})\n\n", one_line(s.name), s.verdict);
+    m += fmt::format("\n### {} ({})\n\n", one_line(s.name), to_string(s.verdict));
     if (!s.file.empty()) m += fmt::format("File: `{}`", s.file);
     if (!s.run_dir.empty())
       m += fmt::format("{}Run folder: `{}`", s.file.empty() ? "" : " · ", s.run_dir);

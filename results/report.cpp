@@ -9,11 +9,11 @@
 // - Non-finite numbers matter here (a NaN final loss is the point of many scenarios), and JSON
 //   has no literal for them: nlohmann would silently write null, which reads as "absent". They are
 //   written as the strings "nan", "inf", "-inf" instead, also inside checks and `extra`.
-// - A verdict outside pass/fail/error/skipped counts as an error, so the summary always adds up.
 // report.json keeps the spec's key order (ordered_json) so a person can read it top-down; the
 // to_json() overloads return the same content as plain nlohmann::json.
 #include "results/report.h"
 
+#include <ostream>
 #include <type_traits>
 
 #include "results/text.h"
@@ -66,9 +66,9 @@ J scenario_json(const ScenarioResult& r) {
   J j = J::object();
   j["name"] = r.name;
   j["file"] = r.file;
-  j["verdict"] = r.verdict;
+  j["verdict"] = to_string(r.verdict);
   j["reason"] = str_or_null<J>(r.reason);
-  j["outcome"] = str_or_null<J>(r.outcome);
+  j["outcome"] = str_or_null<J>(to_string(r.outcome));
   j["wall_ms"] = number<J>(r.wall_ms);
   j["seed"] = r.seed;
   j["ranks"] = r.ranks;
@@ -82,7 +82,7 @@ J scenario_json(const ScenarioResult& r) {
     checks.push_back(std::move(cj));
   }
   j["checks"] = std::move(checks);
-  j["fault_outcome"] = str_or_null<J>(r.fault_outcome);
+  j["fault_outcome"] = str_or_null<J>(to_string(r.fault_outcome));
   j["first_detection"] = r.first_detection ? detection_json<J>(*r.first_detection) : J(nullptr);
   J detections = J::array();
   for (const auto& d : r.detections) detections.push_back(detection_json<J>(d));
@@ -150,6 +150,67 @@ J suite_json(const SuiteReport& r) {
 }
 
 }  // namespace
+
+const char* to_string(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "pass";
+    case Verdict::kFail:
+      return "fail";
+    case Verdict::kError:
+      return "error";
+    case Verdict::kSkipped:
+      return "skipped";
+  }
+  return "error";
+}
+
+std::optional<Verdict> parse_verdict(std::string_view s) {
+  for (Verdict v : {Verdict::kPass, Verdict::kFail, Verdict::kError, Verdict::kSkipped}) {
+    if (s == to_string(v)) return v;
+  }
+  return std::nullopt;
+}
+
+std::ostream& operator<<(std::ostream& os, Verdict v) { return os << to_string(v); }
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::kNone:
+      return "";
+    case Outcome::kCompleted:
+      return "completed";
+    case Outcome::kAborted:
+      return "aborted";
+    case Outcome::kHung:
+      return "hung";
+    case Outcome::kCrashed:
+      return "crashed";
+  }
+  return "";
+}
+
+std::ostream& operator<<(std::ostream& os, Outcome o) { return os << to_string(o); }
+
+const char* to_string(FaultOutcome f) {
+  switch (f) {
+    case FaultOutcome::kNone:
+      return "";
+    case FaultOutcome::kMasked:
+      return "masked";
+    case FaultOutcome::kDetectedRecovered:
+      return "detected_recovered";
+    case FaultOutcome::kDetectedUnrecovered:
+      return "detected_unrecovered";
+    case FaultOutcome::kSilentCorruption:
+      return "silent_corruption";
+    case FaultOutcome::kHang:
+      return "hang";
+  }
+  return "";
+}
+
+std::ostream& operator<<(std::ostream& os, FaultOutcome f) { return os << to_string(f); }
 
 int SuiteReport::passed() const {
   int n = 0;

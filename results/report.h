@@ -9,12 +9,48 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nanchaos::results {
+
+/// A scenario's verdict. Written as "pass", "fail", "error", "skipped" (to_string) in every
+/// format; a scenario starts as kError until something judges, skips or refuses it.
+enum class Verdict { kPass, kFail, kError, kSkipped };
+
+/// The verdict as report.json spells it.
+const char* to_string(Verdict v);
+/// The inverse of to_string; nullopt for anything else.
+std::optional<Verdict> parse_verdict(std::string_view s);
+std::ostream& operator<<(std::ostream& os, Verdict v);  ///< to_string (logs, test messages)
+
+/// How a job ended (report.json "outcome"): every rank through to its final record, aborted by a
+/// rank, crashed, or killed at its timeout; kNone when no job ran (written as null).
+enum class Outcome { kNone, kCompleted, kAborted, kHung, kCrashed };
+
+/// "completed", "aborted", "hung", "crashed"; "" for kNone.
+const char* to_string(Outcome o);
+std::ostream& operator<<(std::ostream& os, Outcome o);
+
+/// What the fault did (report.json "fault_outcome"; docs/scenario-format.md): kNone for a
+/// scenario with no [[fault]] (written as null).
+enum class FaultOutcome {
+  kNone,
+  kMasked,               ///< no detection, and the job recovered, stayed consistent, no divergence
+  kDetectedRecovered,    ///< detected, and the job completed with finite state
+  kDetectedUnrecovered,  ///< detected, and the job did not recover
+  kSilentCorruption,     ///< not detected, and the end state is wrong
+  kHang,                 ///< the job hung or deadlocked
+};
+
+/// "masked", "detected_recovered", "detected_unrecovered", "silent_corruption", "hang"; "" for
+/// kNone.
+const char* to_string(FaultOutcome f);
+std::ostream& operator<<(std::ostream& os, FaultOutcome f);
 
 /// One [expect] key judged.
 struct Check {
@@ -52,14 +88,14 @@ struct Injection {
 struct ScenarioResult {
   std::string name;
   std::string file;
-  std::string verdict = "error";  ///< pass, fail, error, skipped
-  std::string reason;             ///< why not pass (first failed check, error text, skip reason)
-  std::string outcome;            ///< completed, aborted, hung, crashed ("" when never started)
+  Verdict verdict = Verdict::kError;
+  std::string reason;  ///< why not pass (first failed check, error text, skip reason)
+  Outcome outcome = Outcome::kNone;
   double wall_ms = 0;
   uint64_t seed = 0;
   int64_t ranks = 0;
   std::vector<Check> checks;
-  std::string fault_outcome;  ///< masked, detected_recovered, ... ("" with no fault)
+  FaultOutcome fault_outcome = FaultOutcome::kNone;
   std::optional<Detection> first_detection;
   std::vector<Detection> detections;
   std::vector<Injection> injections;

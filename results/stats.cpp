@@ -39,11 +39,18 @@ struct Samples {
   }
 };
 
-// Higher is worse; anything unknown counts as an error, as in the suite summary.
-int severity(const std::string& verdict) {
-  if (verdict == "skipped") return 0;
-  if (verdict == "pass") return 1;
-  if (verdict == "fail") return 2;
+// Higher is worse.
+int severity(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kSkipped:
+      return 0;
+    case Verdict::kPass:
+      return 1;
+    case Verdict::kFail:
+      return 2;
+    case Verdict::kError:
+      return 3;
+  }
   return 3;
 }
 
@@ -95,8 +102,9 @@ json scenario_stats(const std::vector<ScenarioResult>& trials) {
   std::map<std::string, Samples> by_detector;
   std::vector<double> abort_ms, wall_ms;
   for (const auto& t : trials) {
-    passed += t.verdict == "pass";
-    verdicts[t.verdict] = verdicts.value(t.verdict, 0) + 1;
+    passed += t.verdict == Verdict::kPass;
+    const std::string v = to_string(t.verdict);
+    verdicts[v] = verdicts.value(v, 0) + 1;
     wall_ms.push_back(t.wall_ms);
     if (auto a = abort_latency(t)) abort_ms.push_back(*a);
     if (!t.first_detection) continue;

@@ -20,10 +20,9 @@
 
 namespace nanchaos::results {
 
-// A verdict outside pass/fail/error/skipped counts as an error, so the summary always adds up.
-inline bool is_pass(const ScenarioResult& r) { return r.verdict == "pass"; }
-inline bool is_fail(const ScenarioResult& r) { return r.verdict == "fail"; }
-inline bool is_skipped(const ScenarioResult& r) { return r.verdict == "skipped"; }
+inline bool is_pass(const ScenarioResult& r) { return r.verdict == Verdict::kPass; }
+inline bool is_fail(const ScenarioResult& r) { return r.verdict == Verdict::kFail; }
+inline bool is_skipped(const ScenarioResult& r) { return r.verdict == Verdict::kSkipped; }
 inline bool is_error(const ScenarioResult& r) {
   return !is_pass(r) && !is_fail(r) && !is_skipped(r);
 }

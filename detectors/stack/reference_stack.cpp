@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "harness/common/digest.h"
+#include "harness/evidence/event_types.h"
 #include "harness/scenario/registry.h"
 
 namespace nanchaos::detect {
@@ -133,10 +134,12 @@ void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
     const auto bits = uint64_t(row_[kBits]);
     if (!first_local_us_) first_local_us_ = now_us();
     row_[kBits] = double(bits | (uint64_t(1) << bit));
-    log_.write("detect", {{"detector", d->name()},
-                          {"step", view.step},
-                          {"layer", finding->layer},
-                          {"cause", finding->cause}});
+    harness::DetectEvent det;
+    det.detector = d->name();
+    det.step = view.step;
+    det.layer = finding->layer;
+    det.cause = finding->cause;
+    harness::write_event(log_, det);
     // The finding's code travels in the detector's registered consensus column.
     const int column = harness::detectors().at(d->name()).column;
     if (column >= 0) row_[size_t(column)] = finding->code;
@@ -246,14 +249,16 @@ bool ReferenceStack::wants_early_return() const {
 
 // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
 void ReferenceStack::early_return(int64_t step) {
-  log_.write("decision", {{"step", step},
-                          {"detector", local_findings_.begin()->first},
-                          {"ranks", {rank_}},
-                          {"layer", local_findings_.begin()->second.layer},
-                          {"cause", local_findings_.begin()->second.cause},
-                          {"action", "early_return"},
-                          {"local", true},
-                          {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+  harness::DecisionEvent dec;
+  dec.step = step;
+  dec.detector = local_findings_.begin()->first;
+  dec.ranks = {rank_};
+  dec.layer = local_findings_.begin()->second.layer;
+  dec.cause = local_findings_.begin()->second.cause;
+  dec.action = "early_return";
+  dec.local = true;
+  dec.first_local_us = first_local_us_.value_or(0);
+  harness::write_event(log_, dec);
 }
 
 Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(int64_t)>& replay) {
@@ -359,17 +364,18 @@ void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
   rollback_requested_ = rollback_requested_ || act.rollback;
   if (act.lr_factor != 1.0) lr_scale_ *= act.lr_factor;
   if (!d.cause.empty()) abort_cause_ = d.cause;
-  log_.write("decision",
-             {{"step", step_},
-              {"detector", d.detector},
-              {"ranks", d.ranks},
-              {"layer", d.layer},
-              {"cause", d.cause},
-              {"action", act.action},
-              {"transient", d.transient ? nlohmann::json(*d.transient) : nlohmann::json()},
-              {"flagged", d.flagged_detail},
-              {"t_us", decided_us_},
-              {"first_local_us", first_local_us_ ? *first_local_us_ : 0}});
+  harness::DecisionEvent dec;
+  dec.step = step_;
+  dec.detector = d.detector;
+  dec.ranks = d.ranks;
+  dec.layer = d.layer;
+  dec.cause = d.cause;
+  dec.action = act.action;
+  dec.transient = d.transient;
+  dec.flagged = d.flagged_detail;
+  dec.first_local_us = first_local_us_.value_or(0);
+  dec.t_us = decided_us_;
+  harness::write_event(log_, dec);
   if (act.resync) {
     // Policy `resync` (recovery.h); layouts that differ abort the job.
     const std::string why = resync(state(), replica_vote_, *coll_, log_, step_);
@@ -398,9 +404,12 @@ bool ReferenceStack::post_reduce(StepView& view, int64_t step, bool detected, bo
     if (d->hook() != Hook::kPostReduce) continue;
     if (auto f = d->check(view)) {
       if (!first_local_us_) first_local_us_ = now_us();
-      log_.write(
-          "detect",
-          {{"detector", d->name()}, {"step", step}, {"layer", f->layer}, {"cause", f->cause}});
+      harness::DetectEvent det;
+      det.detector = d->name();
+      det.step = step;
+      det.layer = f->layer;
+      det.cause = f->cause;
+      harness::write_event(log_, det);
       if (!detected) {
         Decision pd;
         pd.flagged = true;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "harness/comm/collective.h"
+#include "harness/evidence/event_types.h"
 
 namespace nanchaos::detect {
 
@@ -34,15 +35,19 @@ void StackComm::collective(const std::string& name, void* buf, size_t count, Ele
   if (st == CollStatus::kOk) return;
   // Watchdog: name the collective, then take the whole job down (never hang).
   const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
-  log_.write("detect", {{"detector", "watchdog"},
-                        {"step", step},
-                        {"layer", name},
-                        {"cause", "hang"},
-                        {"seq", seq},
-                        {"status", what}});
-  log_.write("abort", {{"step", step},
-                       {"reason", fmt::format("watchdog: collective #{} {} {}", seq, name, what)},
-                       {"cause", "hang"}});
+  harness::DetectEvent det;
+  det.detector = "watchdog";
+  det.step = step;
+  det.layer = name;
+  det.cause = "hang";
+  det.seq = seq;
+  det.status = what;
+  harness::write_event(log_, det);
+  harness::AbortEvent ab;
+  ab.step = step;
+  ab.reason = fmt::format("watchdog: collective #{} {} {}", seq, name, what);
+  ab.cause = "hang";
+  harness::write_event(log_, ab);
   write_exit_(watchdog_exit_);
   comm_.abort_job(watchdog_exit_);
 }

@@ -303,12 +303,12 @@ int run_suite(const RunOptions& opts) {
     }
     results::ScenarioResult res = judge(s, run_dir, job);
     if (!job.launch_error.empty()) {
-      res.verdict = "error";
+      res.verdict = results::Verdict::kError;
       res.reason = job.launch_error;
     }
     if (job.interrupted_by != 0) {
       // The evidence so far stays (outcome, events); the verdict cannot mean anything.
-      res.verdict = "error";
+      res.verdict = results::Verdict::kError;
       res.reason = "interrupted";
       res.extra["interrupted_by"] = signal_name(job.interrupted_by);
     }
@@ -352,15 +352,15 @@ int run_suite(const RunOptions& opts) {
       return st;
     };
     if (!no_gpu.empty()) {
-      res.verdict = "skipped";
+      res.verdict = results::Verdict::kSkipped;
       res.reason = no_gpu;
       res.stats = not_run_stats(res);
     } else if (command_needs_python(s) && python.path.empty()) {
-      res.verdict = "error";
+      res.verdict = results::Verdict::kError;
       res.reason = python.error;
       res.stats = not_run_stats(res);
     } else if (!missing.empty()) {
-      res.verdict = "error";
+      res.verdict = results::Verdict::kError;
       res.reason = "not implemented yet: " + missing.front();
       for (size_t i = 1; i < missing.size(); ++i) res.reason += "; " + missing[i];
       usage_error = true;
@@ -376,22 +376,22 @@ int run_suite(const RunOptions& opts) {
       res = results::representative_trial(trials);
       if (cut) {
         res = trials.back();
-        res.verdict = "error";
+        res.verdict = results::Verdict::kError;
         res.reason = "interrupted";
         res.extra["interrupted_by"] = signal_name(stop_signal());
       }
       res.stats = results::scenario_stats(trials);
       if (opts.trials > 1) res.trials = std::move(trials);
     }
-    if (res.verdict == "error") usage_error = true;
+    if (res.verdict == results::Verdict::kError) usage_error = true;
     report.scenarios.push_back(res);
     progress.finish(index, res);
     if (!opts.quiet) {
       std::cout << results::console_row(res) << std::flush;
-    } else if (res.verdict == "fail" || res.verdict == "error") {
+    } else if (res.verdict == results::Verdict::kFail || res.verdict == results::Verdict::kError) {
       // Quiet hides the table, not a failure: a CI log must say which scenario and why.
-      std::cerr << fmt::format("nanchaos run: {} {}: {} (run dir {})\n", res.verdict, res.name,
-                               res.reason, res.run_dir);
+      std::cerr << fmt::format("nanchaos run: {} {}: {} (run dir {})\n", to_string(res.verdict),
+                               res.name, res.reason, res.run_dir);
     }
     if (stop_signal() != 0) note_interruption(index + 1);
     write_reports();  // after every scenario: nothing measured is lost if the controller dies

@@ -22,6 +22,8 @@ namespace {
 
 using nlohmann::json;
 using results::Check;
+using results::FaultOutcome;
+using results::Outcome;
 
 // What the ranks of a job that crashed or hung said last, for a failed `outcome` check: the first
 // uncaught exception (external jobs), the ranks that ended with no exit record, how the launcher
@@ -63,21 +65,26 @@ json ranks_json(const std::vector<int64_t>& r) {
   return r;
 }
 
-bool finite_json(const json& j) { return j.is_number() && std::isfinite(j.get<double>()); }
+// The `final` events' loss scales agree: both none (absent or null) or the same number.
+bool same_loss_scale(const std::optional<double>& a, const std::optional<double>& b) {
+  const bool none_a = !a || std::isnan(*a), none_b = !b || std::isnan(*b);
+  if (none_a || none_b) return none_a == none_b;
+  return *a == *b;
+}
 
 // How the job ended: killed at its timeout, every rank through to its final record, aborted by a
 // rank, else crashed.
-std::string job_outcome(const std::vector<RankEvidence>& logs, const JobResult& job) {
+Outcome job_outcome(const std::vector<RankEvidence>& logs, const JobResult& job) {
   bool all_final = true, any_abort = false, all_exit0 = true;
   for (const auto& l : logs) {
     all_final = all_final && l.final.has_value();
     any_abort = any_abort || l.abort.has_value();
     all_exit0 = all_exit0 && l.exit_code && *l.exit_code == 0;
   }
-  if (job.timed_out) return "hung";
-  if (all_final && all_exit0 && !any_abort && job.exit_code == 0) return "completed";
-  if (any_abort) return "aborted";
-  return "crashed";
+  if (job.timed_out) return Outcome::kHung;
+  if (all_final && all_exit0 && !any_abort && job.exit_code == 0) return Outcome::kCompleted;
+  if (any_abort) return Outcome::kAborted;
+  return Outcome::kCrashed;
 }
 
 // The injections of every rank into `res.injections` (by time), and what the rest of the judge
@@ -118,6 +125,7 @@ struct Judged {
   bool detected = false;
   bool deadlock = false;
   bool recovered = false;
+  bool diverged = false;  // the final loss is above 1.5x the initial one
   std::optional<bool> consistent;
   std::vector<int64_t> blamed;  // the stack's first detection, else the post-mortem
   std::string blamed_cause;
@@ -169,8 +177,8 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
         have && *fd->transient == *ex.transient);
   }
   if (ex.outcome) {
-    add("outcome", *ex.outcome, res.outcome, res.outcome == *ex.outcome);
-  } else if (res.outcome == "crashed" || res.outcome == "hung") {
+    add("outcome", *ex.outcome, to_string(res.outcome), to_string(res.outcome) == *ex.outcome);
+  } else if (res.outcome == Outcome::kCrashed || res.outcome == Outcome::kHung) {
     // No unexplained crash passes: a job that crashed or had to be killed, with no `crash` or
     // `hang` fault that fired to explain it, fails `outcome` even when [expect] did not ask (a
     // rank killed from outside, a std::bad_alloc, a stack that raised). Say what the ranks said.
@@ -178,13 +186,13 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
     for (const auto& inj : res.injections) explained |= inj.kind == "crash" || inj.kind == "hang";
     if (!explained) {
       add("outcome", "completed (no crash or hang fault explains another outcome)",
-          res.outcome + ": " + last_words(logs, job), false);
+          std::string(to_string(res.outcome)) + ": " + last_words(logs, job), false);
     }
   }
   add("deadlock", ex.deadlock, j.deadlock, j.deadlock == ex.deadlock);
   if (ex.abort_within_ms) {
     // For a job that ended early: an abort, or a crash the launcher tore down.
-    const bool ended_early = res.outcome == "aborted" || res.outcome == "crashed";
+    const bool ended_early = res.outcome == Outcome::kAborted || res.outcome == Outcome::kCrashed;
     const bool ok = ended_early && j.abort_ms >= 0 && j.abort_ms <= *ex.abort_within_ms;
     add("abort_within_ms", *ex.abort_within_ms, j.abort_ms >= 0 ? json(j.abort_ms) : json(nullptr),
         ok);
@@ -195,14 +203,14 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
     add("final_loss_max", *ex.final_loss_max, have ? json(*res.final_loss) : json(nullptr),
         have && *res.final_loss <= *ex.final_loss_max);
   }
-  if (ex.consistent || res.outcome == "completed") {
+  if (ex.consistent || res.outcome == Outcome::kCompleted) {
     const bool want = ex.consistent.value_or(true);
     add("consistent", want, j.consistent ? json(*j.consistent) : json(nullptr),
         j.consistent && *j.consistent == want);
   }
   if (ex.fault_outcome) {
-    add("fault_outcome", *ex.fault_outcome, res.fault_outcome,
-        res.fault_outcome == *ex.fault_outcome);
+    add("fault_outcome", *ex.fault_outcome, to_string(res.fault_outcome),
+        to_string(res.fault_outcome) == *ex.fault_outcome);
   }
   add("max_false_positives", ex.max_false_positives, j.false_positives,
       j.false_positives <= ex.max_false_positives);
@@ -219,7 +227,7 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
   for (const auto& f : s.faults) {
     if (!fired.count(f.index) && f.probability >= 1.0) {
       std::string what = fmt::format("[[fault]] #{} ({}, step {}", f.index + 1, f.kind, f.step);
-      if (res.outcome == "completed" && most_steps <= f.step) {
+      if (res.outcome == Outcome::kCompleted && most_steps <= f.step) {
         what +=
             fmt::format(": the job ran {} iteration(s), so step {} never came", most_steps, f.step);
       } else if (f.params.has("target")) {
@@ -234,15 +242,16 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
   for (const auto& l : logs) setup_failed = setup_failed || !l.started;
   const std::string lost = evidence_lost(logs, run_dir, res.dropped_events);
   const std::string err = first_error_line(run_dir + "/ranks.log");
-  const std::string external_err = s.job.external() && setup_failed && res.outcome != "completed"
-                                       ? external_setup_error(logs, job, run_dir)
-                                       : "";
+  const std::string external_err =
+      s.job.external() && setup_failed && res.outcome != Outcome::kCompleted
+          ? external_setup_error(logs, job, run_dir)
+          : "";
   if (!lost.empty()) {
     // Checks judged on a partial record mean nothing: neither pass nor fail.
-    res.verdict = "error";
+    res.verdict = results::Verdict::kError;
     res.reason = lost;
-  } else if (setup_failed && res.outcome != "completed") {
-    res.verdict = "error";
+  } else if (setup_failed && res.outcome != Outcome::kCompleted) {
+    res.verdict = results::Verdict::kError;
     if (!external_err.empty()) {
       res.reason = external_err;
     } else if (!err.empty()) {
@@ -254,7 +263,7 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
       res.reason = "a rank never started; see " + run_dir + "/ranks.log";
     }
   } else if (!unverified.empty()) {
-    res.verdict = "error";
+    res.verdict = results::Verdict::kError;
     res.reason = "injection not verified: ";
     for (size_t i = 0; i < unverified.size(); ++i) {
       res.reason += (i ? ", " : "") + unverified[i] + " never fired";
@@ -266,9 +275,42 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
       failed += fmt::format("{}{}: expected {}, got {}", failed.empty() ? "" : "; ", c.key,
                             c.expected.dump(), c.actual.dump());
     }
-    res.verdict = failed.empty() ? "pass" : "fail";
+    res.verdict = failed.empty() ? results::Verdict::kPass : results::Verdict::kFail;
     res.reason = failed;
   }
+}
+
+// The end state: steps every rank finished, the final loss, whether the ranks ended identical
+// (digests, loss scale, per-step actions) and whether the job recovered; sets
+// j.{consistent,recovered,detected,diverged}.
+void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, Judged& j,
+                     results::ScenarioResult& res) {
+  bool all_final = true;
+  for (const auto& l : logs) all_final = all_final && l.final.has_value();
+  int64_t steps_completed = std::numeric_limits<int64_t>::max();
+  for (const auto& l : logs) steps_completed = std::min(steps_completed, l.steps_done);
+  res.steps_completed = logs.empty() ? 0 : steps_completed;
+  bool eval_finite = all_final, params_finite = all_final;
+  if (all_final) {
+    const FinalEvent& f0 = *logs[0].final;
+    res.final_loss =
+        std::isfinite(f0.eval_loss) ? f0.eval_loss : std::numeric_limits<double>::quiet_NaN();
+    bool same = true;
+    for (const auto& l : logs) {
+      eval_finite = eval_finite && std::isfinite(l.final->eval_loss);
+      params_finite = params_finite && l.final->params_finite;
+      same = same && l.final->params_hash == f0.params_hash &&
+             l.final->optim_hash == f0.optim_hash &&
+             same_loss_scale(l.final->loss_scale, f0.loss_scale) && l.actions == logs[0].actions;
+    }
+    j.consistent = same;
+    if (eval_finite && std::isfinite(f0.initial_eval_loss)) {
+      j.diverged = *res.final_loss > 1.5 * f0.initial_eval_loss;
+    }
+  }
+  j.recovered = res.outcome == Outcome::kCompleted && res.steps_completed == s.job.steps &&
+                eval_finite && params_finite;
+  j.detected = res.first_detection.has_value();
 }
 
 results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
@@ -287,46 +329,18 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   j.false_positives =
       judge_detections(s, logs, job, pm.absent, fired.first_fault_step, fired.first_inject_t, res);
 
-  // --- End state -----------------------------------------------------------------------------
-  bool all_final = true;
-  for (const auto& l : logs) all_final = all_final && l.final.has_value();
-  int64_t steps_completed = std::numeric_limits<int64_t>::max();
-  for (const auto& l : logs) steps_completed = std::min(steps_completed, l.steps_done);
-  res.steps_completed = world > 0 ? steps_completed : 0;
-  bool eval_finite = all_final, params_finite = all_final, diverged = false;
-  if (all_final) {
-    const FinalRecord& f0 = *logs[0].final;
-    const json eval0 = f0.eval_loss(), initial0 = f0.initial_eval_loss();
-    if (finite_json(eval0))
-      res.final_loss = eval0.get<double>();
-    else
-      res.final_loss = std::numeric_limits<double>::quiet_NaN();
-    bool same = true;
-    for (const auto& l : logs) {
-      eval_finite = eval_finite && finite_json(l.final->eval_loss());
-      params_finite = params_finite && l.final->params_finite();
-      same = same && l.final->params_hash() == f0.params_hash() &&
-             l.final->optim_hash() == f0.optim_hash() && l.final->loss_scale() == f0.loss_scale() &&
-             l.actions == logs[0].actions;
-    }
-    j.consistent = same;
-    if (eval_finite && finite_json(initial0)) {
-      diverged = *res.final_loss > 1.5 * initial0.get<double>();
-    }
-  }
-  j.recovered = res.outcome == "completed" && res.steps_completed == s.job.steps && eval_finite &&
-                params_finite;
-  j.detected = res.first_detection.has_value();
+  judge_end_state(s, logs, j, res);
 
   if (!s.faults.empty()) {
-    if (res.outcome == "hung" || j.deadlock)
-      res.fault_outcome = "hang";
+    if (res.outcome == Outcome::kHung || j.deadlock)
+      res.fault_outcome = FaultOutcome::kHang;
     else if (j.detected)
-      res.fault_outcome = j.recovered ? "detected_recovered" : "detected_unrecovered";
-    else if (!j.recovered || diverged || (j.consistent && !*j.consistent))
-      res.fault_outcome = "silent_corruption";
+      res.fault_outcome =
+          j.recovered ? FaultOutcome::kDetectedRecovered : FaultOutcome::kDetectedUnrecovered;
+    else if (!j.recovered || j.diverged || (j.consistent && !*j.consistent))
+      res.fault_outcome = FaultOutcome::kSilentCorruption;
     else
-      res.fault_outcome = "masked";
+      res.fault_outcome = FaultOutcome::kMasked;
   }
 
   // Blame: the stack's first detection, else the harness's post-mortem.
@@ -336,7 +350,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   } else if (!pm.dead.empty()) {
     j.blamed = pm.dead;
     j.blamed_cause = "rank_failure";
-  } else if (!pm.absent.empty() && res.outcome != "completed") {
+  } else if (!pm.absent.empty() && res.outcome != Outcome::kCompleted) {
     j.blamed = pm.absent;
     j.blamed_cause = "hang";
   }
@@ -355,8 +369,9 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   res.extra["deadlock"] = pm.deadlock;
   res.extra["longest_collective_wait_ms"] = pm.longest_wait_ms;
   res.extra["abort_latency_ms"] =
-      ((res.outcome == "aborted" || res.outcome == "crashed") && j.abort_ms >= 0) ? json(j.abort_ms)
-                                                                                  : json(nullptr);
+      ((res.outcome == Outcome::kAborted || res.outcome == Outcome::kCrashed) && j.abort_ms >= 0)
+          ? json(j.abort_ms)
+          : json(nullptr);
   res.extra["false_positives"] = j.false_positives;
   res.extra["consistent"] = j.consistent ? json(*j.consistent) : json(nullptr);
   res.extra["recovered"] = j.recovered;
@@ -392,7 +407,7 @@ results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, con
   } catch (const nlohmann::json::exception& e) {
     results::ScenarioResult res = result_for(s, run_dir);
     res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
-    res.verdict = "error";
+    res.verdict = results::Verdict::kError;
     res.reason = fmt::format(
         "cannot judge: an event in {}/events has a field of the wrong type: {}", run_dir, e.what());
     return res;

@@ -31,7 +31,7 @@ struct Postmortem {
 
 /// `outcome` is the job's (completed, aborted, hung, crashed): it decides how the dead are found.
 Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
-                      const JobResult& job, const std::string& outcome);
+                      const JobResult& job, results::Outcome outcome);
 
 /// Fills `res.detections` (sorted) and `res.first_detection` (with its latencies) from the
 /// ranks' detect and decision events; returns the false positives (detections before the first

@@ -41,7 +41,7 @@ void find_first_gap(const std::vector<RankEvidence>& logs, Postmortem& pm) {
     }
     const auto& [seq, c] = *l.coll_enter.rbegin();
     pm.last_collective[std::to_string(r)] = {
-        {"seq", seq}, {"name", c.name()}, {"step", c.step()}, {"left", l.coll_left.count(seq) > 0}};
+        {"seq", seq}, {"name", c.name}, {"step", c.step}, {"left", l.coll_left.count(seq) > 0}};
   }
 }
 
@@ -55,7 +55,7 @@ json find_mismatch(const std::vector<RankEvidence>& logs) {
       auto it = l.coll_enter.find(k);
       if (it == l.coll_enter.end()) continue;
       any = true;
-      seen.insert({it->second.step(), it->second.name()});
+      seen.insert({it->second.step, it->second.name});
     }
     if (!any) break;
     if (seen.size() > 1) {
@@ -63,8 +63,7 @@ json find_mismatch(const std::vector<RankEvidence>& logs) {
       for (size_t r = 0; r < logs.size(); ++r) {
         auto it = logs[r].coll_enter.find(k);
         if (it != logs[r].coll_enter.end()) {
-          ranks.push_back(
-              {{"rank", int(r)}, {"step", it->second.step()}, {"name", it->second.name()}});
+          ranks.push_back({{"rank", int(r)}, {"step", it->second.step}, {"name", it->second.name}});
         }
       }
       mismatch = {{"seq", k}, {"ranks", ranks}};
@@ -121,7 +120,8 @@ std::vector<int64_t> dead_of_abort(const std::vector<RankEvidence>& logs, const 
   std::vector<int64_t> dead;
   int64_t first_abort = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < world; ++r) {
-    if (logs[r].abort) first_abort = std::min(first_abort, logs[r].abort->t_us_or(first_abort));
+    if (logs[r].abort)
+      first_abort = std::min(first_abort, logs[r].abort->t_us.value_or(first_abort));
   }
   constexpr int64_t kPollUs = 10000;  // the controller's pid watch polls every 10 ms
   for (int r = 0; r < world; ++r) {
@@ -139,13 +139,13 @@ std::vector<int64_t> dead_of_abort(const std::vector<RankEvidence>& logs, const 
 }  // namespace
 
 Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
-                      const JobResult& job, const std::string& outcome) {
+                      const JobResult& job, results::Outcome outcome) {
   Postmortem pm;
   find_first_gap(logs, pm);
   pm.mismatch = find_mismatch(logs);
-  if (outcome == "crashed") {
+  if (outcome == results::Outcome::kCrashed) {
     pm.dead = dead_of_crash(logs, job, pm.absent);
-  } else if (outcome == "aborted") {
+  } else if (outcome == results::Outcome::kAborted) {
     pm.dead = dead_of_abort(logs, job);
   }
   // Deadlock: some rank waited in a collective past collective_timeout_ms + 1 s.

@@ -65,8 +65,8 @@ void Progress::finish(size_t index, const results::ScenarioResult& r) {
   erase_locked();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - scenario_start_).count();
-  std::string line = fmt::format("[{}/{}] {:<7} {}  {}", index + 1, total_, r.verdict, r.name,
-                                 format_elapsed(secs));
+  std::string line = fmt::format("[{}/{}] {:<7} {}  {}", index + 1, total_, to_string(r.verdict),
+                                 r.name, format_elapsed(secs));
   if (r.trial_count > 1 && r.stats.is_object()) {
     line += fmt::format("  ({}/{} trials passed)", r.stats.value("passed", 0), r.trial_count);
   }

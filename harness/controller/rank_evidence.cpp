@@ -42,70 +42,69 @@ void place_on_controller_timeline(std::vector<json>& events, const JobResult& jo
 // evidence lost to a full disk rather than a crash: a 256-KiB block (events.h) cannot be had.
 constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
 
-}  // namespace
-
-int64_t int_field(const json& e, const char* key, int64_t def) {
-  auto it = e.find(key);
-  if (it == e.end() || it->is_null()) return def;
-  if (it->is_number_float()) {
-    const double d = it->get<double>();
-    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
+// The events the judge reads by type, and the bookkeeping they feed.
+struct TypedReader {
+  RankEvidence& r;
+  void operator()(const OtherEvent&) {}  // read from the JSON (read_rank_evidence)
+  void operator()(const FinalEvent& e) { r.final = e; }
+  void operator()(const AbortEvent& e) { r.abort = e; }
+  void operator()(const ExitEvent& e) {
+    r.exit_code = e.code;
+    if (e.vm_hwm_kib) r.vm_hwm_kib = e.vm_hwm_kib;
   }
-  return e.value(key, def);
+  void operator()(const StepEndEvent& e) {
+    r.steps_done = std::max(r.steps_done, e.step + 1);
+    r.actions[e.step] = e.action;
+  }
+  void operator()(const CollEnterEvent& e) { r.coll_enter[e.seq] = e; }
+  void operator()(const CollLeaveEvent& e) {
+    r.coll_left.insert(e.seq);
+    if (e.status == "error") r.coll_failed_t[e.seq] = e.t_us;
+  }
+  void operator()(const InjectEvent& e) { r.injections.push_back(e); }
+  void operator()(const DetectEvent& e) { r.stack_events.emplace_back(e); }
+  void operator()(const DecisionEvent& e) { r.stack_events.emplace_back(e); }
+};
+
+// The events only this reader needs (the start, the agent's own records, the log's records of
+// lost evidence), read from the JSON.
+void read_other(const json& e, const std::string& ev, RankEvidence& r) {
+  if (ev == "start") {
+    r.started = true;
+    r.start_ev = e;
+  } else if (ev == "probe" && r.start_ev.is_object()) {
+    r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
+  } else if (ev == "exception" && !r.exception) {
+    r.exception = e.value("message", std::string("an exception"));
+  } else if (ev == "agent") {
+    r.agent = true;
+  } else if (ev == "log_error" && !r.log_error) {
+    r.log_error = e;
+  } else if (ev == "log_dropped") {
+    r.log_dropped = int_field(e, "count", 0);
+  } else if (ev == "attach_error" && !r.attach_error) {
+    r.attach_error = e.value("reason", std::string("attach_error"));
+  }
 }
+
+}  // namespace
 
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
   RankEvidence r;
-  r.events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
-  place_on_controller_timeline(r.events, job, r.host, r.clock, r.shift_us);
-  for (const auto& e : r.events) {
-    const std::string ev = e.value("ev", "");
-    const int64_t t = int_field(e, "t_us", 0);
-    r.last_t = std::max<int64_t>(r.last_t, t);
-    if (ev == "start") {
-      r.started = true;
-      r.start_ev = e;
-    } else if (ev == "probe" && r.start_ev.is_object()) {
-      r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
-    } else if (ev == "exception" && !r.exception)
-      r.exception = e.value("message", std::string("an exception"));
-    else if (ev == "agent")
-      r.agent = true;
-    else if (ev == "log_error" && !r.log_error)
-      r.log_error = e;
-    else if (ev == "log_dropped")
-      r.log_dropped = int_field(e, "count", 0);
-    else if (ev == "attach_error" && !r.attach_error)
-      r.attach_error = e.value("reason", std::string("attach_error"));
-    else if (ev == "final")
-      r.final = FinalRecord{e};
-    else if (ev == "abort")
-      r.abort = AbortRecord{e};
-    else if (ev == "exit") {
-      r.exit_code = int(int_field(e, "code", -1));
-      if (e.contains("vm_hwm_kib")) r.vm_hwm_kib = int_field(e, "vm_hwm_kib", 0);
-    } else if (ev == "step_end") {
-      const int64_t st = int_field(e, "step", 0);
-      r.steps_done = std::max(r.steps_done, st + 1);
-      r.actions[st] = e.value("action", "");
-    } else if (ev == "coll_enter")
-      r.coll_enter[int_field(e, "seq", 0)] = CollectiveEntry{e, t};
-    else if (ev == "coll_leave") {
-      r.coll_left.insert(int_field(e, "seq", 0));
-      if (e.value("status", "ok") == "error") r.coll_failed_t[int_field(e, "seq", 0)] = t;
-    } else if (ev == "inject") {
-      InjectRecord inj;
-      inj.fault = int(int_field(e, "fault", 0));
-      inj.kind = e.value("kind", "");
-      inj.step = int_field(e, "step", 0);
-      inj.target = e.value("target", "");
-      inj.t_us = t;
-      inj.replay = e.value("replay", false);
-      r.injections.push_back(inj);
-    }
+  std::vector<json> events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
+  place_on_controller_timeline(events, job, r.host, r.clock, r.shift_us);
+  TypedReader typed{r};
+  for (const auto& e : events) {
+    const TypedEvent te = parse_event(e);
+    r.last_t = std::max<int64_t>(r.last_t, event_time_us(te));
+    if (const auto* other = std::get_if<OtherEvent>(&te)) read_other(e, other->ev, r);
+    std::visit(typed, te);
   }
-  r.last_words_crash = !r.events.empty() && r.events.back().value("ev", "") == "inject" &&
-                       r.events.back().value("kind", "") == "crash";
+  if (!events.empty()) {
+    const TypedEvent last = parse_event(events.back());
+    const auto* inj = std::get_if<InjectEvent>(&last);
+    r.last_words_crash = inj && inj->kind == "crash";
+  }
   return r;
 }
 

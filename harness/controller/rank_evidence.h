@@ -2,11 +2,10 @@
 // phases, judge_internal.h). Internal to harness/controller: nothing outside the judge includes it.
 //
 // The reader is the one place that knows the log's event names (start, inject, coll_enter, final,
-// ...); the judge's phases read these fields. Fields the judge reads only on some paths (the
-// collective's name and step, the `final` event's figures, the abort's time) stay behind
-// accessors that read the event when called, as the judge did before it was split: a field of the
-// wrong type in a corrupted log (json::type_error, which judge() turns into an `error` verdict)
-// still matters only where the judge needs that field.
+// ...); the judge's phases read these fields. The events the judge reads are parsed into the
+// typed events of harness/evidence/event_types.h, which the writers share: a field of the wrong
+// type in a corrupted log throws json::type_error there, which judge() turns into an `error`
+// verdict.
 #pragma once
 
 #include <cstdint>
@@ -15,74 +14,35 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "harness/controller/controller.h"
+#include "harness/evidence/event_types.h"
 
 namespace nanchaos::harness {
 
-/// An integer field of an event, or `def` when absent or null. A float is accepted when it fits:
-/// nlohmann's value<int64_t>() of 2e120 is undefined behaviour (found by nanchaos_fuzz_report).
-/// Other types throw json::type_error as value() does (judge() turns that into an error verdict).
-int64_t int_field(const nlohmann::json& e, const char* key, int64_t def);
-
-/// One `inject` event: a fault that fired on this rank.
-struct InjectRecord {
-  int fault = 0;  ///< index into the scenario's [[fault]] array
-  std::string kind;
-  int64_t step = 0;
-  std::string target;
-  int64_t t_us = 0;  ///< on the controller's timeline
-  bool replay = false;
-};
-
-/// The last `coll_enter` of one sequence number on this rank.
-struct CollectiveEntry {
-  nlohmann::json event;
-  int64_t t_us = 0;  ///< on the controller's timeline
-  std::string name() const { return event.value("name", ""); }
-  int64_t step() const { return int_field(event, "step", 0); }
-};
-
-/// The rank's `final` event: its end state after the last step.
-struct FinalRecord {
-  nlohmann::json event;
-  // value(), not operator[]: a const json's [] on a missing key is undefined behaviour (a `final`
-  // event without eval_loss read freed memory; found by nanchaos_fuzz_report).
-  nlohmann::json eval_loss() const { return event.value("eval_loss", nlohmann::json()); }
-  nlohmann::json initial_eval_loss() const {
-    return event.value("initial_eval_loss", nlohmann::json());
-  }
-  bool params_finite() const { return event.value("params_finite", false); }
-  std::string params_hash() const { return event.value("params_hash", ""); }
-  std::string optim_hash() const { return event.value("optim_hash", ""); }
-  nlohmann::json loss_scale() const { return event.value("loss_scale", nlohmann::json()); }
-};
-
-/// The rank's (last) `abort` event: its watchdog or a collective's deadline gave up.
-struct AbortRecord {
-  nlohmann::json event;
-  int64_t t_us_or(int64_t def) const { return event.value("t_us", def); }
-};
+/// A detect or decision event: what the stack said, in log order (detections.cpp).
+using StackEvent = std::variant<DetectEvent, DecisionEvent>;
 
 /// One rank's evidence. Times (t_us, in `events` too) are on the controller's timeline.
 struct RankEvidence {
-  std::vector<nlohmann::json> events;  ///< every event, in log order (detections read them)
+  std::vector<StackEvent> stack_events;  ///< its detect and decision events, in log order
   bool started = false;
   bool agent = false;                       ///< external: the agent's bootstrap loaded (`agent`)
   std::optional<std::string> attach_error;  ///< external: the agent's first attach_error reason
-  std::optional<FinalRecord> final;
-  std::optional<AbortRecord> abort;
+  std::optional<FinalEvent> final;
+  std::optional<AbortEvent> abort;  ///< its last abort
   std::optional<int> exit_code;
   std::optional<int64_t> vm_hwm_kib;  ///< peak RSS the rank logged in its exit event
   /// Its last event is a `crash` injection: it died there (what decides for a rank the controller
   /// could not pid-watch).
   bool last_words_crash = false;
   int64_t last_t = 0;
-  int64_t steps_done = 0;                         ///< highest step_end step + 1
-  std::map<int64_t, std::string> actions;         ///< step -> update/skip/early_return
-  std::vector<InjectRecord> injections;           ///< in log order
-  std::map<int64_t, CollectiveEntry> coll_enter;  ///< seq -> its last coll_enter
+  int64_t steps_done = 0;                        ///< highest step_end step + 1
+  std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
+  std::vector<InjectEvent> injections;           ///< in log order
+  std::map<int64_t, CollEnterEvent> coll_enter;  ///< seq -> its last coll_enter
   std::set<int64_t> coll_left;
   std::map<int64_t, int64_t> coll_failed_t;  ///< external: seq -> t_us of a leave with an error
   std::optional<std::string> exception;      ///< external: the first uncaught exception's text

@@ -1,6 +1,6 @@
-// The built-in jobs' rank loop: the job (model, data, gradient bucket, step order) calling the agent
-// (inject/faults.h) and the reference stack (detectors/stack/reference_stack.h) at the hook points
-// of DESIGN.md "The step pipeline".
+// The built-in jobs' rank loop: the job (model, data, gradient bucket, step order) calling the
+// agent (inject/faults.h) and the reference stack (detectors/stack/reference_stack.h) at the hook
+// points of DESIGN.md "The step pipeline".
 #include "harness/job/runner.h"
 
 #include <fmt/format.h>
@@ -22,6 +22,7 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/job/grad_bucket.h"
 #include "harness/job/workload.h"
@@ -296,14 +297,15 @@ class RankRunner {
         faults_->optimizer_state(states);
       }
     }
-    log_->write("step_end",
-                {{"step", step},
-                 {"loss", loss_value},
-                 {"lr", lr},
-                 {"action", skip ? "skip" : "update"},
-                 {"loss_scale", scaler ? nlohmann::json(scaler->scale()) : nlohmann::json()},
-                 {"localize_us", stack_->localize_us()},
-                 {"cpu_us", process_cpu_us()}});
+    StepEndEvent end;
+    end.step = step;
+    end.action = skip ? "skip" : "update";
+    end.loss = loss_value;
+    end.lr = lr;
+    end.loss_scale = scaler ? scaler->scale() : kNoValue;
+    end.localize_us = stack_->localize_us();
+    end.cpu_us = process_cpu_us();
+    write_event(*log_, end);
     return detected;
   }
 
@@ -435,9 +437,12 @@ class RankRunner {
   // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
   bool early_return(int64_t step, double lr) {
     stack_->early_return(step);
-    log_->write(
-        "step_end",
-        {{"step", step}, {"lr", lr}, {"action", "early_return"}, {"cpu_us", process_cpu_us()}});
+    StepEndEvent end;
+    end.step = step;
+    end.action = "early_return";
+    end.lr = lr;
+    end.cpu_us = process_cpu_us();
+    write_event(*log_, end);
     return false;
   }
 
@@ -446,28 +451,33 @@ class RankRunner {
     std::vector<torch::Tensor> buffers;
     for (auto& [name, b] : workload_->buffers()) buffers.push_back(b);
     const FinalDigests fd = final_digests(fwd_params_, buffers, opt_.get());
-    log_->write("final",
-                {{"steps_completed", steps_completed},
-                 {"eval_loss", std::isfinite(ev) ? nlohmann::json(ev) : nlohmann::json()},
-                 {"eval_loss_str", fmt::format("{}", ev)},
-                 {"initial_eval_loss", initial_eval_},
-                 {"params_hash", fd.params_hash},
-                 {"optim_hash", fd.optim_hash},
-                 {"params_finite", fd.params_finite},
-                 {"loss_scale", stack_->scaler() ? nlohmann::json(stack_->scaler()->scale())
-                                                 : nlohmann::json()}});
+    FinalEvent fin;
+    fin.steps_completed = steps_completed;
+    fin.eval_loss = ev;  // written as null when not finite
+    fin.eval_loss_str = fmt::format("{}", ev);
+    fin.initial_eval_loss = initial_eval_;
+    fin.params_hash = fd.params_hash;
+    fin.optim_hash = fd.optim_hash;
+    fin.params_finite = fd.params_finite;
+    fin.loss_scale = stack_->scaler() ? stack_->scaler()->scale() : kNoValue;
+    write_event(*log_, fin);
   }
 
   // The last event of a rank, with its peak memory (the controller samples ranks that never
   // get here, e.g. a hung one killed at the deadline).
   void write_exit(int code) {
-    nlohmann::json fields = {{"code", code}};
-    if (auto kib = vm_hwm_kib()) fields["vm_hwm_kib"] = *kib;
-    log_->write("exit", std::move(fields));
+    ExitEvent ex;
+    ex.code = code;
+    ex.vm_hwm_kib = vm_hwm_kib();
+    write_event(*log_, ex);
   }
 
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause) {
-    log_->write("abort", {{"step", step}, {"reason", reason}, {"cause", cause}});
+    AbortEvent ab;
+    ab.step = step;
+    ab.reason = reason;
+    ab.cause = cause;
+    write_event(*log_, ab);
     write_final(step + 1);
     write_exit(kRankExitAborted);
     return kRankExitAborted;

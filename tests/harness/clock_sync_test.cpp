@@ -144,12 +144,12 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
   job.remote_ranks = {1};
   job.rank_gone_us = {{0, kT0 + 300'000}};  // rank 0 is local and was seen going
   const auto r = judge(s, d.path(), job);
-  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
   ASSERT_EQ(r.injections.size(), 1u);
   EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 1.015);  // on the controller's timeline, not -6999 ms
   EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), 300.0);
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   const json& c = r.extra["clock_offsets"];
   EXPECT_EQ(c["1"]["host"], "far");
   EXPECT_EQ(c["1"]["offset_us"], 0);

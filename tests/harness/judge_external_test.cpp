@@ -145,8 +145,8 @@ TEST(JudgeExternal, StackDetectionsAccumulateRanksAndTheStackDecisionSetsTheActi
   EXPECT_EQ(fd.layer, "net.1");
   EXPECT_DOUBLE_EQ(*fd.latency_ms, 0.095);         // 3100 - 3005 us
   EXPECT_DOUBLE_EQ(*fd.decision_us, 3410 - 3100);  // first detect -> last stack decision
-  EXPECT_EQ(res.outcome, "completed");
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 TEST(JudgeExternal, ObservedDetectionsCountAndSameStepOrdersByEarliestTime) {
@@ -175,7 +175,7 @@ TEST(JudgeExternal, ObservedDetectionsCountAndSameStepOrdersByEarliestTime) {
   EXPECT_EQ(res.detections[0].detector, "zz_guard");  // earlier, though it sorts after by name
   EXPECT_EQ(res.detections[1].detector, "observed:skip");
   EXPECT_EQ(res.detections[1].ranks, std::vector<int64_t>({0}));
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 // A peer that ends the iteration sooner logs its observed:skip before the rank whose own check
@@ -207,7 +207,7 @@ TEST(JudgeExternal, SameStepStackReportPrecedesAnEarlierObservedSkipOfAPeer) {
   ASSERT_EQ(res.detections.size(), 2u);
   EXPECT_EQ(res.detections[0].detector, "nan_check");
   EXPECT_EQ(res.detections[1].detector, "observed:skip");
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
@@ -219,7 +219,7 @@ TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
       judge(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d.path(), Job());
   EXPECT_TRUE(res.detections.empty());
   EXPECT_EQ(res.extra["false_positives"], 0);
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 // Rank 1 hangs before its step-1 bucket all-reduce; rank 0's process-group timeout raises and
@@ -262,7 +262,7 @@ TEST(JudgeExternal, ObservedExceptionBlamesTheRankThatStoppedWithCauseHang) {
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "hang");
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
@@ -275,7 +275,7 @@ TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "exception");
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 TEST(JudgeExternal, AttachErrorIsTheSetupReason) {
@@ -286,7 +286,7 @@ TEST(JudgeExternal, AttachErrorIsTheSetupReason) {
        {{"rank", 1}, {"reason", "cannot execute ./x.py: Permission denied"}});
   d.flush();
   const auto res = judge(Load(""), d.path(), Job(1));
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason, "rank 1: cannot execute ./x.py: Permission denied");
 }
 
@@ -297,7 +297,7 @@ TEST(JudgeExternal, NeverLoadedAgentNamesTheRankExitCodeAndLastLogLine) {
   d.flush();
   d.ranks_log("hello\nbash: line 1: train: command not found\n\n");
   const auto res = judge(Load(""), d.path(), Job(127));
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a "
             "Python program or its interpreter did not run the bootstrap, nor a LibTorch program "
@@ -316,7 +316,7 @@ TEST(JudgeExternal, TheControllersAttachFailureIsUsed) {
       "program or its interpreter did not run the bootstrap, nor a LibTorch program that "
       "constructs nanchaos::Agent (attach_timeout_ms = 2000 ms passed)";
   const auto res = judge(Load(""), d.path(), job);
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason, job.attach_failure + "; launcher exit status 143");
 }
 
@@ -329,7 +329,7 @@ TEST(JudgeExternal, AgentWithoutStartNeverAttachedToAModel) {
   }
   d.flush();
   const auto res = judge(Load(""), d.path(), Job(0));
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the agent loaded but never attached to a model (no DistributedDataParallel "
             "and no optimizer created); launcher exit status 0");
@@ -349,7 +349,7 @@ TEST(JudgeExternal, AnExceptionBeforeAttachIsTheSetupReason) {
   }
   d.flush();
   const auto res = judge(Load(""), d.path(), Job(1));
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the job raised before the agent attached to a model: ModuleNotFoundError: "
             "No module named 'torchvision_nope'");
@@ -393,7 +393,7 @@ TEST(JudgeExternal, ObservedExceptionBlamesADeadAbsentRankAsRankFailure) {
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "rank_failure");
   EXPECT_NEAR(res.extra["longest_collective_wait_ms"].get<double>(), 2000.0, 0.01);
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 // An unplanned death (the OOM killer: no crash injection) that the controller's 10-ms pid watch
@@ -427,7 +427,7 @@ TEST(JudgeExternal, ARankSeenGoneBeforeTheRaisingPeerIsARankFailure) {
   ASSERT_EQ(res.detections.size(), 1u);
   EXPECT_EQ(res.detections[0].ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.detections[0].cause, "rank_failure");
-  EXPECT_EQ(res.verdict, "pass") << res.reason;
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
 TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
@@ -438,7 +438,7 @@ TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
                                   "ranks = [1]\nstep = 6\n",
                               /*steps=*/8),
                          d.path(), Job());
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_NE(res.reason.find("the job ran 4 iteration(s), so step 6 never came"), std::string::npos)
       << res.reason;
 }
@@ -450,7 +450,7 @@ TEST(JudgeExternal, ATargetThatMatchesNoModuleGetsTheNearestName) {
                               "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.9\"\n"
                               "ranks = [1]\nstep = 3\n"),
                          d.path(), Job());
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_NE(res.reason.find("[[fault]] #2 (tensor, step 3, target activation:net.9: it matches no "
                             "module (nor a probe that ran) of the model (did you mean "
                             "activation:net."),

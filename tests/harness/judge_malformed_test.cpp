@@ -78,9 +78,9 @@ TEST(JudgeMalformedLogs, LinesThatAreNotObjectsAreSkipped) {
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto a = judge(s, plain.path(), clean_job());
   const auto b = judge(s, junk.path(), clean_job());
-  EXPECT_EQ(a.verdict, "pass") << a.reason;
-  EXPECT_EQ(b.verdict, "pass") << b.reason;
-  EXPECT_EQ(b.outcome, "completed");
+  EXPECT_EQ(a.verdict, results::Verdict::kPass) << a.reason;
+  EXPECT_EQ(b.verdict, results::Verdict::kPass) << b.reason;
+  EXPECT_EQ(b.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(b.steps_completed, 4);
 }
 
@@ -92,7 +92,7 @@ TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
   d.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto res = judge(s, d.path(), clean_job());
-  EXPECT_EQ(res.verdict, "error");
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(
       res.reason.rfind("cannot judge: an event in " + d.path() +
                            "/events has a field of the wrong type: [json.exception.type_error.302]",
@@ -143,7 +143,7 @@ TEST(JudgeMalformedLogs, AFinalEventWithoutEvalLossIsNotReadOutOfBounds) {
   const auto res = judge(s, d.path(), clean_job());
   ASSERT_TRUE(res.final_loss.has_value());
   EXPECT_TRUE(std::isnan(*res.final_loss));
-  EXPECT_EQ(res.outcome, "completed");
+  EXPECT_EQ(res.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(res.steps_completed, 4);
 }
 

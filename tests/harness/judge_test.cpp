@@ -107,15 +107,15 @@ TEST(JudgeOutcome, CleanCompletedRunPasses) {
   d.flush();
   const Scenario s = Load("[expect]\ndetected = false\n");
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.outcome, "completed");
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.reason, "");
   EXPECT_EQ(r.steps_completed, 4);
   ASSERT_TRUE(r.final_loss.has_value());
   EXPECT_DOUBLE_EQ(*r.final_loss, 1.0);
   EXPECT_FALSE(r.first_detection.has_value());
   EXPECT_TRUE(r.detections.empty());
-  EXPECT_EQ(r.fault_outcome, "");  // no fault
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kNone);  // no fault
   EXPECT_DOUBLE_EQ(r.wall_ms, 5000.0);
   const auto* det = FindCheck(r, "detected");
   ASSERT_NE(det, nullptr);
@@ -138,8 +138,8 @@ TEST(JudgeOutcome, CleanRunExpectingDetectionFails) {
   d.flush();
   const Scenario s = Load("[expect]\ndetected = true\n");
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.outcome, "completed");
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("detected"), std::string::npos) << r.reason;
 }
 
@@ -155,7 +155,7 @@ TEST(JudgeOutcome, NonZeroLauncherExitIsCrashed) {
   d.flush();
   const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n", 1);
   const auto r = judge(s, d.path(), Job(137));
-  EXPECT_EQ(r.outcome, "crashed");
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1}));
 }
 
@@ -190,7 +190,7 @@ TEST(JudgeOutcome, AbortedJobNamesTheRankThatDiedBeforeTheAbort) {
     job.rank_gone_us[0] = kT0 + 1'002'300;
     job.rank_gone_us[1] = kT0 + (died_first ? 2'100 : 1'002'300);
     const auto r = judge(s, d.path(), job);
-    EXPECT_EQ(r.outcome, "aborted");
+    EXPECT_EQ(r.outcome, results::Outcome::kAborted);
     EXPECT_EQ(r.extra["dead_ranks"], died_first ? json::array({1}) : json::array())
         << r.extra.dump();
   }
@@ -245,8 +245,8 @@ TEST(JudgeDetection, DetectionAtFaultStepHasLatency) {
       "detected = true\nfirst_detector = \"grad\"\nwithin_steps = 0\nrank = 1\nlayer = \"head\"\n"
       "cause = \"gradient\"\nwithin_ms = 1.0\nfault_outcome = \"detected_recovered\"\n"));
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.outcome, "completed");
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   ASSERT_TRUE(r.first_detection.has_value());
   const auto& fd = *r.first_detection;
   EXPECT_EQ(fd.detector, "grad");
@@ -268,7 +268,7 @@ TEST(JudgeDetection, DetectionAtFaultStepHasLatency) {
   EXPECT_EQ(r.injections[0].step, 2);
   EXPECT_EQ(r.injections[0].target, "gradient:head.weight");
   EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 3.1);
-  EXPECT_EQ(r.fault_outcome, "detected_recovered");
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kDetectedRecovered);
   const auto* rank = FindCheck(r, "rank");
   ASSERT_NE(rank, nullptr);
   EXPECT_TRUE(rank->pass);
@@ -281,7 +281,7 @@ TEST(JudgeDetection, WrongRankFailsTheRankCheck) {
   d.flush();
   const Scenario s = Load(DetectScenario("detected = true\nrank = 0\n"));
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   const auto* rank = FindCheck(r, "rank");
   ASSERT_NE(rank, nullptr);
   EXPECT_FALSE(rank->pass);
@@ -297,7 +297,7 @@ TEST(JudgeDetection, TooSlowFailsWithinMs) {
   d.flush();
   const Scenario s = Load(DetectScenario("within_ms = 0.25\n"));
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   const auto* c = FindCheck(r, "within_ms");
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->pass);
@@ -344,7 +344,7 @@ TEST(JudgeDetection, LocalDecisionsMergeRanks) {
   EXPECT_EQ(r.first_detection->action, "early_return");
   EXPECT_DOUBLE_EQ(*r.first_detection->latency_ms, 0.09);    // 2100 - 2010 us
   EXPECT_DOUBLE_EQ(*r.first_detection->decision_us, 200.0);  // 2300 - 2100 us
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 // (c)
@@ -354,9 +354,9 @@ TEST(JudgeConsistency, DifferentParamsHashIsInconsistent) {
   d.flush();
   const Scenario s = Load("", 3);
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.extra["consistent"], false);
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("consistent"), std::string::npos) << r.reason;
   const auto* c = FindCheck(r, "consistent");
   ASSERT_NE(c, nullptr);
@@ -376,7 +376,7 @@ TEST(JudgeConsistency, DifferentStepActionsAreInconsistent) {
   d.flush();
   const auto r = judge(Load("", 1), d.path(), Job());
   EXPECT_EQ(r.extra["consistent"], false);
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
 
 TEST(JudgeConsistency, ExpectInconsistentPasses) {
@@ -384,7 +384,7 @@ TEST(JudgeConsistency, ExpectInconsistentPasses) {
   CleanRun(d, 2, 3, {"aaaa", "bbbb"});
   d.flush();
   const auto r = judge(Load("[expect]\nconsistent = false\n", 3), d.path(), Job());
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 // (d)
@@ -396,7 +396,7 @@ TEST(JudgeVerification, FaultThatNeverFiredIsError) {
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:layers.1\"\nranks = [1]\nstep = 2\n"
       "[expect]\ndetected = false\n");
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason.rfind("injection not verified", 0), 0u) << r.reason;
   EXPECT_NE(r.reason.find("[[fault]] #1"), std::string::npos) << r.reason;
   EXPECT_TRUE(r.injections.empty());
@@ -410,7 +410,7 @@ TEST(JudgeVerification, ProbabilisticFaultThatNeverFiredIsNotError) {
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 2\nprobability = 0.5\n"
       "[expect]\ndetected = false\n");
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 // (e)
@@ -445,7 +445,7 @@ TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
       "[expect]\noutcome = \"hung\"\ndeadlock = true\nrank = 1\ncause = \"hang\"\n"
       "fault_outcome = \"hang\"\n");
   const auto r = judge(s, d.path(), Job(137, 5'000'000, /*timed_out=*/true));
-  EXPECT_EQ(r.outcome, "hung");
+  EXPECT_EQ(r.outcome, results::Outcome::kHung);
   EXPECT_EQ(r.extra["deadlock"], true);
   EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
   EXPECT_EQ(r.extra["first_gap_collective"], 5);
@@ -456,9 +456,9 @@ TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
   EXPECT_EQ(r.extra["last_collective"]["1"]["seq"], 4);
   EXPECT_EQ(r.extra["last_collective"]["1"]["left"], true);
   EXPECT_TRUE(r.extra["dead_ranks"].empty());
-  EXPECT_EQ(r.fault_outcome, "hang");
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kHang);
   EXPECT_FALSE(r.first_detection.has_value());
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(FindCheck(r, "consistent"), nullptr) << "not checked unless the job completes";
 }
 
@@ -476,10 +476,11 @@ TEST(JudgeHang, ShortWaitIsNoDeadlock) {
       Load("[detectors]\ncollective_timeout_ms = 1000\n[expect]\noutcome = \"hung\"\n");
   // killed at 5 s; rank 0 waited 1.5 s < 2 s.
   const auto r = judge(s, d.path(), Job(137, 5'000'000, true));
-  EXPECT_EQ(r.outcome, "hung");
+  EXPECT_EQ(r.outcome, results::Outcome::kHung);
   EXPECT_EQ(r.extra["deadlock"], false);
   EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
-  EXPECT_EQ(r.verdict, "pass") << r.reason;  // deadlock = false is checked by default
+  EXPECT_EQ(r.verdict, results::Verdict::kPass)
+      << r.reason;  // deadlock = false is checked by default
 }
 
 TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
@@ -523,7 +524,7 @@ TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
       "[expect]\noutcome = \"aborted\"\ndetected = true\nfirst_detector = \"watchdog\"\nrank = 1\n"
       "cause = \"hang\"\nwithin_steps = 0\nabort_within_ms = 2000\n");
   const auto r = judge(s, d.path(), Job(3, 1'500'000));
-  EXPECT_EQ(r.outcome, "aborted");
+  EXPECT_EQ(r.outcome, results::Outcome::kAborted);
   ASSERT_TRUE(r.first_detection.has_value());
   EXPECT_EQ(r.first_detection->detector, "watchdog");
   EXPECT_EQ(r.first_detection->ranks, std::vector<int64_t>({1}));
@@ -534,8 +535,8 @@ TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
   EXPECT_DOUBLE_EQ(r.extra["longest_collective_wait_ms"].get<double>(), 1000.2);
   EXPECT_EQ(r.extra["deadlock"], false);
   EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), (1'500'000 - 2050) / 1000.0);
-  EXPECT_EQ(r.fault_outcome, "detected_unrecovered");
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kDetectedUnrecovered);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 // (f)
@@ -547,8 +548,8 @@ TEST(JudgeLogs, TruncatedLastLineIsIgnored) {
   const Scenario s = Load("[expect]\ndetected = false\n");
   results::ScenarioResult r;
   ASSERT_NO_THROW(r = judge(s, d.path(), Job()));
-  EXPECT_EQ(r.outcome, "completed");
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.steps_completed, 4);
 }
 
@@ -565,8 +566,8 @@ TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
   d.final_ok(0, 1, 3000);
   d.flush();
   const auto r = judge(Load("", 1), d.path(), Job(137));
-  EXPECT_EQ(r.outcome, "crashed");
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_EQ(
       r.reason,
       "outcome: expected \"completed (no crash or hang fault explains another outcome)\", got "
@@ -591,7 +592,7 @@ TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
   const auto ok =
       judge(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n", 2), e.path(), Job(137));
   for (const auto& c : ok.checks) EXPECT_NE(c.key, "outcome");
-  EXPECT_EQ(ok.outcome, "crashed");
+  EXPECT_EQ(ok.outcome, results::Outcome::kCrashed);
 }
 
 TEST(JudgeLogs, MissingRankFileIsNeverStartedError) {
@@ -599,8 +600,8 @@ TEST(JudgeLogs, MissingRankFileIsNeverStartedError) {
   d.start(0, 2);
   d.flush();
   const auto r = judge(Load(""), d.path(), Job(1));
-  EXPECT_EQ(r.outcome, "crashed");
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_NE(r.reason.find("never started"), std::string::npos) << r.reason;
 }
 
@@ -652,7 +653,7 @@ TEST(JudgeFalsePositives, DecisionBeforeFirstFaultIsFalsePositive) {
   EXPECT_EQ(r.extra["false_positives"], 1);
   EXPECT_FALSE(r.first_detection.has_value()) << "a false positive is not the first detection";
   EXPECT_EQ(r.detections.size(), 1u);
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
   const auto* c = FindCheck(r, "max_false_positives");
   ASSERT_NE(c, nullptr);
   EXPECT_FALSE(c->pass);
@@ -669,7 +670,7 @@ TEST(JudgeFalsePositives, AllowedFalsePositivePasses) {
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n"
       "[expect]\nmax_false_positives = 1\n");
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(FindCheck(r, "max_false_positives")->pass, true);
 }
 
@@ -691,7 +692,7 @@ TEST(JudgeFalsePositives, AnyDetectionWithoutFaultIsFalsePositive) {
   d.flush();
   const auto r = judge(Load("", 1), d.path(), Job());
   EXPECT_EQ(r.extra["false_positives"], 1);
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
 
 // (h)
@@ -720,14 +721,14 @@ TEST(JudgeFaultOutcome, UndetectedNonFiniteParamsIsSilentCorruption) {
       "[expect]\nfault_outcome = \"silent_corruption\"\nrecovered = false\ndetected = false\n",
       2);
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.outcome, "completed");
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_FALSE(r.first_detection.has_value());
-  EXPECT_EQ(r.fault_outcome, "silent_corruption");
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kSilentCorruption);
   EXPECT_EQ(r.extra["recovered"], false);
   ASSERT_TRUE(r.final_loss.has_value());
   EXPECT_TRUE(std::isnan(*r.final_loss));
   EXPECT_EQ(r.injections.size(), 2u);
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 TEST(JudgeFaultOutcome, UndetectedHarmlessFaultIsMasked) {
@@ -751,8 +752,8 @@ TEST(JudgeFaultOutcome, UndetectedHarmlessFaultIsMasked) {
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nvalue = 0.5\nstep = 0\n", 1);
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.fault_outcome, "masked");
-  EXPECT_EQ(r.verdict, "pass") << r.reason;
+  EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kMasked);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
 // Memory: a rank's own exit-event VmHWM, else the controller's /proc sample (a hung rank killed
@@ -810,7 +811,7 @@ TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
   d.flush();
   const Scenario s = Load("[expect]\ndetected = false\n", 2);
   const auto r = judge(s, d.path(), Job());
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason,
             "evidence lost: rank 1: cannot grow its event log /run/events/rank-1.jsonl: No space "
             "left on device (errno 28, posix_fallocate); 41 later event(s) dropped");
@@ -825,7 +826,7 @@ TEST(JudgeEvidence, ALossWithoutACountSaysTheCountIsUnknown) {
        {{"path", "p"}, {"errno", 27}, {"error", "File too large"}, {"op", "write"}});
   d.flush();
   const auto r = judge(Load("[expect]\ndetected = false\n", 2), d.path(), Job());
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason,
             "evidence lost: rank 0: cannot grow its event log p: File too large (errno 27, "
             "write); later events dropped (count unknown: the rank did not close its log)");

@@ -23,7 +23,7 @@ std::string contents(std::FILE* f) {
 results::ScenarioResult result(const std::string& name, const std::string& verdict) {
   results::ScenarioResult r;
   r.name = name;
-  r.verdict = verdict;
+  r.verdict = *results::parse_verdict(verdict);
   return r;
 }
 

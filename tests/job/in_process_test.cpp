@@ -97,8 +97,8 @@ TEST(InProcess, CleanRunIsConsistentAndQuiet) {
                                   "recovered = true\nmax_false_positives = 0\n",
                               "clean");
   EXPECT_EQ(j.codes, std::vector<int>(4, 0));
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
-  EXPECT_EQ(j.res.outcome, "completed");
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
+  EXPECT_EQ(j.res.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(j.res.steps_completed, 30);
 }
 
@@ -123,7 +123,7 @@ outcome = "aborted"
 )",
                               "rollback");
   EXPECT_EQ(j.codes, std::vector<int>(4, kRankExitAborted));
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
   EXPECT_NE(j.abort_reason.find("4 detections without a clean step past step 13 (3 rollbacks"),
             std::string::npos)
       << j.abort_reason;
@@ -146,7 +146,7 @@ recovered = true
 consistent = true
 )",
                               "transient");
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
   EXPECT_EQ(j.res.steps_completed, 30);
 }
 
@@ -185,7 +185,7 @@ recovered = true
 consistent = true
 )",
                               "resync");
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
 }
 
 TEST(InProcess, Fp16OverflowBacksTheScaleOffOnEveryRank) {
@@ -213,7 +213,7 @@ recovered = true
 consistent = true
 )",
                               "fp16");
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
 }
 
 TEST(InProcess, ReplayTellsATransientActivationFault) {
@@ -247,7 +247,7 @@ recovered = true
 consistent = true
 )",
                               "replay");
-  EXPECT_EQ(j.res.verdict, "pass") << j.res.reason;
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
 }
 
 // The fake's own contract: a collective whose ranks disagree on its size is an error on every

@@ -59,8 +59,8 @@ class Html : public ::testing::Test {
     s.trials = 2;
     ScenarioResult r;
     r.name = "hang-<b>";
-    r.verdict = "pass";
-    r.outcome = "aborted";
+    r.verdict = results::Verdict::kPass;
+    r.outcome = results::Outcome::kAborted;
     r.ranks = 2;
     r.run_dir = (dir_ / "run").string();
     r.extra["job_start_us"] = 1000;
@@ -75,7 +75,7 @@ class Html : public ::testing::Test {
     s.scenarios.push_back(r);
     ScenarioResult skipped;
     skipped.name = "gpu-only";
-    skipped.verdict = "skipped";
+    skipped.verdict = results::Verdict::kSkipped;
     skipped.reason = "device cuda needs a GPU";
     s.scenarios.push_back(skipped);
     return s;

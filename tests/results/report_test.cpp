@@ -30,13 +30,13 @@ SuiteReport make_suite() {
   ScenarioResult pass;
   pass.name = "nan-input-one-rank";
   pass.file = "scenarios/nan_input.toml";
-  pass.verdict = "pass";
-  pass.outcome = "completed";
+  pass.verdict = results::Verdict::kPass;
+  pass.outcome = results::Outcome::kCompleted;
   pass.wall_ms = 1234.0;
   pass.seed = 42;
   pass.ranks = 2;
   pass.checks = {{"detected", true, true, true}, {"rank", 1, 1, true}};
-  pass.fault_outcome = "detected_recovered";
+  pass.fault_outcome = results::FaultOutcome::kDetectedRecovered;
   Detection d;
   d.detector = "batch";
   d.ranks = {1};
@@ -60,16 +60,16 @@ SuiteReport make_suite() {
   ScenarioResult fail;
   fail.name = "fp16-ffn-overflow";
   fail.file = "scenarios/fp16.toml";
-  fail.verdict = "fail";
+  fail.verdict = results::Verdict::kFail;
   fail.reason = "layer: expected <ffn> & \"fc1\"";
-  fail.outcome = "completed";
+  fail.outcome = results::Outcome::kCompleted;
   fail.wall_ms = 2000;
   fail.seed = 7;
   fail.ranks = 4;
   fail.checks = {{"detected", true, true, true},
                  {"layer", "blocks.0.ffn", "blocks.0.attn", false},
                  {"within_steps", 1, nullptr, false}};
-  fail.fault_outcome = "detected_unrecovered";
+  fail.fault_outcome = results::FaultOutcome::kDetectedUnrecovered;
   Detection multi;
   multi.detector = "post_reduce";
   multi.ranks = {0, 2};
@@ -90,15 +90,15 @@ SuiteReport make_suite() {
 
   ScenarioResult error;
   error.name = "step-past-end";
-  error.verdict = "error";
+  error.verdict = results::Verdict::kError;
   error.reason = "injection not verified";
-  error.outcome = "completed";
+  error.outcome = results::Outcome::kCompleted;
   error.wall_ms = 500;
   suite.scenarios.push_back(error);
 
   ScenarioResult skipped;
   skipped.name = "gpu-only";
-  skipped.verdict = "skipped";
+  skipped.verdict = results::Verdict::kSkipped;
   skipped.reason = "needs device = \"cuda\"; host has no GPU";
   suite.scenarios.push_back(skipped);
   return suite;

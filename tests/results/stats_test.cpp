@@ -17,7 +17,7 @@ ScenarioResult trial(const std::string& verdict, const std::string& detector, in
                      double ms, double decision_us, double wall_ms) {
   ScenarioResult r;
   r.name = "s";
-  r.verdict = verdict;
+  r.verdict = *results::parse_verdict(verdict);
   r.wall_ms = wall_ms;
   if (!detector.empty()) {
     Detection d;
@@ -113,7 +113,7 @@ TEST(RepresentativeTrial, FirstWorstVerdictElseTrialZero) {
   for (int i = 0; i < 4; ++i) mixed[size_t(i)].trial = i;
   const auto r = representative_trial(mixed);
   EXPECT_EQ(r.trial, 2);
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_TRUE(r.trials.empty());
   EXPECT_THROW(representative_trial({}), std::invalid_argument);
 }

@@ -1,0 +1,320 @@
+// Typed events (event_types.h). The strict readers (int_field, str, flag) are the ones the judge
+// used field by field before the events were typed, so a log reads as it did; the lenient ones
+// (opt_*) are for fields no reader checks, which must never make a log unreadable.
+#include "harness/evidence/event_types.h"
+
+#include <cmath>
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+
+// value(key, def): absent gives def; null or another type throws type_error.
+std::string str(const json& e, const char* key, const char* def = "") {
+  return e.value(key, std::string(def));
+}
+bool flag(const json& e, const char* key, bool def) { return e.value(key, def); }
+
+// Lenient: a field of the expected type, else unset.
+std::optional<std::string> opt_str(const json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+std::optional<int64_t> opt_int(const json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end() || !it->is_number()) return std::nullopt;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (!(std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18)) return std::nullopt;
+    return int64_t(d);
+  }
+  return it->get<int64_t>();
+}
+// Absent: unset; null: kNoValue (written back as null); a number: itself; anything else: unset.
+std::optional<double> opt_num(const json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end()) return std::nullopt;
+  if (it->is_null()) return kNoValue;
+  if (!it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+// A number, else kNoValue (as the judge read eval_loss before the events were typed).
+double num(const json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_number() ? it->get<double>() : kNoValue;
+}
+
+template <class T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+void put_time(json& j, int64_t t_us) {
+  if (t_us != 0) j["t_us"] = t_us;
+}
+
+}  // namespace
+
+int64_t int_field(const json& e, const char* key, int64_t def) {
+  auto it = e.find(key);
+  if (it == e.end() || it->is_null()) return def;
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    return std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18 ? int64_t(d) : def;
+  }
+  return e.value(key, def);
+}
+
+// --- inject ------------------------------------------------------------------------------------
+
+json to_json(const InjectEvent& e) {
+  json j = {{"fault", e.fault},   {"kind", e.kind},     {"step", e.step},
+            {"target", e.target}, {"detail", e.detail}, {"replay", e.replay}};
+  put_time(j, e.t_us);
+  return j;
+}
+
+InjectEvent parse_inject(const json& e) {
+  InjectEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.fault = int(int_field(e, "fault", 0));
+  x.kind = str(e, "kind");
+  x.step = int_field(e, "step", 0);
+  x.target = str(e, "target");
+  x.detail = e.value("detail", json());
+  x.replay = flag(e, "replay", false);
+  return x;
+}
+
+// --- detect ------------------------------------------------------------------------------------
+
+json to_json(const DetectEvent& e) {
+  json j = {{"detector", e.detector}, {"step", e.step}, {"layer", e.layer}, {"cause", e.cause}};
+  put(j, "source", e.source);
+  put(j, "seq", e.seq);
+  put(j, "status", e.status);
+  put(j, "message", e.message);
+  put_time(j, e.t_us);
+  return j;
+}
+
+DetectEvent parse_detect(const json& e) {
+  DetectEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.step = int_field(e, "step", -1);
+  x.detector = str(e, "detector");
+  x.layer = str(e, "layer");
+  x.cause = str(e, "cause");
+  if (e.contains("source")) x.source = str(e, "source");
+  x.seq = opt_int(e, "seq");
+  x.status = opt_str(e, "status");
+  x.message = opt_str(e, "message");
+  return x;
+}
+
+// --- decision ----------------------------------------------------------------------------------
+
+json to_json(const DecisionEvent& e) {
+  json j = {{"step", e.step}, {"action", e.action}};
+  if (e.source) {
+    j["source"] = *e.source;
+  } else {
+    j["detector"] = e.detector;
+    j["ranks"] = e.ranks;
+    j["layer"] = e.layer;
+    j["cause"] = e.cause;
+    j["first_local_us"] = e.first_local_us;
+    if (e.local) {
+      j["local"] = true;
+    } else {
+      j["transient"] = e.transient ? json(*e.transient) : json();
+      j["flagged"] = e.flagged;
+    }
+  }
+  put_time(j, e.t_us);
+  return j;
+}
+
+DecisionEvent parse_decision(const json& e) {
+  DecisionEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.step = int_field(e, "step", -1);
+  if (e.contains("source")) x.source = str(e, "source");
+  x.action = str(e, "action");
+  x.detector = str(e, "detector");
+  x.layer = str(e, "layer");
+  x.cause = str(e, "cause");
+  x.local = flag(e, "local", false);
+  if (auto it = e.find("transient"); it != e.end() && it->is_boolean())
+    x.transient = it->get<bool>();
+  if (auto it = e.find("ranks"); it != e.end() && it->is_array()) {
+    for (const auto& r : *it) x.ranks.push_back(r.get<int64_t>());
+  }
+  if (auto it = e.find("flagged"); it != e.end()) x.flagged = *it;
+  x.first_local_us = opt_int(e, "first_local_us").value_or(0);
+  return x;
+}
+
+// --- abort -------------------------------------------------------------------------------------
+
+json to_json(const AbortEvent& e) {
+  json j = {{"step", e.step}, {"reason", e.reason}, {"cause", e.cause}};
+  put(j, "source", e.source);
+  put(j, "t_us", e.t_us);
+  return j;
+}
+
+AbortEvent parse_abort(const json& e) {
+  AbortEvent x;
+  if (auto it = e.find("t_us"); it != e.end() && !it->is_null()) {
+    if (!it->is_number()) (void)int_field(e, "t_us", 0);  // throws type_error, as for any event
+    x.t_us = opt_int(e, "t_us");                          // a float int64 cannot hold: unknown
+  }
+  x.step = opt_int(e, "step").value_or(-1);
+  x.reason = opt_str(e, "reason").value_or("");
+  x.cause = opt_str(e, "cause").value_or("");
+  x.source = opt_str(e, "source");
+  return x;
+}
+
+// --- final -------------------------------------------------------------------------------------
+
+json to_json(const FinalEvent& e) {
+  json j = {{"steps_completed", e.steps_completed},
+            {"eval_loss", e.eval_loss},
+            {"initial_eval_loss", e.initial_eval_loss},
+            {"params_hash", e.params_hash},
+            {"optim_hash", e.optim_hash},
+            {"params_finite", e.params_finite}};
+  put(j, "eval_loss_str", e.eval_loss_str);
+  put(j, "loss_scale", e.loss_scale);
+  put_time(j, e.t_us);
+  return j;
+}
+
+FinalEvent parse_final(const json& e) {
+  FinalEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.steps_completed = opt_int(e, "steps_completed").value_or(0);
+  x.eval_loss = num(e, "eval_loss");
+  x.eval_loss_str = opt_str(e, "eval_loss_str");
+  x.initial_eval_loss = num(e, "initial_eval_loss");
+  x.params_hash = str(e, "params_hash");
+  x.optim_hash = str(e, "optim_hash");
+  x.params_finite = flag(e, "params_finite", false);
+  x.loss_scale = opt_num(e, "loss_scale");
+  return x;
+}
+
+// --- exit --------------------------------------------------------------------------------------
+
+json to_json(const ExitEvent& e) {
+  json j = {{"code", e.code}};
+  put(j, "vm_hwm_kib", e.vm_hwm_kib);
+  put_time(j, e.t_us);
+  return j;
+}
+
+ExitEvent parse_exit(const json& e) {
+  ExitEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.code = int(int_field(e, "code", -1));
+  if (e.contains("vm_hwm_kib")) x.vm_hwm_kib = int_field(e, "vm_hwm_kib", 0);
+  return x;
+}
+
+// --- step_end ----------------------------------------------------------------------------------
+
+json to_json(const StepEndEvent& e) {
+  json j = {{"step", e.step}, {"action", e.action}};
+  put(j, "loss", e.loss);
+  put(j, "lr", e.lr);
+  put(j, "loss_scale", e.loss_scale);
+  put(j, "localize_us", e.localize_us);
+  put(j, "cpu_us", e.cpu_us);
+  put_time(j, e.t_us);
+  return j;
+}
+
+StepEndEvent parse_step_end(const json& e) {
+  StepEndEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.step = int_field(e, "step", 0);
+  x.action = str(e, "action");
+  x.loss = opt_num(e, "loss");
+  x.lr = opt_num(e, "lr");
+  x.loss_scale = opt_num(e, "loss_scale");
+  x.localize_us = opt_int(e, "localize_us");
+  x.cpu_us = opt_int(e, "cpu_us");
+  return x;
+}
+
+// --- collectives -------------------------------------------------------------------------------
+
+json to_json(const CollEnterEvent& e) {
+  json j = {{"seq", e.seq}, {"name", e.name}, {"step", e.step}};
+  put(j, "count", e.count);
+  put(j, "dtype", e.dtype);
+  put_time(j, e.t_us);
+  return j;
+}
+
+CollEnterEvent parse_coll_enter(const json& e) {
+  CollEnterEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.seq = int_field(e, "seq", 0);
+  x.name = str(e, "name");
+  x.step = int_field(e, "step", 0);
+  x.count = opt_int(e, "count");
+  x.dtype = opt_str(e, "dtype");
+  return x;
+}
+
+json to_json(const CollLeaveEvent& e) {
+  json j = {{"seq", e.seq}, {"status", e.status}};
+  put(j, "name", e.name);
+  put(j, "step", e.step);
+  put_time(j, e.t_us);
+  return j;
+}
+
+CollLeaveEvent parse_coll_leave(const json& e) {
+  CollLeaveEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.seq = int_field(e, "seq", 0);
+  x.status = str(e, "status", "ok");
+  x.name = opt_str(e, "name");
+  x.step = opt_int(e, "step");
+  return x;
+}
+
+// --- any ---------------------------------------------------------------------------------------
+
+TypedEvent parse_event(const json& e) {
+  const std::string ev = e.value("ev", "");
+  if (ev == InjectEvent::kEv) return parse_inject(e);
+  if (ev == DetectEvent::kEv) return parse_detect(e);
+  if (ev == DecisionEvent::kEv) return parse_decision(e);
+  if (ev == AbortEvent::kEv) return parse_abort(e);
+  if (ev == FinalEvent::kEv) return parse_final(e);
+  if (ev == ExitEvent::kEv) return parse_exit(e);
+  if (ev == StepEndEvent::kEv) return parse_step_end(e);
+  if (ev == CollEnterEvent::kEv) return parse_coll_enter(e);
+  if (ev == CollLeaveEvent::kEv) return parse_coll_leave(e);
+  return OtherEvent{ev, int_field(e, "t_us", 0)};
+}
+
+int64_t event_time_us(const TypedEvent& e) {
+  return std::visit(
+      [](const auto& x) -> int64_t {
+        if constexpr (std::is_same_v<std::decay_t<decltype(x)>, AbortEvent>) {
+          return x.t_us.value_or(0);
+        } else {
+          return x.t_us;
+        }
+      },
+      e);
+}
+
+}  // namespace nanchaos::harness

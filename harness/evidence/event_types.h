@@ -1,0 +1,210 @@
+// The typed events of a rank's log (events.h lists every type): one struct per event the judge,
+// the HTML timeline or the rank itself reads back, shared by the writers (the runner, the agent,
+// the stack's watchdog, the fault hooks) and the readers (harness/controller/rank_evidence.cpp,
+// detections.cpp, results/html_charts.cpp). JSON lines stay the wire format; these are the data.
+//
+//   write_event(log, DetectEvent{.detector = "grad", .step = 3, .layer = "fc1", .cause =
+//   "gradient"}); for (const auto& e : read_events(path))
+//     if (auto* d = std::get_if<DetectEvent>(&(parsed = parse_event(e)))) ...
+//
+// Parsing keeps the readers' earlier rules field by field: an absent field takes the default its
+// docstring names; an integer field that is null, or a float int64 cannot hold, counts as absent
+// (int_field); a string or bool field that is null or of the wrong type, and an integer field
+// of a non-number type, throw nlohmann::json::type_error (judge() makes that an `error` verdict
+// naming the folder). Fields no reader uses (detail, flagged, message, ...) are kept when their
+// type fits and dropped otherwise: they never make a log unreadable. Times are microseconds on
+// CLOCK_MONOTONIC (`t_us`), steps are training iterations counted from 0.
+//
+// Writers leave `t_us` 0 (absent for AbortEvent): EventLog::write stamps the time. The hot-path
+// coll_enter/coll_leave lines are formatted by hand (harness/comm/collective.cpp,
+// inject/agent.cpp); their structs here are for the readers. Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "harness/evidence/events.h"
+
+namespace nanchaos::harness {
+
+/// An integer field of an event, or `def` when absent or null. A float is accepted when it fits:
+/// nlohmann's value<int64_t>() of 2e120 is undefined behaviour (found by nanchaos_fuzz_report).
+/// Other types throw json::type_error as value() does.
+int64_t int_field(const nlohmann::json& e, const char* key, int64_t def);
+
+/// Not-a-number: how a double that the log holds as null (not finite, or unknown) reads.
+inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
+
+/// `inject {fault, kind, step, target, detail, replay}`: a fault fired on this rank
+/// (inject/faults.cpp; the Python agent writes the same).
+struct InjectEvent {
+  static constexpr const char* kEv = "inject";
+  int fault = 0;          ///< index into the scenario's [[fault]] array (absent: 0)
+  std::string kind;       ///< the fault kind: bitflip, crash, hang, ... (absent: "")
+  int64_t step = 0;       ///< the step it fired in (steps; absent: 0)
+  std::string target;     ///< what it hit, "" when the kind has none (absent: "")
+  nlohmann::json detail;  ///< the kind's own record (bit position, value, ...); any JSON
+  bool replay = false;    ///< fired during a replay/re-execution (absent: false)
+  int64_t t_us = 0;       ///< when (us; absent: 0)
+};
+
+/// `detect {detector, step, layer, cause}`: a detector fired on this rank, before consensus.
+/// The watchdog adds the collective (seq, status); an external job's agent adds `source`.
+struct DetectEvent {
+  static constexpr const char* kEv = "detect";
+  std::string detector;  ///< grad, loss, watchdog, observed:skip, ... (absent: "")
+  int64_t step = -1;     ///< the step it fired in (steps; absent: -1)
+  std::string layer;     ///< module/parameter or collective name, "" when unknown (absent: "")
+  std::string cause;     ///< data, loss_math, gradient, hang, ... (absent: "")
+  /// External jobs: "stack" (the job's report_detection) or "observed" (what the agent saw the
+  /// job do); absent for the built-in stack. Present and not a string: type_error.
+  std::optional<std::string> source;
+  std::optional<int64_t> seq;          ///< watchdog: the collective's sequence number
+  std::optional<std::string> status;   ///< watchdog: "timeout" or "error"
+  std::optional<std::string> message;  ///< observed:exception: the exception's text
+  int64_t t_us = 0;                    ///< when (us; absent: 0)
+};
+
+/// `decision {step, detector, ranks, layer, cause, action, ...}`: what the stack decided at a
+/// step. Three shapes, chosen by the fields set:
+/// - consensus (the built-in stack): + transient (bool, or null before a replay), flagged,
+///   first_local_us, t_us (when every rank agreed);
+/// - local (`local` true: the naive stack's early return on one rank, no consensus):
+///   + local, first_local_us;
+/// - an external job's stack (`source` set): {step, action, source} only.
+struct DecisionEvent {
+  static constexpr const char* kEv = "decision";
+  int64_t step = -1;              ///< steps (absent: -1)
+  std::string detector;           ///< the detector decided on (absent: "")
+  std::vector<int64_t> ranks;     ///< the ranks that flagged (absent or not an array: none)
+  std::string layer;              ///< (absent: "")
+  std::string cause;              ///< (absent: "")
+  std::string action;             ///< skip_step, rollback, abort, early_return, ... (absent: "")
+  std::optional<bool> transient;  ///< the replay's answer (absent, null or not a bool: unset)
+  nlohmann::json flagged = nlohmann::json::array();  ///< consensus: [{rank, detectors}] per rank
+  bool local = false;          ///< a decision of this rank alone (absent: false)
+  int64_t first_local_us = 0;  ///< this rank's first local detection of the step (us; 0: none)
+  std::optional<std::string> source;  ///< external jobs: "stack"
+  int64_t t_us = 0;                   ///< when (us; absent: 0)
+};
+
+/// `abort {step, reason, cause}`: the rank gives up (its watchdog, a collective's deadline, the
+/// job's stack deciding `abort`, which adds source "stack").
+struct AbortEvent {
+  static constexpr const char* kEv = "abort";
+  int64_t step = -1;   ///< steps (absent: -1)
+  std::string reason;  ///< human text (absent: "")
+  std::string cause;   ///< hang, gradient, ... or "" (absent: "")
+  std::optional<std::string> source;
+  std::optional<int64_t> t_us;  ///< when (us; absent or null: unknown, the judge ignores it)
+};
+
+/// `final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}`:
+/// the rank's end state after its last step. Doubles the log holds as null (not finite) or
+/// not as a number read as kNoValue.
+struct FinalEvent {
+  static constexpr const char* kEv = "final";
+  int64_t steps_completed = 0;               ///< steps (absent: 0)
+  double eval_loss = kNoValue;               ///< held-out loss at the end (null: not finite)
+  std::optional<std::string> eval_loss_str;  ///< the runner's fmt of eval_loss ("nan", "inf")
+  double initial_eval_loss = kNoValue;       ///< held-out loss before step 0
+  std::string params_hash;                   ///< XXH3-64 of the parameters, hex (absent: "")
+  std::string optim_hash;                    ///< XXH3-64 of the optimizer state (absent: "")
+  bool params_finite = false;                ///< every parameter finite (absent: false)
+  std::optional<double> loss_scale;          ///< fp16 loss scaler's scale (absent/null: none)
+  int64_t t_us = 0;                          ///< when (us; absent: 0)
+};
+
+/// `exit {code, vm_hwm_kib}`: the rank's last record.
+struct ExitEvent {
+  static constexpr const char* kEv = "exit";
+  int code = -1;                      ///< its exit status (absent: -1)
+  std::optional<int64_t> vm_hwm_kib;  ///< peak RSS (KiB; present but null: 0)
+  int64_t t_us = 0;                   ///< when (us; absent: 0)
+};
+
+/// `step_end {step, action, loss, lr, ...}`: an iteration ended on this rank.
+struct StepEndEvent {
+  static constexpr const char* kEv = "step_end";
+  int64_t step = 0;                    ///< steps (absent: 0)
+  std::string action;                  ///< update, skip, early_return (absent: "")
+  std::optional<double> loss;          ///< training loss (NaN is written as null)
+  std::optional<double> lr;            ///< learning rate used
+  std::optional<double> loss_scale;    ///< fp16 loss scaler's scale after the step
+  std::optional<int64_t> localize_us;  ///< the step's cost of localizing findings (us)
+  std::optional<int64_t> cpu_us;       ///< process CPU time at the end (us, process_cpu_us())
+  int64_t t_us = 0;                    ///< when (us; absent: 0)
+};
+
+/// `coll_enter {seq, name, count, dtype, step}`: the rank entered collective #seq.
+struct CollEnterEvent {
+  static constexpr const char* kEv = "coll_enter";
+  int64_t seq = 0;               ///< the collective's number on this rank (absent: 0)
+  std::string name;              ///< grad_allreduce, consensus, ... (absent: "")
+  std::optional<int64_t> count;  ///< elements
+  std::optional<std::string> dtype;
+  int64_t step = 0;  ///< steps (absent: 0)
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+};
+
+/// `coll_leave {seq, name, status}`: the rank left collective #seq.
+struct CollLeaveEvent {
+  static constexpr const char* kEv = "coll_leave";
+  int64_t seq = 0;  ///< (absent: 0)
+  std::optional<std::string> name;
+  std::string status = "ok";  ///< ok, timeout, error (absent: "ok")
+  std::optional<int64_t> step;
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+};
+
+/// Any other event (start, clock, probe, exception, log_error, ...): its type and time.
+struct OtherEvent {
+  std::string ev;    ///< its "ev" (absent: "")
+  int64_t t_us = 0;  ///< (absent: 0)
+};
+
+using TypedEvent =
+    std::variant<OtherEvent, InjectEvent, DetectEvent, DecisionEvent, AbortEvent, FinalEvent,
+                 ExitEvent, StepEndEvent, CollEnterEvent, CollLeaveEvent>;
+
+/// The fields of an event as EventLog::write takes them (no "ev"; "t_us" only when set).
+nlohmann::json to_json(const InjectEvent& e);
+nlohmann::json to_json(const DetectEvent& e);
+nlohmann::json to_json(const DecisionEvent& e);
+nlohmann::json to_json(const AbortEvent& e);
+nlohmann::json to_json(const FinalEvent& e);
+nlohmann::json to_json(const ExitEvent& e);
+nlohmann::json to_json(const StepEndEvent& e);
+nlohmann::json to_json(const CollEnterEvent& e);
+nlohmann::json to_json(const CollLeaveEvent& e);
+
+/// One event by its type (the "ev" field, ignored otherwise). Throws json::type_error as the
+/// header comment says.
+InjectEvent parse_inject(const nlohmann::json& e);
+DetectEvent parse_detect(const nlohmann::json& e);
+DecisionEvent parse_decision(const nlohmann::json& e);
+AbortEvent parse_abort(const nlohmann::json& e);
+FinalEvent parse_final(const nlohmann::json& e);
+ExitEvent parse_exit(const nlohmann::json& e);
+StepEndEvent parse_step_end(const nlohmann::json& e);
+CollEnterEvent parse_coll_enter(const nlohmann::json& e);
+CollLeaveEvent parse_coll_leave(const nlohmann::json& e);
+
+/// Dispatches on "ev" (a string; absent: "", another type: type_error) to the parsers above.
+TypedEvent parse_event(const nlohmann::json& e);
+
+/// The time of any typed event (us; an abort without one: 0).
+int64_t event_time_us(const TypedEvent& e);
+
+/// Writes one typed event: log.write(Event::kEv, to_json(e)).
+template <class Event>
+void write_event(EventLog& log, const Event& e) {
+  log.write(Event::kEv, to_json(e));
+}
+
+}  // namespace nanchaos::harness
