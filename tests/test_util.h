@@ -7,9 +7,11 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 namespace nanchaos::test_util {
@@ -57,6 +59,40 @@ inline std::string write_file(const std::string& dir, const std::string& name,
 inline nlohmann::json read_report(const std::string& out) {
   std::ifstream in(out + "/report.json");
   return nlohmann::json::parse(in);
+}
+
+/// The shipped suite's run folder: CTest's `shipped_suite_passes` runs every scenario in
+/// scenarios/ once into it and passes it to the tests that check shipped scenarios as
+/// NANCHAOS_SHIPPED_RUN (tests/CMakeLists.txt, fixture `shipped_report`), so no shipped scenario
+/// runs twice (issue 14 point 6). Throws, naming that test, when the variable is unset or the
+/// folder has no report.json: such a test must fail, never pass on evidence it did not see.
+inline std::string shipped_run() {
+  const char* dir = std::getenv("NANCHAOS_SHIPPED_RUN");
+  const std::string how =
+      "; these tests read the shipped suite's results: run them through CTest (ctest --test-dir "
+      "build -R <test>, which runs shipped_suite_passes first), or run `nanchaos run "
+      "\"$PWD/scenarios\" "
+      "--out DIR` and set NANCHAOS_SHIPPED_RUN=DIR";
+  if (dir == nullptr || *dir == '\0')
+    throw std::runtime_error("NANCHAOS_SHIPPED_RUN is not set" + how);
+  if (!std::filesystem::is_regular_file(std::string(dir) + "/report.json")) {
+    throw std::runtime_error("NANCHAOS_SHIPPED_RUN=" + std::string(dir) +
+                             " has no report.json: did shipped_suite_passes run and finish?" + how);
+  }
+  return dir;
+}
+
+/// The report entry of shipped scenario `name` in the shipped run (the first trial's when there
+/// are several); throws, naming the report and shipped_suite_passes, when the run does not have it.
+inline nlohmann::json shipped_scenario(const std::string& name) {
+  const std::string dir = shipped_run();
+  const nlohmann::json report = read_report(dir);
+  for (const auto& s : report.at("scenarios")) {
+    if (s.value("name", "") == name) return s;
+  }
+  throw std::runtime_error("scenario " + name + " is not in " + dir +
+                           "/report.json: shipped_suite_passes runs every file in scenarios/; "
+                           "was it renamed or run with --tag?");
 }
 
 }  // namespace nanchaos::test_util

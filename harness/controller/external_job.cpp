@@ -49,6 +49,13 @@ std::string external_setup_error(const std::vector<RankEvidence>& logs, const Jo
     }
   }
   for (size_t r = 0; r < logs.size(); ++r) {
+    if (!logs[r].started && logs[r].agent_kind == "cpp") {
+      return fmt::format(
+                 "rank {}: the program constructed nanchaos::Agent but never called "
+                 "attach(model, &optimizer)",
+                 r) +
+             exited;
+    }
     if (!logs[r].started) {
       return fmt::format(
                  "rank {}: the agent loaded but never attached to a model (no "

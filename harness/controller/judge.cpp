@@ -33,12 +33,23 @@ std::string last_words(const std::vector<RankEvidence>& logs, const JobResult& j
   for (size_t r = 0; r < logs.size(); ++r) {
     if (logs[r].exception) said.push_back(fmt::format("rank {} raised {}", r, *logs[r].exception));
   }
-  std::vector<size_t> silent;
+  std::vector<size_t> silent, unfinished;
   for (size_t r = 0; r < logs.size(); ++r) {
     if (logs[r].started && !logs[r].exit_code && !logs[r].abort) silent.push_back(r);
+    if (logs[r].exit_code && *logs[r].exit_code == 0 && !logs[r].final && !logs[r].abort) {
+      unfinished.push_back(r);
+    }
   }
   if (!silent.empty()) {
     said.push_back(fmt::format("rank(s) {} ended with no exit record", fmt::join(silent, ", ")));
+  }
+  if (!unfinished.empty()) {
+    // Exit code 0 with no end state: nothing crashed, the program skipped its last call.
+    said.push_back(fmt::format(
+        "rank(s) {} exited 0 without a `final` record (a LibTorch program that never called "
+        "Agent::finish(), or a Python job whose agent's exit hook did not run), so its end "
+        "state is unknown",
+        fmt::join(unfinished, ", ")));
   }
   if (job.timed_out) {
     said.push_back("the harness killed the job at [job].timeout_ms");
@@ -246,10 +257,20 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
       s.job.external() && setup_failed && res.outcome != Outcome::kCompleted
           ? external_setup_error(logs, job, run_dir)
           : "";
+  int64_t fewest_steps = logs.empty() ? 0 : std::numeric_limits<int64_t>::max();
+  for (const auto& l : logs) fewest_steps = std::min(fewest_steps, l.steps_done);
+  std::optional<std::string> attach_error;
+  for (size_t r = 0; r < logs.size() && !attach_error; ++r) {
+    if (logs[r].attach_error) attach_error = fmt::format("rank {}: {}", r, *logs[r].attach_error);
+  }
   if (!lost.empty()) {
     // Checks judged on a partial record mean nothing: neither pass nor fail.
     res.verdict = results::Verdict::kError;
     res.reason = lost;
+  } else if (attach_error) {
+    // The agent refused the job (after `start` too: a second model, a second agent).
+    res.verdict = results::Verdict::kError;
+    res.reason = *attach_error;
   } else if (setup_failed && res.outcome != Outcome::kCompleted) {
     res.verdict = results::Verdict::kError;
     if (!external_err.empty()) {
@@ -268,6 +289,20 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
     for (size_t i = 0; i < unverified.size(); ++i) {
       res.reason += (i ? ", " : "") + unverified[i] + " never fired";
     }
+    // The C++ agent says when the program called it out of order (a step never begun).
+    for (size_t r = 0; r < logs.size(); ++r) {
+      if (logs[r].agent_warnings.empty()) continue;
+      res.reason += fmt::format("; rank {}'s agent warned: {}", r, logs[r].agent_warnings[0]);
+      break;
+    }
+  } else if (res.outcome == Outcome::kCompleted && fewest_steps < s.job.steps) {
+    // A clean exit short of [job].steps without an abort ran less than the scenario asks:
+    // no check on it means anything (a `detected = false` would pass on zero steps).
+    res.verdict = results::Verdict::kError;
+    res.reason = fmt::format(
+        "the job exited 0 after {} of the {} steps of [job].steps, with no abort: it did not run "
+        "the scenario (a loop over fewer steps, or finish() called early)",
+        fewest_steps, s.job.steps);
   } else {
     std::string failed;
     for (const auto& c : res.checks) {
@@ -331,7 +366,9 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
 
   judge_end_state(s, logs, j, res);
 
-  if (!s.faults.empty()) {
+  // What a fault did needs a fault that fired: with none (injection not verified, a
+  // probabilistic fault that drew no step) the field stays null.
+  if (!s.faults.empty() && !res.injections.empty()) {
     if (res.outcome == Outcome::kHung || j.deadlock)
       res.fault_outcome = FaultOutcome::kHang;
     else if (j.detected)

@@ -326,7 +326,9 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
       if (r.remote_ranks.count(rank)) continue;
       if (!r.rank_gone_us.count(rank) && !process_alive(rank_pid[rank])) {
         r.rank_gone_us[rank] = now_us();
-      } else if (sample_memory && !r.rank_gone_us.count(rank)) {
+      } else if ((sample_memory || !r.rank_vm_hwm_kib.count(rank)) && !r.rank_gone_us.count(rank)) {
+        // A rank with no sample yet is read at once: one that hangs early and is killed at the
+        // deadline would otherwise be missed by every 25th poll on a loaded host.
         if (auto kib = vm_hwm_kib(rank_pid[rank])) {
           r.rank_vm_hwm_kib[rank] = std::max(r.rank_vm_hwm_kib[rank], *kib);
         }

@@ -78,6 +78,9 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
     r.exception = e.value("message", std::string("an exception"));
   } else if (ev == "agent") {
     r.agent = true;
+    r.agent_kind = e.value("agent", std::string("python"));
+  } else if (ev == "agent_warning") {
+    r.agent_warnings.push_back(e.value("message", std::string("agent_warning")));
   } else if (ev == "log_error" && !r.log_error) {
     r.log_error = e;
   } else if (ev == "log_dropped") {

@@ -30,6 +30,8 @@ struct RankEvidence {
   std::vector<StackEvent> stack_events;  ///< its detect and decision events, in log order
   bool started = false;
   bool agent = false;                       ///< external: the agent's bootstrap loaded (`agent`)
+  std::string agent_kind;                   ///< external: "cpp" or "python" (its `agent` event)
+  std::vector<std::string> agent_warnings;  ///< external: the C++ agent's agent_warning messages
   std::optional<std::string> attach_error;  ///< external: the agent's first attach_error reason
   std::optional<FinalEvent> final;
   std::optional<AbortEvent> abort;  ///< its last abort

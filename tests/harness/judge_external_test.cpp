@@ -458,5 +458,62 @@ TEST(JudgeExternal, ATargetThatMatchesNoModuleGetsTheNearestName) {
       << res.reason;
 }
 
+// A program that exits 0 before [job].steps without an abort ran less than the scenario asks: a
+// `detected = false` would otherwise pass on zero steps (found by a new user's hostile job).
+TEST(JudgeExternal, ACleanExitShortOfTheStepsIsAnError) {
+  RunDir d("early-exit");
+  FourIterations(d, [&](int) {});
+  const auto res = judge(Load("[expect]\ndetected = false\n", /*steps=*/12), d.path(), Job());
+  EXPECT_EQ(res.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
+  EXPECT_NE(res.reason.find("the job exited 0 after 4 of the 12 steps of [job].steps"),
+            std::string::npos)
+      << res.reason;
+}
+
+// The agent refusing the job after `start` (a second model, a second Agent) is the scenario's
+// error, not "injection not verified".
+TEST(JudgeExternal, AnAttachErrorAfterStartIsTheReason) {
+  RunDir d("late-attach-error");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    d.ev(r, "attach_error", 20,
+         {{"rank", r}, {"reason", "attach() called again with a different model"}});
+  }
+  d.flush();
+  const auto res = judge(Load(kTensorFault), d.path(), Job(134));
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
+  EXPECT_EQ(res.reason, "rank 0: attach() called again with a different model");
+}
+
+// Exit code 0 and no `final`: nothing crashed, the program never called finish(); the reason
+// says so, and a fault that never fired leaves fault_outcome null.
+TEST(JudgeExternal, NoFinalRecordSaysFinishWasNotCalledAndAFaultThatNeverFiredHasNoOutcome) {
+  RunDir d("no-finish");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) d.step(r, s, 1000 + s * 1000, &seq);
+    d.ev(r, "exit", 9000, {{"code", 0}});
+  }
+  d.flush();
+  const auto res = judge(Load(kTensorFault), d.path(), Job());
+  EXPECT_EQ(res.fault_outcome, results::FaultOutcome::kNone);  // the step-2 fault never fired
+  EXPECT_EQ(res.verdict, results::Verdict::kError) << res.reason;
+  RunDir d2("no-finish-clean");
+  for (int r = 0; r < 2; ++r) {
+    d2.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) d2.step(r, s, 1000 + s * 1000, &seq);
+    d2.ev(r, "exit", 9000, {{"code", 0}});
+  }
+  d2.flush();
+  const auto clean = judge(Load("[expect]\ndetected = false\n"), d2.path(), Job());
+  EXPECT_EQ(clean.verdict, results::Verdict::kFail);
+  EXPECT_NE(clean.reason.find("rank(s) 0, 1 exited 0 without a `final` record"), std::string::npos)
+      << clean.reason;
+  EXPECT_NE(clean.reason.find("Agent::finish()"), std::string::npos) << clean.reason;
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

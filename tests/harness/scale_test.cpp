@@ -1,49 +1,19 @@
-// 64 ranks on one host (issue 7): the shipped scale scenarios, run by the real binary under
-// mpirun, judged from report.json. Registered as their own CTest tests (label `scale`), not
-// through gtest discovery; each takes ~30-60 s on a 2-core host.
+// 64 ranks on one host (issue 7): the shipped scale scenarios, judged from the report entries of
+// the shipped suite's run (shipped_suite_passes runs each once, ~30-60 s apiece on a 2-core host;
+// test_util.h shipped_scenario). Registered as their own CTest tests (labels `scale;slow`: they
+// need that suite run), not through gtest discovery.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace fs = std::filesystem;
+#include "tests/test_util.h"
+
 using nlohmann::json;
 
 namespace {
 
-const std::string kBin = NANCHAOS_BINARY;
-const std::string kSrc = NANCHAOS_SOURCE_DIR;
-
-// Runs one shipped scenario; returns its report entry (and the exit code through `code`).
-json run_scenario(const std::string& file, int* code) {
-  const fs::path out =
-      fs::temp_directory_path() /
-      ("nanchaos-scale-" + fs::path(file).stem().string() + "-" + std::to_string(getpid()));
-  fs::remove_all(out);
-  const std::string cmd =
-      kBin + " run " + kSrc + "/scenarios/" + file + " --quiet --out " + out.string() + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buf{};
-  for (size_t n; p && (n = fread(buf.data(), 1, buf.size(), p)) > 0;) output.append(buf.data(), n);
-  const int st = p ? pclose(p) : -1;
-  *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream in(out / "report.json");
-  if (!in) {
-    ADD_FAILURE() << "no report.json; output:\n" << output;
-    return json::object();
-  }
-  json report = json::parse(in);
-  json s = report["scenarios"].at(0);
-  fs::remove_all(out);  // 64 event logs per run: keep /tmp small
-  return s;
-}
+using nanchaos::test_util::shipped_scenario;
 
 void expect_memory_of_every_rank(const json& s) {
   const json& m = s["memory"];
@@ -60,9 +30,7 @@ void expect_memory_of_every_rank(const json& s) {
 }
 
 TEST(Scale64Ranks, NanOnRank37DetectedSameStepNamedAndConsistent) {
-  int code = -1;
-  const json s = run_scenario("scale-64ranks-nan-rank37.toml", &code);
-  EXPECT_EQ(code, 0) << s.dump(1);
+  const json s = shipped_scenario("scale-64ranks-nan-rank37");
   EXPECT_EQ(s["verdict"], "pass") << s["reason"];
   EXPECT_EQ(s["ranks"], 64);
   EXPECT_EQ(s["outcome"], "completed");
@@ -78,9 +46,7 @@ TEST(Scale64Ranks, NanOnRank37DetectedSameStepNamedAndConsistent) {
 }
 
 TEST(Scale64Ranks, HangOnRank50AbortedWithinDeadlineAndNamed) {
-  int code = -1;
-  const json s = run_scenario("scale-64ranks-hang-rank50.toml", &code);
-  EXPECT_EQ(code, 0) << s.dump(1);
+  const json s = shipped_scenario("scale-64ranks-hang-rank50");
   EXPECT_EQ(s["verdict"], "pass") << s["reason"];
   EXPECT_EQ(s["outcome"], "aborted");
   EXPECT_EQ(s["deadlock"], false);
