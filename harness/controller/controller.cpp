@@ -388,8 +388,11 @@ int run_suite(const RunOptions& opts) {
     progress.finish(index, res);
     if (!opts.quiet) {
       std::cout << results::console_row(res) << std::flush;
-    } else if (res.verdict == results::Verdict::kFail || res.verdict == results::Verdict::kError) {
-      // Quiet hides the table, not a failure: a CI log must say which scenario and why.
+    } else if ((res.verdict == results::Verdict::kFail ||
+                res.verdict == results::Verdict::kError) &&
+               stop_signal() == 0) {
+      // Quiet hides the table, not a failure: a CI log must say which scenario and why (an
+      // interrupted scenario is said by the interruption's own line).
       std::cerr << fmt::format("nanchaos run: {} {}: {} (run dir {})\n", to_string(res.verdict),
                                res.name, res.reason, res.run_dir);
     }
