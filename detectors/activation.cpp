@@ -56,6 +56,7 @@ DetectorInfo activation_detector() {
   };
   info.order = 40;  // module outputs, read once the loss exists
   info.column = harness::kModuleIdx;
+  info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     d->cause = row[harness::kModuleOverflow] > 0.5 ? "fp16_overflow" : "activation";
     d->layer = harness::name_at(n.modules, row[harness::kModuleIdx]);

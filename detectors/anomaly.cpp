@@ -35,6 +35,7 @@ DetectorInfo anomaly_detector() {
     return std::make_unique<AnomalyDetector>();
   };
   info.order = 120;  // anomaly mode's error, last: the replay's costly check
+  info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double*, const AttributionNames&, Decision* d) {
     d->cause = "gradient";  // the op name is in the blamed rank's own detect event
   };

@@ -67,6 +67,7 @@ DetectorInfo batch_detector() {
   info.order = 30;  // the batch as the model receives it
   info.presets = harness::kPresetDefault;
   info.column = harness::kBatchField;
+  info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames&, Decision* d) {
     d->cause = "data";
     d->layer = row[harness::kBatchField] > 0.5 ? "labels" : "inputs";

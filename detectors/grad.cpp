@@ -37,6 +37,7 @@ DetectorInfo grad_detector() {
   info.order = 70;  // the fused gradient scan
   info.presets = harness::kPresetDefault | harness::kPresetNaive;
   info.column = harness::kGradIdx;
+  info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     d->cause = "gradient";
     d->layer = n.backward.at(size_t(row[harness::kGradIdx]));

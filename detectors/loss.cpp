@@ -37,6 +37,7 @@ DetectorInfo loss_detector() {
   info.order = 50;
   info.presets = harness::kPresetDefault | harness::kPresetNaive;
   info.column = harness::kLogitsFinite;
+  info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     const bool logits_finite = row[harness::kLogitsFinite] > 0.5;
     d->cause = logits_finite ? "loss_math" : "activation";

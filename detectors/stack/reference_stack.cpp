@@ -29,7 +29,7 @@ ReferenceStack::ReferenceStack(const harness::Scenario& s, harness::EventLog& lo
                                harness::Communicator& comm, JobLayout layout, torch::Device device,
                                int watchdog_exit, std::function<void(int)> write_exit,
                                std::function<ModelState()> state)
-    : s_(s), log_(log), layout_(std::move(layout)), job_state_(std::move(state)) {
+    : s_(s), log_(log), layout_(std::move(layout)), job_state_(std::move(state)), replay_checks_(s) {
   rank_ = comm.rank();
   world_ = comm.world_size();
   for (const auto& name : s_.detectors.enabled) {
@@ -119,9 +119,7 @@ void ReferenceStack::begin_step(int64_t step) {
   row_[kLogitsFinite] = 1.0;
   row_[kModuleIdx] = -1.0;
   detail_ = false;
-  probe_names_.clear();
-  probe_pre_.clear();
-  probe_post_.clear();
+  probes_.clear();
   localize_us_ = 0;
 }
 
@@ -148,11 +146,22 @@ void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
 }
 
 void ReferenceStack::check(Hook hook, const StepView& view) {
+  if (replaying_) {
+    replay_checks_.check(hook, view);
+    return;
+  }
   step_ = view.step;
   run_detectors(hook, view);
   if (hook == Hook::kLoss && localize_ && local_findings_.count("loss") &&
-      local_findings_["loss"].code == 0) {
-    localize();  // non-finite logits: which module, and was it the half rounding
+      local_findings_["loss"].code == 0 && !probes_.empty()) {
+    // Non-finite logits: which module, and was it the half rounding.
+    const int64_t t0 = now_us();
+    const ProbeSums::First first = probes_.first_nonfinite(layout_.module_names);
+    if (first.module >= 0) {
+      row_[kModuleIdx] = first.module;
+      row_[kModuleOverflow] = first.overflow ? 1.0 : 0.0;
+    }
+    localize_us_ += now_us() - t0;
   }
 }
 
@@ -188,55 +197,26 @@ void ReferenceStack::replica_round(StepView& view) {
 }
 
 void ReferenceStack::on_activation(const std::string& module, const torch::Tensor& out) {
+  if (replaying_) {
+    replay_checks_.on_activation(module, out);
+    return;
+  }
   for (auto& d : detectors_) d->on_activation(module, out);
 }
 
-/// Always-on localization (issue 15): a sum is non-finite exactly when the output holds a NaN
-/// or +-inf (barring a finite sum that overflows fp32, which needs |values| ~ 1e33), so the
-/// first non-finite sum names the first module whose output went non-finite while its input,
-/// the previous output, was finite. On CUDA the sums stay on the device until localize().
 void ReferenceStack::note_output(const std::string& module, const torch::Tensor& out,
                                  bool rounded) {
-  const int64_t t0 = now_us();
-  torch::NoGradGuard ng;
-  auto s = out.detach().sum(torch::kFloat);
-  if (rounded) {
-    probe_post_.push_back(std::move(s));
-  } else {
-    probe_names_.push_back(module);
-    probe_pre_.push_back(std::move(s));
+  if (replaying_) {
+    replay_probes_.add(module, out, rounded);
+    return;
   }
-  localize_us_ += now_us() - t0;
-}
-
-/// Reads the probe sums once (one device sync on CUDA) and writes the first non-finite module
-/// (forward index) and whether it was an overflow of the half type into the row. Under CUDA
-/// autocast the module computed in the half type itself: a sum that is +-inf (no NaN) in a
-/// half-typed output counts as an overflow, as the replay decides.
-void ReferenceStack::localize() {
-  if (probe_pre_.empty()) return;
   const int64_t t0 = now_us();
-  const auto pre = torch::stack(probe_pre_).cpu();
-  const auto post =
-      probe_post_.size() == probe_pre_.size() ? torch::stack(probe_post_).cpu() : torch::Tensor();
-  const float* a = pre.data_ptr<float>();
-  const float* b = post.defined() ? post.data_ptr<float>() : nullptr;
-  const auto& modules = layout_.module_names;
-  for (size_t i = 0; i < probe_names_.size(); ++i) {
-    const bool bad_pre = !std::isfinite(a[i]);
-    const bool bad_post = b != nullptr && !std::isfinite(b[i]);
-    if (!bad_pre && !bad_post) continue;
-    const auto it = std::find(modules.begin(), modules.end(), probe_names_[i]);
-    if (it == modules.end()) return;
-    row_[kModuleIdx] = double(it - modules.begin());
-    const bool overflow = bad_pre ? layout_.cuda && layout_.half && std::isinf(a[i]) : true;
-    row_[kModuleOverflow] = overflow ? 1.0 : 0.0;
-    break;
-  }
+  probes_.add(module, out, rounded);
   localize_us_ += now_us() - t0;
 }
 
 void ReferenceStack::note_gradient_scan(const harness::ScanStats& pre, float pre_scale) {
+  if (replaying_) return;
   // The scan's first non-finite gradient, for the loss scaler's found_inf even when no
   // detector at this hook flagged it (grad, loss_scale and grad_norm_spike wrote theirs).
   if (pre.first_nonfinite >= 0) row_[kGradIdx] = pre.first_nonfinite;
@@ -285,6 +265,27 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
     refine(replay(step), &decision);
   }
   return decision;
+}
+
+void ReferenceStack::begin_replay(int64_t step) {
+  log_.write("replay_begin", {{"step", step}});
+  replay_checks_.begin();
+  replay_probes_.clear();
+  replay_anomaly_.emplace();  // anomaly mode for the replay's forward and backward
+  replaying_ = true;
+}
+
+ReplayResult ReferenceStack::end_replay(int64_t step) {
+  replaying_ = false;
+  replay_anomaly_.reset();
+  const ReplayResult r =
+      replay_checks_.result(replay_probes_.first_nonfinite(layout_.module_names));
+  log_.write("replay_end", {{"step", step},
+                            {"reproduced", r.reproduced},
+                            {"module", harness::name_at(layout_.module_names, r.first_module)},
+                            {"anomaly_op", r.anomaly_op},
+                            {"grad", harness::name_at(layout_.grad_names, r.first_grad)}});
+  return r;
 }
 
 /// Shares every rank's replay result ([reproduced, first module, first grad, fp16 overflow]

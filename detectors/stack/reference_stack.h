@@ -4,7 +4,8 @@
 // stack a StepView at each hook point and asks it what to do. The stack owns:
 //   - the enabled detectors (one file each, detectors/*.cpp) and this rank's consensus row;
 //   - always-on localization (one fp32 sum per probed module output);
-//   - the consensus rounds (consensus.h) and the replay's exchange and refinement;
+//   - the consensus rounds (consensus.h); the replay's checks (replay.h), its exchange and the
+//     refinement of the decision;
 //   - the fp16 dynamic loss scaler (GradScaler's found_inf rule);
 //   - the recovery policies: skip, rollback (snapshots), lr_backoff, resync, abort, and the
 //     max_consecutive escalation;
@@ -32,6 +33,7 @@
 #include "detectors/core/replica.h"
 #include "detectors/detector.h"
 #include "detectors/stack/recovery.h"
+#include "detectors/stack/replay.h"
 #include "detectors/stack/stack_comm.h"
 #include "harness/comm/communicator.h"
 #include "harness/evidence/events.h"
@@ -46,14 +48,6 @@ struct JobLayout {
   std::vector<std::string> replica_names;  ///< parameters (forward), buffers, "training_state"
   bool cuda = false;                       ///< tensors on the rank's GPU (NCCL)
   std::optional<torch::ScalarType> half;   ///< precision fp16/bf16
-};
-
-/// What the job's replay of one step found on this rank (the stack exchanges and judges it).
-struct ReplayResult {
-  bool reproduced = false;  ///< anything non-finite again: batch, module, loss, gradient, anomaly
-  int first_module = -1;    ///< first non-finite module output, forward order
-  int first_grad = -1;      ///< first non-finite gradient, backward order
-  bool overflow = false;    ///< that module's output left the half range (fp16_overflow)
 };
 
 /// Why the loop must stop: the `abort` event's reason and cause.
@@ -74,8 +68,11 @@ class ReferenceStack {
 
   StackComm& comm() { return *coll_; }
   bool enabled() const { return !detectors_.empty(); }
-  /// Anomaly mode is on for every backward (the `anomaly` detector): a NaN raises there.
-  bool anomaly_mode() const { return anomaly_mode_; }
+  /// Anomaly mode is on for this backward (the `anomaly` detector, or a replay): a NaN raises
+  /// there, and the job hands the message to check(kGradients) as `anomaly_message`.
+  bool anomaly_mode() const { return anomaly_mode_ || replaying_; }
+  /// Between begin_replay and end_replay.
+  bool replaying() const { return replaying_; }
   /// The fp16 dynamic loss scaler (nullptr unless precision = fp16).
   harness::LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
   /// lr_backoff's cumulative factor (1 until a backoff; a `state` fault may change it).
@@ -105,8 +102,9 @@ class ReferenceStack {
   void replica_round(StepView& view);
   /// Every probed module output (after the job's faults): the detectors' on_activation.
   void on_activation(const std::string& module, const torch::Tensor& out);
-  /// Whether the job should hand its probe sums to note_output (always-on localization).
-  bool localizing() const { return localize_; }
+  /// Whether the job should hand its probe sums to note_output (always-on localization, and
+  /// every replay).
+  bool localizing() const { return localize_ || replaying_; }
   /// One fp32 sum of a module output, kept as a 0-d tensor (no host sync). `rounded`: the sum
   /// after the CPU path's half rounding.
   void note_output(const std::string& module, const torch::Tensor& out, bool rounded);
@@ -119,7 +117,8 @@ class ReferenceStack {
   void early_return(int64_t step);
   /// The consensus: a fixed-size summary all-reduce every step, the [world x row] detail only
   /// when some rank flagged something, then the replay (`replay(step)`, the job's re-run of the
-  /// step) to refine attribution. Without consensus: no decision.
+  /// step between begin_replay and end_replay) to refine attribution. Without consensus: no
+  /// decision.
   harness::Decision decide(int64_t step, const std::function<ReplayResult(int64_t)>& replay);
   /// The loss scaler's update (found_inf from the consensus) and the policy's action on
   /// `decision`: sets *skip (no optimizer step) and returns whether the stack detected
@@ -130,9 +129,17 @@ class ReferenceStack {
   /// Returns `detected`, updated.
   bool post_reduce(StepView& view, int64_t step, bool detected, bool* skip);
 
+  // ---- the replay of a flagged step (replay.h), called by the job inside decide()'s `replay`
+  /// Writes `replay_begin` and turns on anomaly mode; until end_replay, check(), on_activation()
+  /// and note_output() serve the replay checks (no `detect` event, the step's row untouched),
+  /// note_gradient_scan() does nothing and localizing() is true. The job then re-runs the step
+  /// from its pre-step state through the same hook points.
+  void begin_replay(int64_t step);
+  /// Ends the replay: what it found on this rank (also written as `replay_end`).
+  ReplayResult end_replay(int64_t step);
+
  private:
   void run_detectors(Hook hook, const StepView& view);
-  void localize();
   void apply_policy(const harness::Decision& d, bool* skip);
   void update_scaler(harness::Decision* d, bool* skip);
   void refine(const ReplayResult& mine, harness::Decision* d);
@@ -159,10 +166,14 @@ class ReferenceStack {
   std::map<std::string, Finding> local_findings_;
   std::optional<int64_t> first_local_us_;
   int64_t decided_us_ = 0;
-  std::vector<std::string> probe_names_;
-  std::vector<torch::Tensor> probe_pre_, probe_post_;  // 0-d fp32 sums per probe point
+  ProbeSums probes_;  // always-on localization's sums of this step
   int64_t localize_us_ = 0;
   harness::ReplicaVote replica_vote_;
+  // the replay
+  ReplayChecks replay_checks_;
+  ProbeSums replay_probes_;
+  bool replaying_ = false;
+  std::optional<torch::autograd::DetectAnomalyGuard> replay_anomaly_;
   // recovery
   std::optional<harness::LossScaler> scaler_;
   double lr_scale_ = 1.0;

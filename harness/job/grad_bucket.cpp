@@ -71,9 +71,14 @@ void GradBucket::realias() {
   }
 }
 
-ScanStats GradBucket::scan_local(bool needed) {
+std::vector<ConstSpan> GradBucket::grad_spans() const {
   std::vector<ConstSpan> spans;
   for (auto& p : params_) spans.push_back({p.grad().data_ptr<float>(), size_t(p.numel())});
+  return spans;
+}
+
+ScanStats GradBucket::scan_local(bool needed) {
+  const std::vector<ConstSpan> spans = grad_spans();
   ScanStats pre;
   if (cuda_) {
     gpu_scan_->scan(spans, nullptr, &pre);  // one launch, one host sync
@@ -87,6 +92,17 @@ ScanStats GradBucket::scan_local(bool needed) {
     pack_and_scan(spans, wire_buf_.data(), wire_, pre_scale_, &pre);  // cast / pre-divide
   }
   return pre;
+}
+
+ScanStats GradBucket::scan_only() {
+  const std::vector<ConstSpan> spans = grad_spans();
+  ScanStats stats;
+  if (cuda_) {
+    gpu_scan_->scan(spans, nullptr, &stats);
+  } else {
+    scan(spans, &stats);
+  }
+  return stats;
 }
 
 void* GradBucket::send_buffer(const std::function<void(void*, size_t, WireType)>& edit,

@@ -48,6 +48,9 @@ class GradBucket {
   /// The local scan (and the cast / pre-divide into the wire buffer when not in place).
   /// `needed` false on the CPU in-place path skips the read: preset `none` is plain training.
   ScanStats scan_local(bool needed);
+  /// A read-only scan of the local gradients (the replay's): never writes the wire buffer, so
+  /// the step's packed send buffer survives a replay.
+  ScanStats scan_only();
   /// The send buffer (a host pointer on the CPU path, a device pointer on CUDA). `edit(buf,
   /// count, wire)` may change it first (the `comm` fault); with `stage` (CUDA) it edits a host
   /// copy that is then copied back.
@@ -57,6 +60,8 @@ class GradBucket {
   ScanStats scan_reduced(double loss_scale);
 
  private:
+  std::vector<ConstSpan> grad_spans() const;  // every parameter's gradient, backward order
+
   std::vector<torch::Tensor> params_;  // backward order
   torch::Tensor bucket_;               // every gradient, flat, backward order
   WireType wire_ = WireType::kFp32;

@@ -79,6 +79,10 @@ struct DetectorInfo {
   bool preset_fp16_only = false;
   /// The consensus row column (consensus.h RowField) that carries its Finding's `code`; -1: none.
   int column = -1;
+  /// Its check also decides whether the replay reproduced a fault (detectors/stack/replay.h): a
+  /// stateless test for a non-finite value, made for the replay whether or not the scenario
+  /// enables it, so a replay's verdict never depends on the enabled set.
+  bool replay = false;
   /// DESIGN.md attribution of a step whose first detector this is: sets `layer` and `cause` of
   /// the decision from the first blamed rank's row (kRowWidth doubles). Empty: neither is known
   /// from the consensus (the replay or the detector's own event tells). Must not throw for

@@ -250,6 +250,57 @@ consistent = true
   EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
 }
 
+// The replay decides "reproduced" with the registry's replay detectors, whatever the scenario
+// enables (detectors/stack/replay.h): with only `grad` enabled, a persistent activation NaN is
+// still seen again in the replay (not transient), and the replay's probes name the module.
+TEST(InProcess, ReplayVerdictDoesNotDependOnTheEnabledDetectors) {
+  const auto j = RunInProcess(std::string(kMlp4) + R"([[fault]]
+kind = "tensor"
+target = "activation:layers.1"
+ranks = [2]
+step = 7
+persistent = true
+[detectors]
+enabled = ["grad"]
+[recovery]
+policy = "skip_step"
+[expect]
+detected = true
+first_detector = "grad"
+rank = 2
+cause = "activation"
+layer = "layers.1"
+transient = false
+)",
+                              "replay_enabled");
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
+}
+
+// The batch detector's own rule runs in the replay too: a finite input beyond max_abs that
+// comes back on the re-run is persistent; the same fault fired once is transient.
+TEST(InProcess, ReplayReproducesAPersistentOutOfRangeBatch) {
+  for (const bool persistent : {true, false}) {
+    const auto j = RunInProcess(std::string(kMlp4) + R"([[fault]]
+kind = "batch"
+field = "inputs"
+value = 1e9
+ranks = [1]
+step = 6
+persistent = )" + (persistent ? "true" : "false") +
+                                    R"(
+[expect]
+detected = true
+first_detector = "batch"
+rank = 1
+cause = "data"
+layer = "inputs"
+transient = )" + (persistent ? "false" : "true") + "\n",
+                                "replay_batch");
+    EXPECT_EQ(j.res.verdict, results::Verdict::kPass)
+        << (persistent ? "persistent: " : "one-shot: ") << j.res.reason;
+  }
+}
+
 // The fake's own contract: a collective whose ranks disagree on its size is an error on every
 // rank, never a silent partial sum; an abort releases every waiting rank.
 TEST(InProcessWorld, MismatchedCollectiveIsAnErrorAndAbortReleasesWaiters) {

@@ -1,0 +1,92 @@
+// RankRunner: one rank of a built-in job (the `mlp` and `transformer` workloads). Private to
+// harness/job/ (runner.h is the public entry).
+//
+// The job owns the model, the data, the optimizer, the gradient bucket and the order of the
+// steps; at each hook point of DESIGN.md "The step pipeline" it calls the agent's hook layer
+// (inject/faults.h: what is injected) and the reference stack (detectors/stack/
+// reference_stack.h: what is detected, agreed and recovered). Neither knows the other.
+//   runner.cpp       the loop: run(), one step, its forward/backward, the replay (the
+//                    orchestration, read top to bottom)
+//   rank_runner.cpp  set-up and the job's state for the agent and the stack: optimizer state,
+//                    the `state` kind's hook, the ModelState view, the end records (final,
+//                    exit, abort)
+// Thread-safety: the rank's one thread; blocks only in the stack's collectives.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "detectors/stack/reference_stack.h"
+#include "harness/comm/communicator.h"
+#include "harness/evidence/events.h"
+#include "harness/job/grad_bucket.h"
+#include "harness/job/workload.h"
+#include "harness/scenario/scenario.h"
+#include "harness/tensor/torch_compat.h"
+#include "inject/faults.h"
+
+namespace nanchaos::harness {
+
+class RankRunner {
+ public:
+  /// Writes `start` and `clock`, builds the workload, the bucket, the optimizer, the agent's
+  /// faults and the stack. Throws std::runtime_error when the communicator's world size is not
+  /// [job].ranks.
+  RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir);
+  /// Runs [job].steps steps (rollbacks re-execute some); returns the rank's exit code (0, or
+  /// kRankExitAborted after a coordinated abort).
+  int run();
+
+ private:
+  // ---- the loop (runner.cpp)
+  bool run_step(int64_t step);
+  bool forward_backward(int64_t step, detect::StepView& view, double* loss_value);
+  ProbeFn probe();
+  std::string backward(torch::Tensor& loss);
+  detect::ReplayResult replay(int64_t step);
+  bool early_return(int64_t step, double lr);
+  void update(bool skip, double lr, const ScanStats& post);
+
+  // ---- set-up, state and records (rank_runner.cpp)
+  detect::StepView step_view(int64_t step) const;
+  inject::NamedTensors named_parameters() const;
+  inject::NamedTensors gradients();
+  inject::NamedTensors optimizer_states();
+  void apply_state_faults();
+  detect::ModelState model_state();
+  AllReduceFloats buffer_sum(int64_t step);
+  void autocast(std::optional<compat::CudaAutocast>& ac) const;
+  void clip_gradients(double sq_norm);
+  void zero_grads() { bucket_->zero(); }  // never Optimizer::zero_grad (2.x may undefine grads)
+  void write_final(int64_t steps_completed);
+  void write_exit(int code);
+  int finish_abort(int64_t step, const std::string& reason, const std::string& cause);
+
+  Scenario s_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<EventLog> log_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<Workload> workload_;
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::vector<std::string> fwd_names_, bwd_names_;
+  std::vector<torch::Tensor> fwd_params_, bwd_params_;
+  std::vector<std::string> module_names_;          // probed modules, forward order
+  std::unique_ptr<inject::Faults> faults_;         // the agent (inject/faults.h)
+  std::unique_ptr<detect::ReferenceStack> stack_;  // detectors, consensus, recovery, collectives
+  bool cuda_ = false;  // device = cuda: tensors on the rank's GPU, NCCL, autocast
+  torch::Device device_{torch::kCPU};
+  std::unique_ptr<GradBucket> bucket_;  // every gradient, flat, backward order; the wire buffer
+  bool stage_send_ = false;        // a comm fault edits the device send buffer through a host copy
+  bool has_state_faults_ = false;  // a `state` fault: its hook runs at step start
+  bool has_optimizer_faults_ = false;      // an optimizer: target: its hook runs after the update
+  std::optional<torch::ScalarType> half_;  // precision fp16/bf16: rounding at every probe
+  int64_t high_water_ = -1;  // highest step run so far (re-executions are steps <= this)
+  std::vector<torch::Tensor> buffer_snapshot_;
+  double initial_eval_ = 0;
+};
+
+}  // namespace nanchaos::harness
