@@ -144,6 +144,7 @@ int run_campaign(const CampaignOptions& o) {
   LaunchContext ctx;
   ctx.launcher = default_launcher(o.launcher);
   ctx.self_exe = o.self_exe;
+  ctx.private_mpi_tmpdir = o.jobs > 1;
   const auto words = split_words(ctx.launcher);
   if (words.empty() || !find_program(words.front())) {
     std::cerr << fmt::format("nanchaos campaign: error: launcher '{}' not found\n", ctx.launcher);
@@ -166,11 +167,12 @@ int run_campaign(const CampaignOptions& o) {
   c.jobs = o.jobs;
   c.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
   c.nanchaos_version = NANCHAOS_VERSION;
+  const std::string base_text = read_text(o.scenario);
   std::vector<DrawnFault> drawn;
   try {
     const CampaignTargets targets = targets_of(base, ctx);
     c.kinds = campaign_kinds(base, targets, o.kinds);
-    drawn = draw_faults(base, read_text(o.scenario), targets, c.kinds, c.seed, o.faults);
+    drawn = draw_faults(base, base_text, targets, c.kinds, c.seed, o.faults);
   } catch (const CampaignError& e) {
     std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
     return 2;
@@ -178,7 +180,6 @@ int run_campaign(const CampaignOptions& o) {
   const std::string out = o.out_dir.empty() ? "results/campaigns/" +
                                                   utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
                                             : o.out_dir;
-  const std::string base_text = read_text(o.scenario);
   std::vector<std::string> files(drawn.size());
   try {
     for (const auto& d : drawn) {

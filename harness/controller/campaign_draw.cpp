@@ -223,7 +223,7 @@ std::pair<int64_t, int64_t> fault_step_window(int64_t steps) {
   if (last < first) {
     throw CampaignError(fmt::format(
         "[job].steps = {} is too short for a campaign: faults are drawn from step max(1, "
-        "steps/5) to steps - 1 - max(2, steps/5), which leaves no step; use at least 5 steps",
+        "steps/5) to steps - 1 - max(2, steps/5), which leaves no step; use at least 4 steps",
         steps));
   }
   return {first, last};

@@ -121,10 +121,12 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
 /// When `events_dir` is given, the ranks' pids are read from their first event (`start`, or an
 /// external rank's `launch`) and watched. `attach_timeout_ms` > 0 (external jobs) also ends the
 /// job early when a rank never attaches (JobResult::attach_failure).
+/// `extra_env` is added to the launcher's environment (after the job's own variables).
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
                      int64_t timeout_ms, const std::string& job_id,
                      const std::string& events_dir = "", int world = 0,
-                     int64_t attach_timeout_ms = 0);
+                     int64_t attach_timeout_ms = 0,
+                     const std::map<std::string, std::string>& extra_env = {});
 
 /// The interpreter that replaces a bare `python`/`python3` command[0] of external jobs,
 /// resolved once per suite: $NANCHAOS_PYTHON if set, else the first of `candidates` (a bare name
@@ -159,7 +161,8 @@ std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scena
 JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& self_exe, const std::string& run_dir,
                            const std::string& python, const std::string& job_id,
-                           std::optional<uint64_t> seed, bool dry_run = false);
+                           std::optional<uint64_t> seed, bool dry_run = false,
+                           const std::map<std::string, std::string>& extra_env = {});
 
 /// Whitespace-separated words of a command line (no quoting): "mpirun --mca x y" -> 3 words.
 std::vector<std::string> split_words(const std::string& s);
@@ -213,6 +216,11 @@ struct LaunchContext {
   std::string launcher;  ///< default_launcher()
   std::string self_exe;  ///< this binary
   std::string python;    ///< resolve_python() for a bare python3 command of external jobs ("")
+  /// Each job gets its own Open MPI session folder (OMPI_MCA_orte_tmpdir_base, a fresh folder
+  /// under /tmp removed after the job): launches that start or end at the same moment otherwise
+  /// race on mpirun's shared /tmp/ompi.<host>.<uid> ("A call to mkdir was unable to create the
+  /// desired directory ... File exists"). For parallel launches (`nanchaos campaign --jobs`).
+  bool private_mpi_tmpdir = false;
 };
 
 /// Runs one job of `s` in `run_dir` and judges it: makes run_dir/events, copies the scenario to
