@@ -31,10 +31,12 @@ const char* to_string(CampaignOutcome o) {
 }
 
 const std::vector<CampaignOutcome>& campaign_outcomes() {
-  static const std::vector<CampaignOutcome> all = {
-      CampaignOutcome::kMasked,           CampaignOutcome::kDetectedRecovered,
-      CampaignOutcome::kDetectedUnrecovered, CampaignOutcome::kSilentCorruption,
-      CampaignOutcome::kHang,             CampaignOutcome::kCrash};
+  static const std::vector<CampaignOutcome> all = {CampaignOutcome::kMasked,
+                                                   CampaignOutcome::kDetectedRecovered,
+                                                   CampaignOutcome::kDetectedUnrecovered,
+                                                   CampaignOutcome::kSilentCorruption,
+                                                   CampaignOutcome::kHang,
+                                                   CampaignOutcome::kCrash};
   return all;
 }
 
@@ -89,8 +91,8 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
   row.fault_class = fault_class;
   row.truth = truth;
   row.wall_ms = judged.wall_ms;
-  if (auto it = judged.extra.find("false_positives"); it != judged.extra.end() &&
-                                                      it->is_number_integer()) {
+  if (auto it = judged.extra.find("false_positives");
+      it != judged.extra.end() && it->is_number_integer()) {
     row.false_positives = it->get<int64_t>();
   }
   // A fault that never fired measured nothing: its row is an error, out of every rate.
@@ -192,11 +194,11 @@ ojson class_json(const ClassSummary& s) {
   j["errors"] = s.errors;
   j["detected"] = s.detected;
   j["coverage"] = to_json(s.coverage);
-  j["attribution"] = {{"rank", to_json(s.rank)},
-                      {"layer", to_json(s.layer)},
-                      {"cause", to_json(s.cause)}};
+  j["attribution"] = {
+      {"rank", to_json(s.rank)}, {"layer", to_json(s.layer)}, {"cause", to_json(s.cause)}};
   ojson outcomes = ojson::object();
-  for (CampaignOutcome o : campaign_outcomes()) outcomes[to_string(o)] = s.outcomes.at(to_string(o));
+  for (CampaignOutcome o : campaign_outcomes())
+    outcomes[to_string(o)] = s.outcomes.at(to_string(o));
   j["outcomes"] = outcomes;
   j["worst_outcome"] = s.worst < 0 ? ojson(nullptr) : ojson(s.worst);
   return j;
@@ -231,8 +233,7 @@ ojson fault_json(const CampaignFault& f) {
   auto ok = [](const std::optional<bool>& b) { return b ? ojson(*b) : ojson(nullptr); };
   j["correct"] = {{"rank", ok(f.rank_ok)}, {"layer", ok(f.layer_ok)}, {"cause", ok(f.cause_ok)}};
   // What a reader of a wrong attribution needs: what was expected and what was named.
-  if ((f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) ||
-      (f.cause_ok && !*f.cause_ok)) {
+  if ((f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) || (f.cause_ok && !*f.cause_ok)) {
     ojson expected, named;
     if (f.rank_ok && !*f.rank_ok) {
       expected["rank"] = f.truth.ranks;

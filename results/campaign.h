@@ -57,10 +57,11 @@ const std::vector<CampaignOutcome>& campaign_outcomes();
 /// What was injected, as the contract's table derives it from the fault (harness side:
 /// campaign_draw.h truth_of).
 struct Truth {
-  std::vector<int64_t> ranks;        ///< the hit ranks, ascending
-  int64_t step = 0;                  ///< the first firing step
-  std::optional<std::string> layer;  ///< module / parameter / inputs / labels / loss; none: not scored
-  std::string cause;                 ///< data, activation, ... (SCENARIO_FORMAT.md cause list)
+  std::vector<int64_t> ranks;  ///< the hit ranks, ascending
+  int64_t step = 0;            ///< the first firing step
+  std::optional<std::string>
+      layer;          ///< module / parameter / inputs / labels / loss; none: not scored
+  std::string cause;  ///< data, activation, ... (SCENARIO_FORMAT.md cause list)
 };
 
 /// What the stack named: its first detection.
@@ -74,13 +75,13 @@ struct Named {
 
 /// One fault of a campaign, scored.
 struct CampaignFault {
-  int index = 0;                ///< 0-based draw index (the folder is faults/<index, 3 digits>)
+  int index = 0;                 ///< 0-based draw index (the folder is faults/<index, 3 digits>)
   nlohmann::ordered_json fault;  ///< the [[fault]] table as drawn (kind, ranks, step, target, ...)
-  std::string fault_class;      ///< kind, or kind:where (tensor:activation, batch:inputs, ...)
+  std::string fault_class;       ///< kind, or kind:where (tensor:activation, batch:inputs, ...)
   Truth truth;
-  std::optional<Named> named;   ///< nullopt: not detected
+  std::optional<Named> named;              ///< nullopt: not detected
   std::optional<CampaignOutcome> outcome;  ///< nullopt: the fault could not be measured (error)
-  std::string error;            ///< why outcome is null ("" otherwise)
+  std::string error;                       ///< why outcome is null ("" otherwise)
   std::optional<int64_t> latency_steps;
   std::optional<double> latency_ms;
   int64_t false_positives = 0;  ///< detections before the fault fired
@@ -110,7 +111,7 @@ struct ClassSummary {
 struct CampaignSummary {
   ClassSummary all;
   std::map<std::string, ClassSummary> by_class;  ///< fault class -> summary
-  std::optional<Summary> latency_steps;           ///< over detected faults
+  std::optional<Summary> latency_steps;          ///< over detected faults
   std::optional<Summary> latency_ms;
   int64_t false_positives = 0;
   /// detector -> fault class -> faults it detected first (the heatmap).
@@ -123,7 +124,7 @@ struct Campaign {
   std::string scenario;  ///< the base scenario file as given
   std::string name;      ///< its [scenario].name
   uint64_t seed = 0;
-  int64_t requested = 0;  ///< --faults N
+  int64_t requested = 0;           ///< --faults N
   std::vector<std::string> kinds;  ///< the kinds drawn from
   int jobs = 1;
   std::string started;  ///< ISO-8601 UTC
@@ -141,8 +142,9 @@ bool layer_matches(const std::string& truth_layer, const std::string& named_laye
 
 /// Scores one fault from the judge's result. `judged.injections` empty (the fault never fired) or
 /// a launch error in `judged.reason` with no outcome makes an error row.
-CampaignFault score_fault(int index, const nlohmann::ordered_json& fault, const std::string& fault_class,
-                          const Truth& truth, const ScenarioResult& judged);
+CampaignFault score_fault(int index, const nlohmann::ordered_json& fault,
+                          const std::string& fault_class, const Truth& truth,
+                          const ScenarioResult& judged);
 
 /// The summary over `faults` (errors excluded from every rate).
 CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults);

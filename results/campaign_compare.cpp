@@ -18,8 +18,8 @@ using json = nlohmann::json;
 std::string rate_text(int64_t k, int64_t n) {
   if (n == 0) return "-";
   const Interval ci = wilson95(k, n);
-  return fmt::format("{:.1f}% [{:.1f}-{:.1f}] ({}/{})", 100.0 * double(k) / double(n),
-                     100 * ci.lo, 100 * ci.hi, k, n);
+  return fmt::format("{:.1f}% [{:.1f}-{:.1f}] ({}/{})", 100.0 * double(k) / double(n), 100 * ci.lo,
+                     100 * ci.hi, k, n);
 }
 
 // {k, n} of one rate, from summary.coverage_counts or summary.attribution_counts.X.
@@ -30,7 +30,8 @@ std::pair<int64_t, int64_t> counts(const json& doc, const std::string& metric,
                                        : sum.at("attribution_counts").at(metric.substr(12));
   const int64_t k = r.at("k").get<int64_t>(), n = r.at("n").get<int64_t>();
   if (n < 0 || k < 0 || k > n) {
-    throw std::runtime_error(fmt::format("{}: {}: k = {}, n = {} is not a rate", side, metric, k, n));
+    throw std::runtime_error(
+        fmt::format("{}: {}: k = {}, n = {} is not a rate", side, metric, k, n));
   }
   return {k, n};
 }
@@ -62,8 +63,8 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
   CampaignComparison c;
   c.base_label = base_label;
   c.fresh_label = fresh_label;
-  for (const char* metric : {"coverage", "attribution.rank", "attribution.layer",
-                             "attribution.cause"}) {
+  for (const char* metric :
+       {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
     CampaignRateDiff d;
     d.metric = metric;
     std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
@@ -87,7 +88,8 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
   c.same_draws = base.value("seed", json()) == fresh.value("seed", json()) && !fb.empty();
   for (const auto& row : fb) {
     auto it = by_index.find(row.at("index").get<int64_t>());
-    c.same_draws = c.same_draws && it != by_index.end() && it->second->at("fault") == row.at("fault");
+    c.same_draws =
+        c.same_draws && it != by_index.end() && it->second->at("fault") == row.at("fault");
   }
   if (c.same_draws) {
     for (const auto& row : fb) {
@@ -96,9 +98,9 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
       if (!oa || !ob) continue;
       ++c.faults_compared;
       if (severity(*ob) > severity(*oa)) {
-        c.outcome_regressions.push_back(fmt::format(
-            "f{:03} {}: {} -> {}", row.at("index").get<int64_t>(), row.value("class", "?"),
-            to_string(*oa), to_string(*ob)));
+        c.outcome_regressions.push_back(
+            fmt::format("f{:03} {}: {} -> {}", row.at("index").get<int64_t>(),
+                        row.value("class", "?"), to_string(*oa), to_string(*ob)));
       }
     }
     return c;
@@ -129,14 +131,16 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
 }
 
 std::string format_markdown(const CampaignComparison& c) {
-  std::string m = fmt::format("### nanchaos campaign compare: {} → {}\n\n", c.base_label,
-                              c.fresh_label);
+  std::string m =
+      fmt::format("### nanchaos campaign compare: {} → {}\n\n", c.base_label, c.fresh_label);
   m += c.regressed() ? "**Regression.**\n\n" : "No regression.\n\n";
   m += "| metric | A | B | |\n|---|---|---|---|\n";
   for (const auto& r : c.rates) {
     m += fmt::format("| {} | {} | {} | {} |\n", r.metric, rate_text(r.base_k, r.base_n),
                      rate_text(r.fresh_k, r.fresh_n),
-                     !r.compared ? "not compared" : r.regressed ? "**fell**" : "ok");
+                     !r.compared   ? "not compared"
+                     : r.regressed ? "**fell**"
+                                   : "ok");
   }
   m += fmt::format(
       "\nRates: 95% Wilson intervals; a rate regressed when B's upper bound is below A's lower "
@@ -155,10 +159,12 @@ std::string format_text(const CampaignComparison& c) {
   for (const auto& r : c.rates) {
     t += fmt::format("  {:<18} A {:<30} B {:<30} {}\n", r.metric, rate_text(r.base_k, r.base_n),
                      rate_text(r.fresh_k, r.fresh_n),
-                     !r.compared ? "not compared" : r.regressed ? "FELL" : "ok");
+                     !r.compared   ? "not compared"
+                     : r.regressed ? "FELL"
+                                   : "ok");
   }
-  t += fmt::format("  outcomes compared {}: {}\n",
-                   c.same_draws ? "fault by fault" : "per class", c.faults_compared);
+  t += fmt::format("  outcomes compared {}: {}\n", c.same_draws ? "fault by fault" : "per class",
+                   c.faults_compared);
   for (const auto& o : c.outcome_regressions) t += "  worse outcome: " + o + "\n";
   t += c.regressed() ? "REGRESSION\n" : "no regression\n";
   return t;
@@ -174,9 +180,12 @@ json format_json(const CampaignComparison& c) {
                      {"regressed", r.regressed},
                      {"detail", r.detail}});
   }
-  return {{"base", c.base_label},     {"new", c.fresh_label},
-          {"same_draws", c.same_draws}, {"compared", c.faults_compared},
-          {"rates", rates},           {"outcome_regressions", c.outcome_regressions},
+  return {{"base", c.base_label},
+          {"new", c.fresh_label},
+          {"same_draws", c.same_draws},
+          {"compared", c.faults_compared},
+          {"rates", rates},
+          {"outcome_regressions", c.outcome_regressions},
           {"regressed", c.regressed()}};
 }
 

@@ -39,7 +39,8 @@ struct CampaignComparison {
   bool same_draws = false;  ///< per-fault outcome comparison (see the header comment)
   int faults_compared = 0;  ///< faults (same_draws) or classes compared for outcomes
   std::vector<CampaignRateDiff> rates;
-  std::vector<std::string> outcome_regressions;  ///< "f007 tensor:activation: detected_recovered -> silent_corruption"
+  std::vector<std::string>
+      outcome_regressions;  ///< "f007 tensor:activation: detected_recovered -> silent_corruption"
   bool regressed() const;
 };
 

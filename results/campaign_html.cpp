@@ -25,15 +25,15 @@ std::string shaded(const std::string& text, double share, const char* rgb) {
 
 std::string pct(const Rate& r) {
   if (!r.rate) return "-";
-  return fmt::format("{:.0f}% [{:.0f}-{:.0f}]", 100 * *r.rate, 100 * r.ci95->lo,
-                     100 * r.ci95->hi);
+  return fmt::format("{:.0f}% [{:.0f}-{:.0f}]", 100 * *r.rate, 100 * r.ci95->lo, 100 * r.ci95->hi);
 }
 
 std::string heatmap(const CampaignSummary& s) {
   std::set<std::string> dets;
   for (const auto& [d, by] : s.detector_by_class) dets.insert(d);
-  std::string h = "<table id=\"heatmap\"><tr><th>fault class</th><th>faults</th><th>not "
-                  "masked</th><th>coverage [95%]</th>";
+  std::string h =
+      "<table id=\"heatmap\"><tr><th>fault class</th><th>faults</th><th>not "
+      "masked</th><th>coverage [95%]</th>";
   for (const auto& d : dets) h += "<th>" + html_escape(d) + "</th>";
   h += "<th>undetected</th></tr>\n";
   for (const auto& [cls, cs] : s.by_class) {
@@ -71,8 +71,7 @@ std::string confusion(const CampaignSummary& s) {
       auto it = row.find(n);
       const int64_t k = it == row.end() ? 0 : it->second;
       const char* rgb = n == truth ? "60,160,60" : "200,50,50";
-      h += shaded(k ? std::to_string(k) : "", double(k) / double(std::max<int64_t>(1, total)),
-                  rgb);
+      h += shaded(k ? std::to_string(k) : "", double(k) / double(std::max<int64_t>(1, total)), rgb);
     }
     h += "</tr>\n";
   }
@@ -133,8 +132,9 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
   h += fmt::format("<h1>nanchaos campaign: {}</h1>\n", html_escape(c.name));
   h += fmt::format(
       "<p>Scenario <code>{}</code>, seed {}, {} faults over {}, {:.1f} s, nanchaos {}.</p>\n",
-      html_escape(c.scenario), c.seed, a.faults, html_escape(fmt::format("{}", fmt::join(c.kinds, ", "))),
-      c.wall_s, html_escape(c.nanchaos_version));
+      html_escape(c.scenario), c.seed, a.faults,
+      html_escape(fmt::format("{}", fmt::join(c.kinds, ", "))), c.wall_s,
+      html_escape(c.nanchaos_version));
   h += "<!--notes-->";
   h += "<h2>Summary</h2>\n<table><tr><th></th><th>rate [95% Wilson]</th><th>k/n</th></tr>\n";
   const std::pair<const char*, const Rate*> rates[] = {{"coverage", &a.coverage},
@@ -175,8 +175,8 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
        "<th>named by</th><th>true rank / layer / cause</th><th>named rank / layer / "
        "cause</th><th>latency (steps)</th><th>scenario</th></tr>\n";
   for (const auto& f : c.faults) {
-    const bool wrong = (f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) ||
-                       (f.cause_ok && !*f.cause_ok);
+    const bool wrong =
+        (f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) || (f.cause_ok && !*f.cause_ok);
     h += fmt::format(
         "<tr{}><td class=\"n\">{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>"
         "<td>{} / {} / {}</td><td>{}</td><td class=\"n\">{}</td><td><a href=\"{}\">toml</a></td>"

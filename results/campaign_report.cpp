@@ -29,7 +29,8 @@ std::string campaign_markdown(const Campaign& c) {
   const ClassSummary& a = c.summary.all;
   std::string m = fmt::format("# nanchaos campaign: {}\n\n", c.name);
   m += fmt::format(
-      "Scenario `{}`, seed {}, {} faults drawn over {} ({} at a time), {:.1f} s, nanchaos {}.{}\n\n",
+      "Scenario `{}`, seed {}, {} faults drawn over {} ({} at a time), {:.1f} s, nanchaos "
+      "{}.{}\n\n",
       c.scenario, c.seed, a.faults, fmt::join(c.kinds, ", "), c.jobs, c.wall_s, c.nanchaos_version,
       c.interrupted ? " **Interrupted: the faults below are those measured.**" : "");
   m += "| | rate (95% Wilson interval, k/n) |\n|---|---|\n";
@@ -76,8 +77,8 @@ std::string campaign_markdown(const Campaign& c) {
   m += "\n## Attribution errors\n\n";
   bool any = false;
   for (const auto& f : c.faults) {
-    const bool wrong = (f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) ||
-                       (f.cause_ok && !*f.cause_ok);
+    const bool wrong =
+        (f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) || (f.cause_ok && !*f.cause_ok);
     if (!wrong) continue;
     if (!any) {
       m += "| fault | injected (rank, step, layer, cause) | named by | named (rank, step, layer, "
@@ -125,12 +126,12 @@ void write_campaign_junit(const Campaign& c, const std::string& path) {
     }
     k.out += fmt::format("{}: {}\n", line, to_string(*f.outcome));
     if (!f.named && *f.outcome != CampaignOutcome::kMasked) {
-      k.failure += fmt::format("{}: not detected ({}); re-run: {}\n", line, to_string(*f.outcome),
-                               f.rerun);
+      k.failure +=
+          fmt::format("{}: not detected ({}); re-run: {}\n", line, to_string(*f.outcome), f.rerun);
     } else if (f.cause_ok && !*f.cause_ok) {
-      k.failure += fmt::format("{}: cause {} named, {} injected; re-run: {}\n", line,
-                               f.named->cause.empty() ? "(none)" : f.named->cause, f.truth.cause,
-                               f.rerun);
+      k.failure +=
+          fmt::format("{}: cause {} named, {} injected; re-run: {}\n", line,
+                      f.named->cause.empty() ? "(none)" : f.named->cause, f.truth.cause, f.rerun);
     }
   }
   int failures = 0, errors = 0;
@@ -146,8 +147,9 @@ void write_campaign_junit(const Campaign& c, const std::string& path) {
       "time=\"{:.3f}\" timestamp=\"{}\">\n",
       xml_escape(c.name), cases.size(), failures, errors, total, xml_escape(c.started));
   for (const auto& [name, k] : cases) {
-    x += fmt::format("  <testcase classname=\"nanchaos.campaign.{}\" name=\"{}\" time=\"{:.3f}\">\n",
-                     xml_escape(c.name), xml_escape(name), k.secs);
+    x +=
+        fmt::format("  <testcase classname=\"nanchaos.campaign.{}\" name=\"{}\" time=\"{:.3f}\">\n",
+                    xml_escape(c.name), xml_escape(name), k.secs);
     if (!k.failure.empty()) {
       x += fmt::format("    <failure message=\"{}\" type=\"campaign\">{}</failure>\n",
                        xml_escape(one_line(k.failure.substr(0, k.failure.find('\n')))),

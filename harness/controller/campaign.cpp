@@ -130,8 +130,8 @@ int run_campaign(const CampaignOptions& o) {
   }
   const auto missing = unimplemented_features(base);
   if (!missing.empty()) {
-    std::cerr << fmt::format("nanchaos campaign: error: {}: not implemented yet: {}\n",
-                             o.scenario, fmt::join(missing, "; "));
+    std::cerr << fmt::format("nanchaos campaign: error: {}: not implemented yet: {}\n", o.scenario,
+                             fmt::join(missing, "; "));
     return 2;
   }
   if (base.job.device == Device::kCuda) {
@@ -177,9 +177,9 @@ int run_campaign(const CampaignOptions& o) {
     std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
     return 2;
   }
-  const std::string out = o.out_dir.empty() ? "results/campaigns/" +
-                                                  utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
-                                            : o.out_dir;
+  const std::string out = o.out_dir.empty()
+                              ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
+                              : o.out_dir;
   std::vector<std::string> files(drawn.size());
   try {
     for (const auto& d : drawn) {
@@ -259,7 +259,8 @@ int run_campaign(const CampaignOptions& o) {
     }
   }
   if (!o.quiet) std::cout << console_summary(c, out) << std::flush;
-  if (!html_note.empty()) std::cerr << "nanchaos campaign: warning: campaign.html: " << html_note << "\n";
+  if (!html_note.empty())
+    std::cerr << "nanchaos campaign: warning: campaign.html: " << html_note << "\n";
   if (c.interrupted) {
     std::cerr << fmt::format(
         "nanchaos campaign: interrupted by {}: {} of {} faults measured; reports: "

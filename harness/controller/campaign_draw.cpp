@@ -205,10 +205,10 @@ void put(toml::table& t, const std::string& key, const ojson& v) {
 CampaignTargets builtin_targets(const Scenario& s) {
   const std::optional<ModelSpec> model = listed_model(s);
   if (!model) {
-    throw CampaignError(fmt::format(
-        "{}: a campaign over this job needs its module names: {}", s.file,
-        s.job.external() ? "an external job's come from its dry run"
-                         : "the model has more layers than the loader lists"));
+    throw CampaignError(
+        fmt::format("{}: a campaign over this job needs its module names: {}", s.file,
+                    s.job.external() ? "an external job's come from its dry run"
+                                     : "the model has more layers than the loader lists"));
   }
   CampaignTargets t;
   t.modules = model->modules;
@@ -285,10 +285,13 @@ results::Truth truth_of(const ojson& f, int64_t world) {
     std::sort(t.ranks.begin(), t.ranks.end());
   }
   t.step = f.at("step").get<int64_t>();
-  static const std::map<std::string, std::string> by_kind = {
-      {"batch", "data"},         {"overflow", "fp16_overflow"}, {"lr", "gradient_explosion"},
-      {"comm", "comm_corruption"}, {"hang", "hang"},            {"crash", "rank_failure"},
-      {"state", "replica_divergence"}};
+  static const std::map<std::string, std::string> by_kind = {{"batch", "data"},
+                                                             {"overflow", "fp16_overflow"},
+                                                             {"lr", "gradient_explosion"},
+                                                             {"comm", "comm_corruption"},
+                                                             {"hang", "hang"},
+                                                             {"crash", "rank_failure"},
+                                                             {"state", "replica_divergence"}};
   if (kind == "tensor" || kind == "bitflip" || kind == "overflow") {
     const std::string target = f.at("target").get<std::string>();
     const auto colon = target.find(':');
@@ -296,11 +299,11 @@ results::Truth truth_of(const ojson& f, int64_t world) {
     std::string name = colon == std::string::npos ? "" : target.substr(colon + 1);
     if (where == "optimizer") name = name.substr(0, name.rfind('.'));  // PARAM.STATE -> PARAM
     t.layer = where == "loss" ? "loss" : name;
-    t.cause = kind == "overflow"                          ? "fp16_overflow"
-              : where == "activation"                     ? "activation"
-              : where == "gradient"                       ? "gradient"
-              : where == "loss"                           ? "loss_math"
-                                                          : "parameter";
+    t.cause = kind == "overflow"      ? "fp16_overflow"
+              : where == "activation" ? "activation"
+              : where == "gradient"   ? "gradient"
+              : where == "loss"       ? "loss_math"
+                                      : "parameter";
     return t;
   }
   t.cause = by_kind.at(kind);

@@ -49,9 +49,9 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   }
   if (!started) {
     auto res = judge(s, run_dir, job);
-    out.error = fmt::format("{}: the job's dry run never attached: {} (run folder {})", s.file,
-                            res.reason.empty() ? "no `start` event from rank 0" : res.reason,
-                            run_dir);
+    out.error =
+        fmt::format("{}: the job's dry run never attached: {} (run folder {})", s.file,
+                    res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
     return out;
   }
   std::error_code ec;

@@ -151,8 +151,8 @@ TEST(CampaignDraw, KindsValidForTheJobOnly) {
   }
   EXPECT_THROW(campaign_kinds(mlp.s, mlp.t, {"tensr"}), CampaignError);
   // SGD keeps no optimizer state: no optimizer: target is drawn; fp16 wire: comm bits <= 15.
-  for (const auto& d : draw_faults(half.s, half.text, half.t, {"bitflip", "comm", "tensor"}, 3,
-                                   200)) {
+  for (const auto& d :
+       draw_faults(half.s, half.text, half.t, {"bitflip", "comm", "tensor"}, 3, 200)) {
     if (d.fault.contains("target")) {
       EXPECT_EQ(d.fault["target"].get<std::string>().rfind("optimizer:", 0), std::string::npos);
     }

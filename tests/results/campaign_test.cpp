@@ -25,8 +25,10 @@ TEST(Wilson, MatchesPublishedIntervals) {
   struct Case {
     int64_t k, n;
     double lo, hi;
-  } cases[] = {{81, 263, 0.2553, 0.3662}, {15, 148, 0.0624, 0.1605},
-               {0, 20, 0.0, 0.1611},      {1, 29, 0.0061, 0.1718}};
+  } cases[] = {{81, 263, 0.2553, 0.3662},
+               {15, 148, 0.0624, 0.1605},
+               {0, 20, 0.0, 0.1611},
+               {1, 29, 0.0061, 0.1718}};
   for (const auto& c : cases) {
     SCOPED_TRACE(std::to_string(c.k) + "/" + std::to_string(c.n));
     const Interval i = wilson95(c.k, c.n);
@@ -98,8 +100,8 @@ const ojson kFault = {{"kind", "tensor"}, {"ranks", {1}}, {"step", 10}};
 TEST(CampaignScoring, RightAttributionIsDetectedRecoveredAndCorrect) {
   ScenarioResult r = judged(FaultOutcome::kDetectedRecovered);
   r.first_detection = detection("loss", {1}, "layers.1", "activation");
-  const auto f = score_fault(3, kFault, "tensor:activation",
-                             truth({1}, "layers.1", "activation"), r);
+  const auto f =
+      score_fault(3, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), r);
   ASSERT_TRUE(f.outcome.has_value());
   EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedRecovered);
   ASSERT_TRUE(f.named.has_value());
@@ -202,8 +204,7 @@ TEST(CampaignScoring, JsonHasTheContractFields) {
   Campaign c;
   c.scenario = "campaigns/x.toml";
   c.seed = 7;
-  c.faults = {score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
-                          a)};
+  c.faults = {score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), a)};
   c.summary = summarize_campaign(c.faults);
   const ojson j = to_json(c);
   for (const char* k : {"scenario", "seed", "faults", "summary"}) EXPECT_TRUE(j.contains(k)) << k;
@@ -228,7 +229,8 @@ TEST(CampaignScoring, JsonHasTheContractFields) {
 
 // A hand-made campaign.json: `rows` are (class, outcome, cause_ok) per fault; every fault is the
 // same table except its index, so same-seed files have the same draws.
-json campaign_file(uint64_t seed, const std::vector<std::tuple<std::string, std::string, bool>>& rows,
+json campaign_file(uint64_t seed,
+                   const std::vector<std::tuple<std::string, std::string, bool>>& rows,
                    const std::string& fault_kind = "tensor") {
   std::vector<CampaignFault> faults;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -240,8 +242,8 @@ json campaign_file(uint64_t seed, const std::vector<std::tuple<std::string, std:
       r.first_detection = detection("loss", {1}, "layers.1", cause_ok ? "activation" : "gradient");
     }
     faults.push_back(score_fault(int(i),
-                                 {{"kind", fault_kind}, {"ranks", {1}}, {"step", 10 + int(i)}},
-                                 cls, truth({1}, "layers.1", "activation"), r));
+                                 {{"kind", fault_kind}, {"ranks", {1}}, {"step", 10 + int(i)}}, cls,
+                                 truth({1}, "layers.1", "activation"), r));
   }
   Campaign c;
   c.seed = seed;
@@ -253,8 +255,10 @@ json campaign_file(uint64_t seed, const std::vector<std::tuple<std::string, std:
 std::vector<std::tuple<std::string, std::string, bool>> rows(int detected, int silent,
                                                              int wrong_cause = 0) {
   std::vector<std::tuple<std::string, std::string, bool>> out;
-  for (int i = 0; i < detected; ++i) out.emplace_back("tensor:activation", "detected_recovered", i >= wrong_cause);
-  for (int i = 0; i < silent; ++i) out.emplace_back("tensor:activation", "silent_corruption", false);
+  for (int i = 0; i < detected; ++i)
+    out.emplace_back("tensor:activation", "detected_recovered", i >= wrong_cause);
+  for (int i = 0; i < silent; ++i)
+    out.emplace_back("tensor:activation", "silent_corruption", false);
   return out;
 }
 
@@ -329,8 +333,8 @@ TEST(CampaignCompare, ExitCodesOnFiles) {
   EXPECT_NE(err.str().find(report + ": not a campaign.json"), std::string::npos);
   EXPECT_EQ(run_campaign_compare(a, dir + "/missing.json", "text", out, err), 2);
   // Through the CLI: recognised by content, whatever the file is called.
-  const auto cli = test_util::run_cmd(std::string(NANCHAOS_BINARY) + " compare " + a + " " + b +
-                                      " --format md");
+  const auto cli =
+      test_util::run_cmd(std::string(NANCHAOS_BINARY) + " compare " + a + " " + b + " --format md");
   EXPECT_EQ(cli.code, 1) << cli.output;
   EXPECT_NE(cli.output.find("nanchaos campaign compare"), std::string::npos) << cli.output;
 }
