@@ -121,39 +121,58 @@ section.scenario{border-top:1px solid #bbb;margin-top:1.5em;padding-top:.5em}
 
 std::string html_escape(const std::string& s) { return xml_escape(s); }
 
+SvgRenderer::SvgRenderer(std::string gnuplot, std::string work_dir)
+    : gnuplot_(std::move(gnuplot)), work_(std::move(work_dir)) {
+  std::error_code ec;
+  fs::create_directories(work_, ec);
+}
+
+std::string SvgRenderer::svg_path(const std::string& stem) const {
+  return work_ + "/" + stem + ".svg";
+}
+
+std::string SvgRenderer::render(const std::string& stem, const std::string& script) {
+  if (missing_) return "";
+  const std::string gp = work_ + "/" + stem + ".gp";
+  const std::string svg = svg_path(stem);
+  if (!write_text(gp, script)) {
+    if (first_error_.empty()) first_error_ = "cannot write " + gp;
+    return "";
+  }
+  std::error_code rm;
+  fs::remove(svg, rm);
+  const std::string err = run_gnuplot(gnuplot_, gp, work_ + "/" + stem + ".log", missing_);
+  if (!err.empty()) {
+    if (first_error_.empty()) first_error_ = err;
+    return "";
+  }
+  return svg_element(read_text(svg));
+}
+
+std::string SvgRenderer::note() const {
+  if (missing_) {
+    return fmt::format("{}: charts and timelines omitted (install gnuplot-nox)", first_error_);
+  }
+  if (!first_error_.empty()) return "some charts are missing: " + first_error_;
+  return "";
+}
+
+std::string file_stem(std::string s) {
+  for (auto& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  return s;
+}
+
 std::string write_html(const SuiteReport& r, const std::string& path, const HtmlOptions& o) {
   std::vector<std::string> notes;
   std::string work = o.work_dir;
   if (work.empty()) work = (fs::path(path).parent_path() / "html").string();
-  std::error_code ec;
-  fs::create_directories(work, ec);
-  bool gnuplot_missing = false;
-  std::string first_plot_error;
-  // Renders one chart; "" when it could not be drawn (the reason goes to the notes once).
-  auto render = [&](const std::string& stem, const std::string& script) -> std::string {
-    if (gnuplot_missing) return "";
-    const std::string gp = work + "/" + stem + ".gp";
-    const std::string svg = work + "/" + stem + ".svg";
-    if (!write_text(gp, script)) {
-      if (first_plot_error.empty()) first_plot_error = "cannot write " + gp;
-      return "";
-    }
-    std::error_code rm;
-    fs::remove(svg, rm);
-    const std::string err = run_gnuplot(o.gnuplot, gp, work + "/" + stem + ".log", gnuplot_missing);
-    if (!err.empty()) {
-      if (first_plot_error.empty()) first_plot_error = err;
-      return "";
-    }
-    return svg_element(read_text(svg));
+  SvgRenderer charts(o.gnuplot, work);
+  auto render = [&](const std::string& stem, const std::string& script) {
+    return charts.render(stem, script);
   };
-  auto script_path = [&](const std::string& stem) { return work + "/" + stem + ".svg"; };
-  auto file_stem = [](std::string s) {
-    for (auto& c : s) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-    }
-    return s;
-  };
+  auto script_path = [&](const std::string& stem) { return charts.svg_path(stem); };
 
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
@@ -241,12 +260,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
   }
   h += "</body></html>\n";
 
-  if (gnuplot_missing) {
-    notes.push_back(
-        fmt::format("{}: charts and timelines omitted (install gnuplot-nox)", first_plot_error));
-  } else if (!first_plot_error.empty()) {
-    notes.push_back("some charts are missing: " + first_plot_error);
-  }
+  if (const std::string n = charts.note(); !n.empty()) notes.push_back(n);
   std::string note_html;
   for (const auto& n : notes) note_html += "<p class=\"note\">" + html_escape(n) + "</p>\n";
   h.replace(h.find(note_marker), note_marker.size(), note_html);

@@ -72,6 +72,30 @@ std::string latency_script(const std::string& detector, const std::vector<Latenc
 /// HTML text escaping: xml_escape (report.h), so the page and junit.xml escape alike.
 std::string html_escape(const std::string& s);
 
+/// Renders gnuplot scripts to SVG files in a work folder and returns each as an inline <svg>
+/// element (report.html, campaign.html). After gnuplot failed to start once it stops trying.
+/// Single-threaded.
+class SvgRenderer {
+ public:
+  SvgRenderer(std::string gnuplot, std::string work_dir);
+  /// Where the SVG of `stem` goes (the script's `set output`).
+  std::string svg_path(const std::string& stem) const;
+  /// Writes `script` to <work>/<stem>.gp, runs gnuplot, returns the <svg> element; "" when it
+  /// could not be drawn (the first reason is kept for note()).
+  std::string render(const std::string& stem, const std::string& script);
+  /// "" when every chart was drawn, else the page's note ("gnuplot not found: charts and
+  /// timelines omitted (install gnuplot-nox)", "some charts are missing: ...").
+  std::string note() const;
+
+ private:
+  std::string gnuplot_, work_;
+  bool missing_ = false;
+  std::string first_error_;
+};
+
+/// `s` as a file name: characters other than [A-Za-z0-9._-] become '_'.
+std::string file_stem(std::string s);
+
 struct HtmlOptions {
   std::string gnuplot = "gnuplot";  ///< program to run (looked up in PATH)
   std::string work_dir;             ///< data/scripts/SVGs; "" = <page folder>/html

@@ -6,6 +6,20 @@
 #include <stdexcept>
 
 namespace nanchaos::results {
+
+Interval wilson95(int64_t k, int64_t n) {
+  if (n < 1 || k < 0 || k > n) {
+    throw std::invalid_argument("wilson95: need 0 <= k <= n and n >= 1, got k = " +
+                                std::to_string(k) + ", n = " + std::to_string(n));
+  }
+  constexpr double z = 1.959963984540054;  // the 97.5th percentile of the standard normal
+  const double nn = double(n), p = double(k) / nn, z2 = z * z;
+  const double d = 1.0 + z2 / nn;
+  const double center = (p + z2 / (2.0 * nn)) / d;
+  const double half = z * std::sqrt(p * (1.0 - p) / nn + z2 / (4.0 * nn * nn)) / d;
+  return {std::max(0.0, center - half), std::min(1.0, center + half)};
+}
+
 namespace {
 
 using json = nlohmann::json;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -30,6 +31,22 @@ struct Summary {
   double p95 = 0;
   double max = 0;
 };
+
+/// A two-sided confidence interval [lo, hi] of a proportion.
+struct Interval {
+  double lo = 0;
+  double hi = 0;
+};
+
+/// The Wilson score interval (E. B. Wilson, "Probable inference, the law of succession, and
+/// statistical inference", JASA 22(158), 1927) of k successes in n trials at 95% (z = 1.96):
+///   p = k/n,  d = 1 + z^2/n,  center = (p + z^2/(2n)) / d,
+///   half = z * sqrt(p(1-p)/n + z^2/(4n^2)) / d,  [center - half, center + half] clamped to [0, 1].
+/// Unlike the normal (Wald) interval it never collapses to a point at k = 0 or k = n (0 of 20
+/// gives [0, 0.161]), which is where a detection stack's rates live. Newcombe (Stat. Med. 17,
+/// 1998, table I) lists 81/263 -> [0.2553, 0.3662] and 1/29 -> [0.0061, 0.1718]; the tests check
+/// those. Throws std::invalid_argument unless 0 <= k <= n and n >= 1.
+Interval wilson95(int64_t k, int64_t n);
 
 /// Summary of `samples`; nullopt when there is none. Non-finite samples are dropped (a NaN
 /// latency means "not measured"); throws nothing.

@@ -1,4 +1,5 @@
-// nanchaos command line: run, validate, compare, targets, keys, rank (internal), --version.
+// nanchaos command line: run, campaign, validate, compare, targets, keys, rank (internal),
+// --version.
 #include <fmt/format.h>
 #include <limits.h>
 #include <unistd.h>
@@ -8,12 +9,15 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 
+#include "harness/controller/campaign.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/exec_rank.h"
+#include "harness/controller/external_targets.h"
 #include "harness/controller/host_limits.h"
 #include "harness/controller/judge.h"
 #include "harness/evidence/events.h"
@@ -23,6 +27,7 @@
 #include "harness/scenario/registry_json.h"
 #include "harness/scenario/scenario.h"
 #include "nanchaos/config.h"
+#include "results/campaign_compare.h"
 #include "results/compare.h"
 
 namespace {
@@ -91,63 +96,27 @@ void print_targets(const std::vector<std::string>& modules,
   std::cout << "loss\n";
 }
 
-// `nanchaos targets SCENARIO.toml` for an external job: one dry run of the job (no faults, the
-// agent ends it at the start of iteration 1) through the controller's own launch path, then the
-// names rank 0's agent logged (`start` modules and parameters, `probe` names).
-int cmd_targets_external(const nanchaos::harness::Scenario& base, const std::string& self) {
+// `nanchaos targets SCENARIO.toml` for an external job: one dry run of the job
+// (harness/controller/external_targets.h), then the names rank 0's agent logged.
+int cmd_targets_external(const nanchaos::harness::Scenario& s, const std::string& self) {
   using namespace nanchaos::harness;
-  namespace fs = std::filesystem;
-  Scenario s = base;
-  s.faults.clear();
-  std::string python;
+  LaunchContext ctx;
+  ctx.launcher = default_launcher();
+  ctx.self_exe = self;
   if (command_needs_python(s)) {
     auto interp = resolve_python();
     if (interp.path.empty()) {
       std::cerr << "nanchaos targets: error: " << interp.error << "\n";
       return 2;
     }
-    python = interp.path;
+    ctx.python = interp.path;
   }
-  char tmpl[] = "/tmp/nanchaos-targets-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::cerr << "nanchaos targets: error: cannot create a run folder in /tmp\n";
+  const ExternalTargets t = external_targets(s, ctx);
+  if (!t.error.empty()) {
+    std::cerr << "nanchaos targets: error: " << t.error << "\n";
     return 2;
   }
-  const std::string run_dir = tmpl;
-  const std::string job_id = fmt::format("{}-targets-{}", getpid(), now_us());
-  JobResult job =
-      run_external_job(default_launcher(), s, self, run_dir, python, job_id, std::nullopt, true);
-  for (int64_t r = 0; r < s.job.ranks; ++r) {
-    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
-  }
-  std::vector<std::string> modules, parameters;
-  std::set<std::string> seen;
-  bool started = false;
-  for (const auto& e : read_events(run_dir + "/events/rank-0.jsonl")) {
-    const std::string ev = e.value("ev", "");
-    if (ev == "start" && !started) {
-      started = true;
-      for (const auto& m : e.value("modules", nlohmann::json::array())) {
-        if (m.is_string() && seen.insert(m.get<std::string>()).second) modules.push_back(m);
-      }
-      for (const auto& p : e.value("parameters", nlohmann::json::array())) {
-        if (p.is_string()) parameters.push_back(p);
-      }
-    } else if (ev == "probe") {
-      const std::string name = e.value("name", "");
-      if (!name.empty() && seen.insert(name).second) modules.push_back(name);
-    }
-  }
-  if (!started) {
-    auto res = judge(s, run_dir, job);
-    std::cerr << fmt::format(
-        "nanchaos targets: error: {}: the job's dry run never attached: {} (run folder {})\n",
-        s.file, res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
-    return 2;
-  }
-  print_targets(modules, parameters);
-  std::error_code ec;
-  fs::remove_all(run_dir, ec);
+  print_targets(t.modules, t.parameters);
   return 0;
 }
 
@@ -230,8 +199,9 @@ int main(int argc, char** argv) {
       "compare",
       "compare two report.json files; exit 1 on a regression, 2 when they share no scenario "
       "(results/compare.h)");
-  compare->add_option("base", cmp_base, "the reference report.json")->required();
-  compare->add_option("new", cmp_new, "the report.json to check")->required();
+  compare->add_option("base", cmp_base, "the reference report.json (or campaign.json)")
+      ->required();
+  compare->add_option("new", cmp_new, "the report.json (or campaign.json) to check")->required();
   compare
       ->add_option("--max-slowdown", cmp_opts.max_slowdown,
                    "latency_ms p50 ratio new/base that counts as a regression")
@@ -262,6 +232,32 @@ int main(int argc, char** argv) {
   compare->add_option("--format", cmp_format, "md (pull request), text or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"md", "text", "json"}));
+
+  CampaignOptions camp;
+  uint64_t camp_seed = 0;
+  std::string camp_kinds;
+  auto* campaign = app.add_subcommand(
+      "campaign",
+      "draw N faults, run each against the scenario's job and stack, score detection and "
+      "attribution against ground truth (docs/scenario-format.md \"Campaigns\")");
+  campaign->add_option("scenario", camp.scenario, "the job and stack under test (*.toml)")
+      ->required();
+  campaign->add_option("--faults", camp.faults, "how many faults to draw")
+      ->required()
+      ->check(CLI::Range(1, 1000000));
+  auto* camp_seed_opt =
+      campaign->add_option("--seed", camp_seed, "draw seed (default: [scenario].seed)");
+  campaign->add_option("--kinds", camp_kinds,
+                       "comma-separated fault kinds to draw from (default: every kind valid "
+                       "for the job)");
+  campaign->add_option("--out", camp.out_dir,
+                       "campaign folder (default results/campaigns/<UTC>-<name>)");
+  campaign->add_option("--jobs", camp.jobs, "launches at a time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  campaign->add_option("--launcher", camp.launcher,
+                       "launcher command (default $NANCHAOS_LAUNCHER or mpirun)");
+  campaign->add_flag("--quiet", camp.quiet, "no progress lines and no summary");
 
   auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
   std::string keys_format = "md";
@@ -310,7 +306,33 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (*validate) return cmd_validate(validate_paths, validate_limits);
+  if (*campaign) {
+    camp.self_exe = self_exe(argv[0]);
+    if (camp_seed_opt->count()) camp.seed = camp_seed;
+    for (size_t b = 0; b < camp_kinds.size();) {
+      const size_t e = std::min(camp_kinds.find(',', b), camp_kinds.size());
+      if (e > b) camp.kinds.push_back(camp_kinds.substr(b, e - b));
+      b = e + 1;
+    }
+    const int rc = run_campaign(camp);
+    if (const int sig = stop_signal()) {
+      std::cout.flush();
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+    return rc;
+  }
   if (*compare) {
+    // Campaign files are recognised by content (results/campaign_compare.h).
+    auto is_campaign = [](const std::string& path) {
+      std::ifstream in(path);
+      const auto doc = nlohmann::json::parse(in, nullptr, false);
+      return !doc.is_discarded() && nanchaos::results::is_campaign_json(doc);
+    };
+    if (is_campaign(cmp_base) || is_campaign(cmp_new)) {
+      return nanchaos::results::run_campaign_compare(cmp_base, cmp_new, cmp_format, std::cout,
+                                                     std::cerr);
+    }
     return nanchaos::results::run_compare(cmp_base, cmp_new, cmp_opts, cmp_format, std::cout,
                                           std::cerr);
   }

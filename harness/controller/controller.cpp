@@ -47,8 +47,6 @@
 namespace fs = std::filesystem;
 
 namespace nanchaos::harness {
-namespace {
-
 std::string utc_stamp(const char* fmt_str) {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -57,6 +55,8 @@ std::string utc_stamp(const char* fmt_str) {
   std::strftime(buf, sizeof(buf), fmt_str, &tm);
   return buf;
 }
+
+namespace {
 
 std::string hostname() {
   char host[256] = {0};
@@ -77,38 +77,31 @@ void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
-// Catches SIGINT and SIGTERM for the lifetime of one run_suite call, then restores what was
-// there. A SIGINT ignored when the run starts (a background job of a non-interactive shell,
-// nohup) stays ignored, as the shell meant.
-class StopSignalHandlers {
- public:
-  StopSignalHandlers() {
-    g_stop_signal = 0;
-    for (int i = 0; i < 2; ++i) {
-      struct sigaction sa {};
-      sa.sa_handler = &on_stop_signal;
-      sigemptyset(&sa.sa_mask);
-      sa.sa_flags = SA_RESTART;
-      sigaction(kSignals[i], nullptr, &old_[i]);
-      if (kSignals[i] == SIGINT && old_[i].sa_handler == SIG_IGN) continue;
-      sigaction(kSignals[i], &sa, nullptr);
-    }
-  }
-  ~StopSignalHandlers() {
-    for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &old_[i], nullptr);
-  }
-  StopSignalHandlers(const StopSignalHandlers&) = delete;
-  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+}  // namespace
 
- private:
-  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
-  struct sigaction old_[2]{};
-};
+StopSignalHandlers::StopSignalHandlers() {
+  g_stop_signal = 0;
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction sa {};
+    sa.sa_handler = &on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(kSignals[i], nullptr, &old_[i]);
+    if (kSignals[i] == SIGINT && old_[i].sa_handler == SIG_IGN) continue;
+    sigaction(kSignals[i], &sa, nullptr);
+  }
+}
+
+StopSignalHandlers::~StopSignalHandlers() {
+  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &old_[i], nullptr);
+}
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
 }
+
+namespace {
 
 // Open file descriptors of this process (/proc/self/fd, less the one reading it).
 int open_fd_count() {
@@ -130,6 +123,75 @@ std::string suite_name(const std::vector<std::string>& paths) {
 }  // namespace
 
 int stop_signal() { return g_stop_signal; }
+
+results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& run_dir,
+                                         const LaunchContext& ctx, const std::string& job_id,
+                                         std::optional<uint64_t> seed) {
+  JobResult job;
+  try {
+    // A full disk or a read-only --out: this scenario is an error naming the path and errno;
+    // the suite goes on and the reports keep what was measured.
+    fs::create_directories(run_dir + "/events");
+    const fs::path copy = fs::path(run_dir) / "scenario.toml";
+    std::error_code same_ec;
+    if (!fs::equivalent(s.file, copy, same_ec)) {  // a campaign writes it there itself
+      fs::copy_file(s.file, copy, fs::copy_options::overwrite_existing);
+    }
+  } catch (const std::exception& e) {
+    job.launch_error = std::string("cannot prepare the run folder: ") + e.what();
+  }
+  if (!job.launch_error.empty()) {
+    results::ScenarioResult res = result_for(s, run_dir);
+    res.reason = job.launch_error;  // verdict stays "error"
+    return res;
+  }
+  std::map<std::string, std::string> env;
+  std::string mpi_tmp;
+  if (ctx.private_mpi_tmpdir) {
+    // Short: Open MPI puts its sockets below it (a Unix socket path holds ~107 bytes).
+    mpi_tmp = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
+    std::error_code ec;
+    fs::create_directories(mpi_tmp, ec);
+    env["OMPI_MCA_orte_tmpdir_base"] = mpi_tmp;
+  }
+  if (s.job.external()) {
+    job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed,
+                           false, env);
+  } else {
+    auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
+                              fs::absolute(run_dir).string(), seed);
+    job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
+                     int(s.job.ranks), 0, env);
+  }
+  if (!mpi_tmp.empty()) {
+    std::error_code ec;
+    fs::remove_all(mpi_tmp, ec);
+  }
+  // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
+  // the logs are plain JSON lines for every reader, not only read_events().
+  for (int64_t r = 0; r < s.job.ranks; ++r) {
+    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+  }
+  results::ScenarioResult res = judge(s, run_dir, job);
+  if (!job.launch_error.empty()) {
+    res.verdict = results::Verdict::kError;
+    res.reason = job.launch_error;
+  }
+  if (job.interrupted_by != 0) {
+    // The evidence so far stays (outcome, events); the verdict cannot mean anything.
+    res.verdict = results::Verdict::kError;
+    res.reason = "interrupted";
+    res.extra["interrupted_by"] = signal_name(job.interrupted_by);
+  }
+  res.extra["job_start_us"] = job.t0_us;  // the timeline's zero (CLOCK_MONOTONIC us)
+  // No orphans: what of this job is alive now, after launch_job's sweep (0, or a bug).
+  res.extra["orphans_left"] = job_processes(job_id).size();
+  // The controller's own footprint after each job (the soak test bounds its growth).
+  res.extra["controller"] = {{"vm_rss_kib", vm_rss_kib().value_or(0)},
+                             {"vm_hwm_kib", vm_hwm_kib().value_or(0)},
+                             {"fds", open_fd_count()}};
+  return res;
+}
 
 int run_suite(const RunOptions& opts) {
   // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
@@ -222,6 +284,9 @@ int run_suite(const RunOptions& opts) {
     }
   }
   const std::string launcher = default_launcher(opts.launcher);
+  LaunchContext launch;
+  launch.launcher = launcher;
+  launch.self_exe = opts.self_exe;
   // A missing launcher is a missing dependency, said once up front (not a "crashed" job per
   // scenario). Only CPU jobs need it: a CUDA job is one NCCL rank or skipped.
   const bool needs_launcher =
@@ -244,6 +309,7 @@ int run_suite(const RunOptions& opts) {
   if (std::any_of(scenarios.begin(), scenarios.end(), command_needs_python)) {
     python = resolve_python();
   }
+  launch.python = python.path;
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
   bool write_failed = false;
@@ -272,55 +338,9 @@ int run_suite(const RunOptions& opts) {
         opts.trials == 1 ? out + "/" + s.name : fmt::format("{}/{}/trial-{}", out, s.name, trial);
     const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
     const auto seed = trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed);
-    JobResult job;
-    try {
-      // A full disk or a read-only --out: this scenario is an error naming the path and errno;
-      // the suite goes on and the reports keep what was measured.
-      fs::create_directories(run_dir + "/events");
-      fs::copy_file(s.file, run_dir + "/scenario.toml", fs::copy_options::overwrite_existing);
-    } catch (const std::exception& e) {
-      job.launch_error = std::string("cannot prepare the run folder: ") + e.what();
-    }
-    if (!job.launch_error.empty()) {
-      results::ScenarioResult res = result_for(s, run_dir);
-      res.reason = job.launch_error;  // verdict stays "error"
-      res.trial = trial;
-      res.trial_count = opts.trials;
-      return res;
-    }
-    if (s.job.external()) {
-      job = run_external_job(launcher, s, opts.self_exe, run_dir, python.path, job_id, seed);
-    } else {
-      auto argv = launcher_argv(launcher, s, opts.self_exe, fs::absolute(s.file).string(),
-                                fs::absolute(run_dir).string(), seed);
-      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
-                       int(s.job.ranks));
-    }
-    // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
-    // the logs are plain JSON lines for every reader, not only read_events().
-    for (int64_t r = 0; r < s.job.ranks; ++r) {
-      trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
-    }
-    results::ScenarioResult res = judge(s, run_dir, job);
-    if (!job.launch_error.empty()) {
-      res.verdict = results::Verdict::kError;
-      res.reason = job.launch_error;
-    }
-    if (job.interrupted_by != 0) {
-      // The evidence so far stays (outcome, events); the verdict cannot mean anything.
-      res.verdict = results::Verdict::kError;
-      res.reason = "interrupted";
-      res.extra["interrupted_by"] = signal_name(job.interrupted_by);
-    }
+    results::ScenarioResult res = run_scenario_job(s, run_dir, launch, job_id, seed);
     res.trial = trial;
     res.trial_count = opts.trials;
-    res.extra["job_start_us"] = job.t0_us;  // the timeline's zero (CLOCK_MONOTONIC us)
-    // No orphans: what of this job is alive now, after launch_job's sweep (0, or a bug).
-    res.extra["orphans_left"] = job_processes(job_id).size();
-    // The controller's own footprint after each job (the soak test bounds its growth).
-    res.extra["controller"] = {{"vm_rss_kib", vm_rss_kib().value_or(0)},
-                               {"vm_hwm_kib", vm_hwm_kib().value_or(0)},
-                               {"fds", open_fd_count()}};
     return res;
   };
 

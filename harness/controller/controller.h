@@ -7,6 +7,8 @@
 // Thread-safety: single-threaded; blocks while a job runs (polling every 10 ms).
 #pragma once
 
+#include <signal.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -16,6 +18,7 @@
 
 #include "harness/controller/host_limits.h"
 #include "harness/scenario/scenario.h"
+#include "results/report.h"
 
 namespace nanchaos::harness {
 
@@ -118,10 +121,12 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
 /// When `events_dir` is given, the ranks' pids are read from their first event (`start`, or an
 /// external rank's `launch`) and watched. `attach_timeout_ms` > 0 (external jobs) also ends the
 /// job early when a rank never attaches (JobResult::attach_failure).
+/// `extra_env` is added to the launcher's environment (after the job's own variables).
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
                      int64_t timeout_ms, const std::string& job_id,
                      const std::string& events_dir = "", int world = 0,
-                     int64_t attach_timeout_ms = 0);
+                     int64_t attach_timeout_ms = 0,
+                     const std::map<std::string, std::string>& extra_env = {});
 
 /// The interpreter that replaces a bare `python`/`python3` command[0] of external jobs,
 /// resolved once per suite: $NANCHAOS_PYTHON if set, else the first of `candidates` (a bare name
@@ -156,7 +161,8 @@ std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scena
 JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& self_exe, const std::string& run_dir,
                            const std::string& python, const std::string& job_id,
-                           std::optional<uint64_t> seed, bool dry_run = false);
+                           std::optional<uint64_t> seed, bool dry_run = false,
+                           const std::map<std::string, std::string>& extra_env = {});
 
 /// Whitespace-separated words of a command line (no quoting): "mpirun --mca x y" -> 3 words.
 std::vector<std::string> split_words(const std::string& s);
@@ -179,7 +185,54 @@ std::vector<int> job_processes(const std::string& job_id);
 /// start stays ignored.
 int run_suite(const RunOptions& opts);
 
-/// The SIGINT/SIGTERM run_suite has caught (0: none). Async-signal-safe to read.
+/// The SIGINT/SIGTERM run_suite (or run_campaign) has caught (0: none). Async-signal-safe to
+/// read; launch_job ends its job at the next poll once it is set.
 int stop_signal();
+
+/// The current UTC time through strftime(3): utc_stamp("%Y-%m-%dT%H:%M:%SZ").
+std::string utc_stamp(const char* strftime_format);
+
+/// "SIGINT", "SIGTERM" (or the number).
+std::string signal_name(int sig);
+
+/// Catches SIGINT and SIGTERM into stop_signal() for its lifetime (a second one kills at once),
+/// then restores what was there. A SIGINT ignored when it is made (a background job of a
+/// non-interactive shell, nohup) stays ignored. One at a time, on the main thread.
+class StopSignalHandlers {
+ public:
+  StopSignalHandlers();
+  ~StopSignalHandlers();
+  StopSignalHandlers(const StopSignalHandlers&) = delete;
+  StopSignalHandlers& operator=(const StopSignalHandlers&) = delete;
+
+ private:
+  static constexpr int kSignals[2] = {SIGINT, SIGTERM};
+  struct sigaction old_[2]{};
+};
+
+/// What launching a scenario's job needs besides the scenario: the same for every job of a suite
+/// or a campaign.
+struct LaunchContext {
+  std::string launcher;  ///< default_launcher()
+  std::string self_exe;  ///< this binary
+  std::string python;    ///< resolve_python() for a bare python3 command of external jobs ("")
+  /// Each job gets its own Open MPI session folder (OMPI_MCA_orte_tmpdir_base, a fresh folder
+  /// under /tmp removed after the job): launches that start or end at the same moment otherwise
+  /// race on mpirun's shared /tmp/ompi.<host>.<uid> ("A call to mkdir was unable to create the
+  /// desired directory ... File exists"). For parallel launches (`nanchaos campaign --jobs`).
+  bool private_mpi_tmpdir = false;
+};
+
+/// Runs one job of `s` in `run_dir` and judges it: makes run_dir/events, copies the scenario to
+/// run_dir/scenario.toml (unless it is that file), launches (run_external_job or launch_job with
+/// launcher_argv), trims the event logs, judge(). A launch that cannot start, an interruption
+/// (stop_signal()) and an unpreparable folder give verdict `error` with the reason; the rest of
+/// the evidence stays. Adds extra.job_start_us, orphans_left and the controller's footprint.
+/// `seed` overrides the scenario's (a trial). Safe to call from several threads at once for
+/// different run folders and job ids (each call owns its launcher; see launch_job's caveat on
+/// the death signal: the calling thread must outlive the call, which it does).
+results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& run_dir,
+                                         const LaunchContext& ctx, const std::string& job_id,
+                                         std::optional<uint64_t> seed = std::nullopt);
 
 }  // namespace nanchaos::harness

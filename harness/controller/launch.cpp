@@ -180,7 +180,8 @@ std::string default_launcher(const std::string& given) {
 JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& self_exe, const std::string& run_dir,
                            const std::string& python, const std::string& job_id,
-                           std::optional<uint64_t> seed, bool dry_run) {
+                           std::optional<uint64_t> seed, bool dry_run,
+                           const std::map<std::string, std::string>& extra_env) {
   const std::string abs_run = fs::absolute(run_dir).string();
   // A log left by an earlier run in the same folder must not pass for this job's first line.
   std::error_code ec;
@@ -205,7 +206,7 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
                                    free_port(), python, seed);
   return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, abs_run + "/events",
-                    int(s.job.ranks), s.job.attach_timeout_ms);
+                    int(s.job.ranks), s.job.attach_timeout_ms, extra_env);
 }
 
 std::vector<int> job_processes(const std::string& job_id) {
@@ -238,7 +239,8 @@ std::vector<int> job_processes(const std::string& job_id) {
 
 JobResult launch_job(const std::vector<std::string>& argv, const std::string& log_path,
                      int64_t timeout_ms, const std::string& job_id, const std::string& events_dir,
-                     int world, int64_t attach_timeout_ms) {
+                     int world, int64_t attach_timeout_ms,
+                     const std::map<std::string, std::string>& extra_env) {
   JobResult r;
   r.t0_us = now_us();
   r.host = this_host();
@@ -252,6 +254,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                {"NANCHAOS_CLOCK", clock.spec()},
                {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
                {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}});
+  for (const auto& [k, v] : extra_env) ours[k] = v;
   SpawnOptions spawn;
   spawn.argv = argv;
   spawn.env = env_with(ours);

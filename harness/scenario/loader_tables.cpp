@@ -260,6 +260,21 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   }
 }
 
+void Loader::load_campaign(const toml::table& root, Scenario& s) const {
+  const toml::table* t = table_of(root, "campaign", false);
+  const toml::table empty;
+  Params p = check_table(t ? *t : empty, campaign_keys(), "[campaign]", t ? at(*t) : nowhere());
+  CampaignConfig& c = s.campaign;
+  auto read = [&](const char* key, std::optional<double>& v) {
+    if (p.has(key)) v = p.get_float(key);
+  };
+  read("min_coverage", c.min_coverage);
+  read("min_attribution_rank", c.min_attribution_rank);
+  read("min_attribution_layer", c.min_attribution_layer);
+  read("min_attribution_cause", c.min_attribution_cause);
+  c.params = std::move(p);
+}
+
 void Loader::check_layer_exists(const std::string& layer, const SourcePos& pos,
                                 const Scenario& s) const {
   const std::optional<ModelSpec> model = listed_model(s);

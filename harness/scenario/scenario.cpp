@@ -235,6 +235,7 @@ Scenario Loader::load(const std::string& text) {
   load_detectors(root, s);
   load_recovery(root, s);
   load_expect(root, s);
+  load_campaign(root, s);
   return s;
 }
 

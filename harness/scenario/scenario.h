@@ -159,6 +159,16 @@ struct ExpectConfig {
   int64_t max_false_positives = 0;
 };
 
+/// [campaign]: minima `nanchaos campaign` gates on (docs/scenario-format.md "Campaigns");
+/// `nanchaos run` ignores the table. nullopt: not checked.
+struct CampaignConfig {
+  std::optional<double> min_coverage;           ///< in [0, 1]
+  std::optional<double> min_attribution_rank;   ///< in [0, 1]
+  std::optional<double> min_attribution_layer;  ///< in [0, 1]
+  std::optional<double> min_attribution_cause;  ///< in [0, 1]
+  Params params;                                ///< as written (positions)
+};
+
 struct Scenario {
   std::string file;  ///< path as given
   std::string name;
@@ -171,6 +181,7 @@ struct Scenario {
   DetectorConfig detectors;
   RecoveryConfig recovery;
   ExpectConfig expect;
+  CampaignConfig campaign;
 };
 
 /// Parses and validates one scenario file. Throws ScenarioError.

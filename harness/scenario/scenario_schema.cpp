@@ -277,6 +277,25 @@ const std::vector<KeySpec>& expect_keys() {
   return keys;
 }
 
+const std::vector<KeySpec>& campaign_keys() {
+  // No defaults: an absent key is not checked. `nanchaos run` reads none of them.
+  static const std::vector<KeySpec> keys = {
+      Key("min_coverage", K::kFloat,
+          "nanchaos campaign exits 1 when coverage (detected / not masked) is below this")
+          .range(0, 1),
+      Key("min_attribution_rank", K::kFloat,
+          "exit 1 when the share of detected faults blamed on the hit rank(s) is below this")
+          .range(0, 1),
+      Key("min_attribution_layer", K::kFloat,
+          "exit 1 when the share of detected faults blamed on the hit layer is below this")
+          .range(0, 1),
+      Key("min_attribution_cause", K::kFloat,
+          "exit 1 when the share of detected faults given the true cause is below this")
+          .range(0, 1),
+  };
+  return keys;
+}
+
 const std::vector<KeySpec>& fault_common_keys() {
   static const std::vector<KeySpec> keys = {
       Key("kind", K::kString, "the fault kind (inject/<kind>.cpp)").required(),
@@ -335,8 +354,8 @@ const std::vector<KeySpec>& detector_common_keys() {
 }
 
 const std::vector<std::string>& top_level_tables() {
-  static const std::vector<std::string> names = {"scenario",  "job",      "workload", "fault",
-                                                 "detectors", "recovery", "expect"};
+  static const std::vector<std::string> names = {"scenario", "job",    "workload", "fault",
+                                                 "detectors", "recovery", "expect", "campaign"};
   return names;
 }
 

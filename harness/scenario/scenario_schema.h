@@ -53,6 +53,8 @@ const std::vector<KeySpec>& job_keys();
 const std::vector<KeySpec>& workload_keys();
 const std::vector<KeySpec>& recovery_keys();
 const std::vector<KeySpec>& expect_keys();
+/// [campaign] thresholds (`nanchaos campaign` only).
+const std::vector<KeySpec>& campaign_keys();
 /// Keys every [[fault]] accepts besides its kind's keys (kind, ranks, step, repeat, ...).
 const std::vector<KeySpec>& fault_common_keys();
 /// Keys of [detectors] besides the ones registered detectors declare (preset, enabled, ...).

@@ -133,7 +133,7 @@ TEST(ScenarioLoaderErrors, StepsZero) {
 TEST(ScenarioLoaderErrors, UnknownTable) {
   EXPECT_EQ(ErrorOf(WithHead("[expct]\ndetected = true\n")),
             "x.toml:6:2: error: unknown table [expct]; did you mean [expect]? tables: [scenario], "
-            "[job], [workload], [[fault]], [detectors], [recovery], [expect]");
+            "[job], [workload], [[fault]], [detectors], [recovery], [expect], [campaign]");
 }
 
 TEST(ScenarioLoaderErrors, FaultRankOutsideTheJob) {

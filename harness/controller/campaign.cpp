@@ -1,0 +1,288 @@
+// `nanchaos campaign`: draw, write, run J at a time, score, write the reports (see campaign.h).
+#include "harness/controller/campaign.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "harness/controller/campaign_draw.h"
+#include "harness/controller/controller.h"
+#include "harness/controller/external_targets.h"
+#include "harness/evidence/events.h"
+#include "nanchaos/config.h"
+
+namespace fs = std::filesystem;
+
+namespace nanchaos::harness {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+// What the campaign's targets come from: the built-in model, or the external job's dry run.
+CampaignTargets targets_of(const Scenario& s, const LaunchContext& ctx) {
+  if (!s.job.external()) return builtin_targets(s);
+  const ExternalTargets ext = external_targets(s, ctx);
+  if (!ext.error.empty()) throw CampaignError(ext.error);
+  CampaignTargets t;
+  t.modules = ext.modules;
+  t.parameters = ext.parameters;
+  return t;
+}
+
+std::string percent(const std::optional<double>& r) {
+  return r ? fmt::format("{:.1f} %", 100.0 * *r) : "-";
+}
+
+std::string rate_line(const char* what, const results::Rate& r) {
+  if (!r.rate) return fmt::format("  {:<18} -  (no sample)\n", what);
+  return fmt::format("  {:<18} {:>7}  (95% CI {:.1f}-{:.1f} %, {}/{})\n", what, percent(r.rate),
+                     100 * r.ci95->lo, 100 * r.ci95->hi, r.k, r.n);
+}
+
+// The console summary after the run (stdout).
+std::string console_summary(const results::Campaign& c, const std::string& out) {
+  const auto& a = c.summary.all;
+  std::string s = fmt::format("--- campaign {}: {} faults (seed {}), {:.1f} s, {:.1f} faults/min\n",
+                              c.name, a.faults, c.seed, c.wall_s,
+                              c.wall_s > 0 ? 60.0 * double(a.faults) / c.wall_s : 0.0);
+  s += rate_line("coverage", a.coverage);
+  s += rate_line("attribution rank", a.rank);
+  s += rate_line("attribution layer", a.layer);
+  s += rate_line("attribution cause", a.cause);
+  s += "  outcomes:";
+  for (auto o : results::campaign_outcomes()) {
+    s += fmt::format(" {} {}", to_string(o), a.outcomes.at(to_string(o)));
+  }
+  s += fmt::format("; errors {}; false positives {}\n", a.errors, c.summary.false_positives);
+  s += fmt::format("reports: {}/campaign.json, campaign.md, campaign.xml, campaign.html\n", out);
+  return s;
+}
+
+std::string progress_line(const results::CampaignFault& f, int total) {
+  std::string target = f.fault.contains("target") ? f.fault["target"].get<std::string>() : "";
+  std::string what = f.outcome ? to_string(*f.outcome) : "error: " + f.error;
+  if (f.named) {
+    what += fmt::format(" ({}: {} {}{})", f.named->detector,
+                        f.named->cause.empty() ? "-" : f.named->cause,
+                        f.named->layer.empty() ? "-" : f.named->layer,
+                        f.cause_ok && !*f.cause_ok ? ", cause wrong" : "");
+  }
+  return fmt::format("[{:>4}/{}] f{:03} {:<18} {:<32} step {:<4} {} ({:.1f} s)\n", f.index + 1,
+                     total, f.index, f.fault_class, target, f.truth.step, what, f.wall_ms / 1000);
+}
+
+}  // namespace
+
+ojson check_thresholds(const Scenario& s, const results::CampaignSummary& sum) {
+  ojson out = ojson::object();
+  const auto& a = sum.all;
+  const std::pair<const char*, std::pair<const std::optional<double>*, const results::Rate*>>
+      checks[] = {{"min_coverage", {&s.campaign.min_coverage, &a.coverage}},
+                  {"min_attribution_rank", {&s.campaign.min_attribution_rank, &a.rank}},
+                  {"min_attribution_layer", {&s.campaign.min_attribution_layer, &a.layer}},
+                  {"min_attribution_cause", {&s.campaign.min_attribution_cause, &a.cause}}};
+  for (const auto& [key, pair] : checks) {
+    const auto& [min, rate] = pair;
+    if (!*min) continue;
+    const bool pass = rate->rate && *rate->rate >= **min;
+    out[key] = {{"min", **min},
+                {"actual", rate->rate ? ojson(*rate->rate) : ojson(nullptr)},
+                {"pass", pass}};
+  }
+  return out;
+}
+
+int run_campaign(const CampaignOptions& o) {
+  StopSignalHandlers stop_handlers;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (o.faults < 1 || o.jobs < 1) {
+    std::cerr << "nanchaos campaign: error: --faults and --jobs must be at least 1\n";
+    return 2;
+  }
+  Scenario base;
+  try {
+    base = load_scenario(o.scenario);
+  } catch (const ScenarioError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  const auto missing = unimplemented_features(base);
+  if (!missing.empty()) {
+    std::cerr << fmt::format("nanchaos campaign: error: {}: not implemented yet: {}\n", o.scenario,
+                             fmt::join(missing, "; "));
+    return 2;
+  }
+  if (base.job.device == Device::kCuda) {
+    if (const std::string why = gpu_skip_reason(base); !why.empty()) {
+      std::cerr << fmt::format("nanchaos campaign: error: {}: cannot run here: {}\n", o.scenario,
+                               why);
+      return 2;
+    }
+  }
+  LaunchContext ctx;
+  ctx.launcher = default_launcher(o.launcher);
+  ctx.self_exe = o.self_exe;
+  ctx.private_mpi_tmpdir = o.jobs > 1;
+  const auto words = split_words(ctx.launcher);
+  if (words.empty() || !find_program(words.front())) {
+    std::cerr << fmt::format("nanchaos campaign: error: launcher '{}' not found\n", ctx.launcher);
+    return 2;
+  }
+  if (command_needs_python(base)) {
+    const PythonInterpreter py = resolve_python();
+    if (py.path.empty()) {
+      std::cerr << "nanchaos campaign: error: " << py.error << "\n";
+      return 2;
+    }
+    ctx.python = py.path;
+  }
+
+  results::Campaign c;
+  c.scenario = o.scenario;
+  c.name = base.name;
+  c.seed = o.seed.value_or(base.seed);
+  c.requested = o.faults;
+  c.jobs = o.jobs;
+  c.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
+  c.nanchaos_version = NANCHAOS_VERSION;
+  const std::string base_text = read_text(o.scenario);
+  std::vector<DrawnFault> drawn;
+  try {
+    const CampaignTargets targets = targets_of(base, ctx);
+    c.kinds = campaign_kinds(base, targets, o.kinds);
+    drawn = draw_faults(base, base_text, targets, c.kinds, c.seed, o.faults);
+  } catch (const CampaignError& e) {
+    std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
+    return 2;
+  }
+  const std::string out = o.out_dir.empty()
+                              ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
+                              : o.out_dir;
+  std::vector<std::string> files(drawn.size());
+  try {
+    for (const auto& d : drawn) {
+      const std::string dir = fmt::format("{}/faults/{:03}", out, d.index);
+      fs::create_directories(dir);
+      files[size_t(d.index)] = dir + "/scenario.toml";
+      const std::string header = fmt::format(
+          "# nanchaos campaign {} (seed {}), fault {} of {}: {}\n# re-run it alone: nanchaos run "
+          "{}",
+          o.scenario, c.seed, d.index, drawn.size(), d.fault_class, files[size_t(d.index)]);
+      write_text(files[size_t(d.index)], fault_scenario_toml(base, base_text, d, header));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("nanchaos campaign: error: --out {}: {}\n", out, e.what());
+    return 2;
+  }
+
+  std::mutex mu;
+  std::vector<std::optional<results::CampaignFault>> rows(drawn.size());
+  bool write_failed = false;
+  auto write_files = [&](bool final_files) {
+    c.faults.clear();
+    for (const auto& r : rows) {
+      if (r) c.faults.push_back(*r);
+    }
+    c.summary = results::summarize_campaign(c.faults);
+    c.thresholds = check_thresholds(base, c.summary);
+    c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    try {
+      results::write_campaign_json(c, out + "/campaign.json");
+      if (final_files) {
+        results::write_campaign_markdown(c, out + "/campaign.md");
+        results::write_campaign_junit(c, out + "/campaign.xml");
+      }
+    } catch (const std::exception& e) {
+      if (!write_failed) std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+      write_failed = true;
+    }
+  };
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < drawn.size() && stop_signal() == 0;) {
+      const DrawnFault& d = drawn[i];
+      const std::string dir = fs::path(files[i]).parent_path().string();
+      results::ScenarioResult judged;
+      try {
+        const Scenario s = load_scenario(files[i]);
+        const std::string job_id = fmt::format("{}-c{}-{}", getpid(), i, now_us());
+        judged = run_scenario_job(s, dir, ctx, job_id);
+      } catch (const ScenarioError& e) {
+        judged.reason = e.what();  // cannot happen: draw_faults loaded it (a changed file?)
+      }
+      if (judged.reason == "interrupted") return;  // not measured: listed as not run
+      results::CampaignFault row =
+          results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged);
+      row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
+      row.rerun = "nanchaos run " + files[i];
+      std::lock_guard<std::mutex> lock(mu);
+      if (!o.quiet) std::cerr << progress_line(row, int(drawn.size())) << std::flush;
+      rows[i] = std::move(row);
+      write_files(false);  // after every fault: nothing measured is lost if the controller dies
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int j = 0; j < std::min<int>(o.jobs, int(drawn.size())); ++j) workers.emplace_back(worker);
+  for (auto& w : workers) w.join();
+
+  if (stop_signal() != 0) c.interrupted = true;
+  write_files(true);
+  std::string html_note;
+  if (!c.interrupted) {
+    try {
+      html_note = results::write_campaign_html(c, out + "/campaign.html");
+    } catch (const std::exception& e) {
+      std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+      write_failed = true;
+    }
+  }
+  if (!o.quiet) std::cout << console_summary(c, out) << std::flush;
+  if (!html_note.empty())
+    std::cerr << "nanchaos campaign: warning: campaign.html: " << html_note << "\n";
+  if (c.interrupted) {
+    std::cerr << fmt::format(
+        "nanchaos campaign: interrupted by {}: {} of {} faults measured; reports: "
+        "{}/campaign.json, campaign.md, campaign.xml\n",
+        signal_name(stop_signal()), c.faults.size(), drawn.size(), out);
+    return 128 + stop_signal();
+  }
+  if (write_failed) return 2;
+  if (c.summary.all.errors > 0) {
+    std::cerr << fmt::format(
+        "nanchaos campaign: error: {} fault(s) could not be measured (their rows say why)\n",
+        c.summary.all.errors);
+    return 2;
+  }
+  bool missed = false;
+  for (const auto& [key, check] : c.thresholds.items()) {
+    if (check["pass"].get<bool>()) continue;
+    missed = true;
+    std::cerr << fmt::format("nanchaos campaign: [campaign].{} = {} missed: {}\n", key,
+                             check["min"].dump(), check["actual"].dump());
+  }
+  return missed ? 1 : 0;
+}
+
+}  // namespace nanchaos::harness

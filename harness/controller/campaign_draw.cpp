@@ -1,0 +1,381 @@
+// Drawing a campaign's faults (see campaign_draw.h). Every choice below comes from one
+// SplitMix64 stream per (seed, fault index, attempt): no std::*_distribution, no other state, so
+// the same seed draws the same faults on any compiler (docs/generator.md "Campaign draws").
+#include "harness/controller/campaign_draw.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "harness/common/rng.h"
+#include "harness/scenario/model_spec.h"
+#include "harness/scenario/registry.h"
+
+namespace fs = std::filesystem;
+
+namespace nanchaos::harness {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using inject::mix;
+using inject::SplitMix64;
+
+constexpr uint64_t kCampaignSalt = 0xCA4A;
+constexpr int kMaxAttempts = 20;
+
+bool is_half(DType d) { return d == DType::kFp16 || d == DType::kBf16; }
+
+// Why `kind` cannot be drawn for this job ("" when it can).
+std::string kind_refusal(const std::string& kind, const Scenario& s, const CampaignTargets& t,
+                         bool requested) {
+  const bool external = s.job.external();
+  if (kind == "overflow") {
+    if (t.modules.empty()) return "the job lists no module to overflow";
+    if (external && !requested) {
+      return "an external job's precision is its own (name overflow in --kinds to draw it)";
+    }
+    if (!external && !is_half(s.job.precision)) {
+      return "needs [job].precision = \"fp16\" or \"bf16\" (an fp32 module does not overflow "
+             "at the half range)";
+    }
+  }
+  if (kind == "state" && external) return "not applied by the agent of external jobs";
+  if ((kind == "tensor" || kind == "bitflip") && t.modules.empty() && t.parameters.empty()) {
+    return "the job lists no module or parameter";
+  }
+  if ((kind == "hang" || kind == "crash") && s.job.ranks < 2) {
+    return "needs [job].ranks >= 2 (a lone rank has no peer to notice it)";
+  }
+  return "";
+}
+
+// A value a tensor, batch or comm fault writes: nan, inf, -inf or a large finite number.
+ojson draw_value(SplitMix64& g) {
+  switch (g.below(4)) {
+    case 0:
+      return "nan";
+    case 1:
+      return "inf";
+    case 2:
+      return "-inf";
+    default:
+      return 1e30;
+  }
+}
+
+// A bit of a word of `bits` bits: half the time the top exponent bit (the flip that turns a
+// weight into a huge number), else any bit (most flips of low mantissa bits are masked).
+int64_t draw_bit(SplitMix64& g, int bits) {
+  const int64_t top_exponent = bits == 32 ? 30 : 14;
+  return g.below(2) == 0 ? top_exponent : int64_t(g.below(uint64_t(bits)));
+}
+
+template <class T>
+const T& pick(SplitMix64& g, const std::vector<T>& items) {
+  return items.at(size_t(g.below(items.size())));
+}
+
+// A target for tensor/bitflip: a target class with names, then a name in it.
+std::string draw_tensor_target(SplitMix64& g, const Scenario& s, const CampaignTargets& t) {
+  std::vector<std::string> where;
+  if (!t.modules.empty()) where.push_back("activation");
+  if (!t.parameters.empty()) where.insert(where.end(), {"parameter", "gradient"});
+  where.push_back("loss");
+  if (t.optimizer_state && !s.job.external() && !t.parameters.empty()) {
+    where.push_back("optimizer");
+  }
+  const std::string w = pick(g, where);
+  if (w == "loss") return "loss";
+  if (w == "activation") return "activation:" + pick(g, t.modules);
+  if (w == "optimizer") {
+    const std::string& p = pick(g, t.parameters);
+    return "optimizer:" + p + (g.below(2) == 0 ? ".exp_avg" : ".exp_avg_sq");
+  }
+  return w + ":" + pick(g, t.parameters);
+}
+
+// The kind's own keys.
+void draw_kind_keys(SplitMix64& g, const std::string& kind, const Scenario& s,
+                    const CampaignTargets& t, ojson& f) {
+  const bool external = s.job.external();
+  if (kind == "tensor") {
+    f["target"] = draw_tensor_target(g, s, t);
+    f["value"] = draw_value(g);
+  } else if (kind == "bitflip") {
+    f["target"] = draw_tensor_target(g, s, t);
+    f["bit"] = draw_bit(g, 32);
+  } else if (kind == "overflow") {
+    f["target"] = "activation:" + pick(g, t.modules);
+  } else if (kind == "batch") {
+    std::vector<std::string> variants;
+    const bool mlp = s.job.workload == WorkloadKind::kMlp;
+    if (external || mlp) variants.push_back("inputs");
+    if (!external && mlp &&
+        (s.workload.loss == LossKind::kMse || s.workload.loss == LossKind::kMaskedMse)) {
+      variants.push_back("labels");
+    }
+    if (!external && mlp && s.workload.normalize_inputs) variants.push_back("constant_column");
+    if (!external && !mlp) variants.push_back("empty_mask");
+    const std::string v = pick(g, variants);
+    if (v == "constant_column") {
+      f["mode"] = v;
+      f["column"] = int64_t(g.below(uint64_t(s.workload.features)));
+    } else if (v == "empty_mask") {
+      f["mode"] = v;
+    } else {
+      f["field"] = v;
+      f["value"] = draw_value(g);
+    }
+  } else if (kind == "lr") {
+    static const std::vector<double> factors = {1e3, 1e4, 1e5};
+    f["factor"] = pick(g, factors);
+  } else if (kind == "comm") {
+    const bool half_wire = !external && s.job.grad_allreduce_dtype != DType::kFp32;
+    if (g.below(2) == 0) {
+      f["value"] = draw_value(g);
+    } else {
+      f["bit"] = draw_bit(g, half_wire ? 16 : 32);
+    }
+  } else if (kind == "hang") {
+    f["duration_ms"] = "forever";
+    f["where"] = g.below(2) == 0 ? "step_start" : "before_grad_allreduce";
+  } else if (kind == "state") {
+    std::vector<std::string> fields = {"lr"};
+    if (s.job.precision == DType::kFp16) fields.push_back("loss_scale");
+    if (s.workload.optimizer != Optimizer::kSgd) fields.push_back("step_counter");
+    const std::string field = pick(g, fields);
+    f["field"] = field;
+    if (field == "step_counter") {
+      f["value"] = 1e6;
+    } else {
+      f["factor"] = field == "lr" ? 1e3 : 1e4;
+    }
+  }
+  // crash: killed by SIGKILL (no keys of its own).
+}
+
+DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
+                    const std::vector<std::string>& kinds, uint64_t seed, int index, int attempt) {
+  SplitMix64 g(mix(mix(mix(seed, kCampaignSalt), uint64_t(index)), uint64_t(attempt)));
+  const auto [first, last] = fault_step_window(s.job.steps);
+  DrawnFault d;
+  d.index = index;
+  d.redraws = attempt;
+  ojson& f = d.fault;
+  const std::string kind = pick(g, kinds);
+  f["kind"] = kind;
+  const uint64_t world = uint64_t(s.job.ranks);
+  // A hang or a crash of every rank leaves nobody to notice: those hit one rank.
+  const bool one_rank = kind == "hang" || kind == "crash" || world < 2;
+  if (!one_rank && g.below(4) == 0) {
+    f["ranks"] = "all";
+  } else {
+    f["ranks"] = ojson::array({int64_t(g.below(world))});
+  }
+  f["step"] = first + int64_t(g.below(uint64_t(last - first + 1)));
+  draw_kind_keys(g, kind, s, t, f);
+  d.fault_class = fault_class_of(f);
+  d.truth = truth_of(f, s.job.ranks);
+  return d;
+}
+
+// A JSON scalar or array as the TOML value the loader reads.
+void put(toml::table& t, const std::string& key, const ojson& v) {
+  if (v.is_string()) {
+    t.insert_or_assign(key, v.get<std::string>());
+  } else if (v.is_boolean()) {
+    t.insert_or_assign(key, v.get<bool>());
+  } else if (v.is_number_integer()) {
+    t.insert_or_assign(key, v.get<int64_t>());
+  } else if (v.is_number()) {
+    t.insert_or_assign(key, v.get<double>());
+  } else if (v.is_array()) {
+    toml::array a;
+    for (const auto& e : v) a.push_back(e.get<int64_t>());
+    t.insert_or_assign(key, std::move(a));
+  }
+}
+
+}  // namespace
+
+CampaignTargets builtin_targets(const Scenario& s) {
+  const std::optional<ModelSpec> model = listed_model(s);
+  if (!model) {
+    throw CampaignError(
+        fmt::format("{}: a campaign over this job needs its module names: {}", s.file,
+                    s.job.external() ? "an external job's come from its dry run"
+                                     : "the model has more layers than the loader lists"));
+  }
+  CampaignTargets t;
+  t.modules = model->modules;
+  for (const auto& p : model->parameters) t.parameters.push_back(p.name);
+  t.optimizer_state = s.workload.optimizer != Optimizer::kSgd;
+  return t;
+}
+
+std::pair<int64_t, int64_t> fault_step_window(int64_t steps) {
+  const int64_t first = std::max<int64_t>(1, steps / 5);
+  const int64_t last = steps - 1 - std::max<int64_t>(2, steps / 5);
+  if (last < first) {
+    throw CampaignError(fmt::format(
+        "[job].steps = {} is too short for a campaign: faults are drawn from step max(1, "
+        "steps/5) to steps - 1 - max(2, steps/5), which leaves no step; use at least 4 steps",
+        steps));
+  }
+  return {first, last};
+}
+
+std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
+                                        const std::vector<std::string>& wanted) {
+  std::vector<std::string> out;
+  if (!wanted.empty()) {
+    std::vector<std::string> known;
+    for (const auto& [name, info] : fault_kinds()) known.push_back(name);
+    for (const auto& k : wanted) {
+      auto it = fault_kinds().find(k);
+      if (it == fault_kinds().end()) {
+        throw CampaignError(fmt::format("--kinds: \"{}\" is not a fault kind; kinds: {}", k,
+                                        fmt::join(known, ", ")));
+      }
+      if (!it->second.not_implemented.empty()) {
+        throw CampaignError(
+            fmt::format("--kinds: {}: not implemented yet: {}", k, it->second.not_implemented));
+      }
+      const std::string why = kind_refusal(k, s, t, true);
+      if (!why.empty()) throw CampaignError(fmt::format("--kinds: {}: {}", k, why));
+      if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+    }
+  } else {
+    for (const auto& [name, info] : fault_kinds()) {
+      if (!info.not_implemented.empty()) continue;
+      if (kind_refusal(name, s, t, false).empty()) out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  if (out.empty()) throw CampaignError("no fault kind can be drawn for this job");
+  return out;
+}
+
+std::string fault_class_of(const ojson& f) {
+  const std::string kind = f.at("kind").get<std::string>();
+  if ((kind == "tensor" || kind == "bitflip") && f.contains("target")) {
+    const std::string target = f.at("target").get<std::string>();
+    return kind + ":" + target.substr(0, target.find(':'));
+  }
+  if (kind == "batch") {
+    return "batch:" + (f.contains("mode") ? f.at("mode").get<std::string>()
+                                          : f.at("field").get<std::string>());
+  }
+  if (kind == "state") return "state:" + f.at("field").get<std::string>();
+  return kind;
+}
+
+results::Truth truth_of(const ojson& f, int64_t world) {
+  results::Truth t;
+  const std::string kind = f.at("kind").get<std::string>();
+  const ojson& ranks = f.at("ranks");
+  if (ranks.is_string()) {
+    for (int64_t r = 0; r < world; ++r) t.ranks.push_back(r);
+  } else {
+    for (const auto& r : ranks) t.ranks.push_back(r.get<int64_t>());
+    std::sort(t.ranks.begin(), t.ranks.end());
+  }
+  t.step = f.at("step").get<int64_t>();
+  static const std::map<std::string, std::string> by_kind = {{"batch", "data"},
+                                                             {"overflow", "fp16_overflow"},
+                                                             {"lr", "gradient_explosion"},
+                                                             {"comm", "comm_corruption"},
+                                                             {"hang", "hang"},
+                                                             {"crash", "rank_failure"},
+                                                             {"state", "replica_divergence"}};
+  if (kind == "tensor" || kind == "bitflip" || kind == "overflow") {
+    const std::string target = f.at("target").get<std::string>();
+    const auto colon = target.find(':');
+    const std::string where = target.substr(0, colon);
+    std::string name = colon == std::string::npos ? "" : target.substr(colon + 1);
+    if (where == "optimizer") name = name.substr(0, name.rfind('.'));  // PARAM.STATE -> PARAM
+    t.layer = where == "loss" ? "loss" : name;
+    t.cause = kind == "overflow"      ? "fp16_overflow"
+              : where == "activation" ? "activation"
+              : where == "gradient"   ? "gradient"
+              : where == "loss"       ? "loss_math"
+                                      : "parameter";
+    return t;
+  }
+  t.cause = by_kind.at(kind);
+  if (kind == "batch" && !f.contains("mode")) t.layer = f.at("field").get<std::string>();
+  if (kind == "batch" && f.contains("mode") && f.at("mode") == "constant_column") {
+    t.layer = "inputs";
+  }
+  return t;
+}
+
+std::string fault_scenario_toml(const Scenario& base, const std::string& base_text,
+                                const DrawnFault& f, const std::string& header) {
+  toml::table root = toml::parse(base_text, std::string_view(base.file));
+  for (const char* t : {"fault", "expect", "campaign"}) root.erase(t);
+  if (auto* sc = root["scenario"].as_table()) {
+    sc->insert_or_assign("name", fmt::format("{}-f{:03}", base.name, f.index));
+  }
+  if (base.job.external()) {
+    // The fault's scenario lives in the campaign folder: what the command names next to the
+    // base scenario (the script, a relative program) is given by its absolute path.
+    const fs::path folder = fs::absolute(base.file).parent_path();
+    if (auto* cmd = root["job"]["command"].as_array()) {
+      for (auto& e : *cmd) {
+        auto* s = e.as_string();
+        if (s == nullptr || s->get().empty() || fs::path(s->get()).is_absolute()) continue;
+        std::error_code ec;
+        if (fs::exists(folder / s->get(), ec)) {
+          *s = (folder / s->get()).lexically_normal().string();
+        }
+      }
+    }
+  }
+  toml::table fault;
+  for (const auto& [key, value] : f.fault.items()) put(fault, key, value);
+  toml::array faults;
+  faults.push_back(std::move(fault));
+  root.insert_or_assign("fault", std::move(faults));
+  toml::table expect;
+  expect.insert_or_assign("deadlock", false);
+  root.insert_or_assign("expect", std::move(expect));
+  std::ostringstream out;
+  if (!header.empty()) out << header << "\n";
+  out << toml::toml_formatter(root) << "\n";
+  return out.str();
+}
+
+std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& base_text,
+                                    const CampaignTargets& t, const std::vector<std::string>& kinds,
+                                    uint64_t seed, int count) {
+  std::vector<DrawnFault> out;
+  for (int i = 0; i < count; ++i) {
+    std::string last_error;
+    bool kept = false;
+    for (int attempt = 0; attempt < kMaxAttempts && !kept; ++attempt) {
+      DrawnFault d = draw_one(base, t, kinds, seed, i, attempt);
+      try {
+        load_scenario_string(fault_scenario_toml(base, base_text, d),
+                             fmt::format("{} (fault {})", base.file, i));
+        out.push_back(std::move(d));
+        kept = true;
+      } catch (const ScenarioError& e) {
+        last_error = e.what();
+      }
+    }
+    if (!kept) {
+      throw CampaignError(fmt::format(
+          "fault {}: the scenario loader refused {} draws in a row (a bug in the campaign's "
+          "draw); last: {}",
+          i, kMaxAttempts, last_error));
+    }
+  }
+  return out;
+}
+
+}  // namespace nanchaos::harness

@@ -1,0 +1,62 @@
+// One dry run of an external job for its names (see external_targets.h).
+#include "harness/controller/external_targets.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "harness/controller/judge.h"
+#include "harness/evidence/events.h"
+
+namespace nanchaos::harness {
+
+ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx) {
+  namespace fs = std::filesystem;
+  ExternalTargets out;
+  Scenario s = base;
+  s.faults.clear();
+  char tmpl[] = "/tmp/nanchaos-targets-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    out.error = "cannot create a run folder in /tmp";
+    return out;
+  }
+  const std::string run_dir = tmpl;
+  const std::string job_id = fmt::format("{}-targets-{}", getpid(), now_us());
+  JobResult job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id,
+                                   std::nullopt, true);
+  for (int64_t r = 0; r < s.job.ranks; ++r) {
+    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+  }
+  std::set<std::string> seen;
+  bool started = false;
+  for (const auto& e : read_events(run_dir + "/events/rank-0.jsonl")) {
+    const std::string ev = e.value("ev", "");
+    if (ev == "start" && !started) {
+      started = true;
+      for (const auto& m : e.value("modules", nlohmann::json::array())) {
+        if (m.is_string() && seen.insert(m.get<std::string>()).second) out.modules.push_back(m);
+      }
+      for (const auto& p : e.value("parameters", nlohmann::json::array())) {
+        if (p.is_string()) out.parameters.push_back(p);
+      }
+    } else if (ev == "probe") {
+      const std::string name = e.value("name", "");
+      if (!name.empty() && seen.insert(name).second) out.modules.push_back(name);
+    }
+  }
+  if (!started) {
+    auto res = judge(s, run_dir, job);
+    out.error =
+        fmt::format("{}: the job's dry run never attached: {} (run folder {})", s.file,
+                    res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
+    return out;
+  }
+  std::error_code ec;
+  fs::remove_all(run_dir, ec);
+  return out;
+}
+
+}  // namespace nanchaos::harness

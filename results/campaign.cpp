@@ -1,0 +1,351 @@
+// Campaign scoring and campaign.json (see campaign.h for the rules).
+#include "results/campaign.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "results/text.h"
+
+namespace nanchaos::results {
+
+using ojson = nlohmann::ordered_json;
+
+const char* to_string(CampaignOutcome o) {
+  switch (o) {
+    case CampaignOutcome::kMasked:
+      return "masked";
+    case CampaignOutcome::kDetectedRecovered:
+      return "detected_recovered";
+    case CampaignOutcome::kDetectedUnrecovered:
+      return "detected_unrecovered";
+    case CampaignOutcome::kSilentCorruption:
+      return "silent_corruption";
+    case CampaignOutcome::kHang:
+      return "hang";
+    case CampaignOutcome::kCrash:
+      return "crash";
+  }
+  return "?";
+}
+
+const std::vector<CampaignOutcome>& campaign_outcomes() {
+  static const std::vector<CampaignOutcome> all = {CampaignOutcome::kMasked,
+                                                   CampaignOutcome::kDetectedRecovered,
+                                                   CampaignOutcome::kDetectedUnrecovered,
+                                                   CampaignOutcome::kSilentCorruption,
+                                                   CampaignOutcome::kHang,
+                                                   CampaignOutcome::kCrash};
+  return all;
+}
+
+std::optional<CampaignOutcome> parse_campaign_outcome(const std::string& s) {
+  for (CampaignOutcome o : campaign_outcomes()) {
+    if (s == to_string(o)) return o;
+  }
+  return std::nullopt;
+}
+
+int severity(CampaignOutcome o) {
+  switch (o) {
+    case CampaignOutcome::kMasked:
+    case CampaignOutcome::kDetectedRecovered:
+      return 0;
+    case CampaignOutcome::kDetectedUnrecovered:
+      return 1;
+    case CampaignOutcome::kCrash:
+      return 2;
+    case CampaignOutcome::kHang:
+      return 3;
+    case CampaignOutcome::kSilentCorruption:
+      return 4;
+  }
+  return 4;
+}
+
+Rate make_rate(int64_t k, int64_t n) {
+  Rate r;
+  r.k = k;
+  r.n = n;
+  if (n > 0) {
+    r.rate = double(k) / double(n);
+    r.ci95 = wilson95(k, n);
+  }
+  return r;
+}
+
+bool layer_matches(const std::string& truth_layer, const std::string& named_layer) {
+  if (truth_layer.empty() || named_layer.empty()) return false;
+  if (truth_layer == named_layer) return true;
+  const std::string& shorter = truth_layer.size() < named_layer.size() ? truth_layer : named_layer;
+  const std::string& longer = truth_layer.size() < named_layer.size() ? named_layer : truth_layer;
+  return longer.compare(0, shorter.size(), shorter) == 0 && longer[shorter.size()] == '.';
+}
+
+CampaignFault score_fault(int index, const ojson& fault, const std::string& fault_class,
+                          const Truth& truth, const ScenarioResult& judged) {
+  CampaignFault row;
+  row.index = index;
+  row.fault = fault;
+  row.fault_class = fault_class;
+  row.truth = truth;
+  row.wall_ms = judged.wall_ms;
+  if (auto it = judged.extra.find("false_positives");
+      it != judged.extra.end() && it->is_number_integer()) {
+    row.false_positives = it->get<int64_t>();
+  }
+  // A fault that never fired measured nothing: its row is an error, out of every rate.
+  if (judged.injections.empty() || judged.outcome == Outcome::kNone) {
+    row.error = judged.reason.empty() ? "the fault never fired" : judged.reason;
+    return row;
+  }
+  if (judged.first_detection) {
+    const Detection& d = *judged.first_detection;
+    Named n;
+    n.detector = d.detector;
+    n.ranks = d.ranks;
+    std::sort(n.ranks.begin(), n.ranks.end());
+    n.step = d.step;
+    n.layer = d.layer;
+    n.cause = d.cause;
+    row.latency_steps = d.latency_steps;
+    row.latency_ms = d.latency_ms;
+    row.rank_ok = !truth.ranks.empty() && n.ranks == truth.ranks;
+    if (truth.layer) row.layer_ok = layer_matches(*truth.layer, n.layer);
+    row.cause_ok = n.cause == truth.cause;
+    row.named = std::move(n);
+  }
+  const bool detected = row.named.has_value();
+  if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
+    row.outcome = CampaignOutcome::kHang;
+  } else if (judged.outcome == Outcome::kCrashed && !detected) {
+    row.outcome = CampaignOutcome::kCrash;
+  } else {
+    switch (judged.fault_outcome) {
+      case FaultOutcome::kMasked:
+        row.outcome = CampaignOutcome::kMasked;
+        break;
+      case FaultOutcome::kDetectedRecovered:
+        row.outcome = CampaignOutcome::kDetectedRecovered;
+        break;
+      case FaultOutcome::kDetectedUnrecovered:
+        row.outcome = CampaignOutcome::kDetectedUnrecovered;
+        break;
+      case FaultOutcome::kSilentCorruption:
+        row.outcome = CampaignOutcome::kSilentCorruption;
+        break;
+      case FaultOutcome::kHang:
+        row.outcome = CampaignOutcome::kHang;
+        break;
+      case FaultOutcome::kNone:
+        row.error = judged.reason.empty() ? "the judge gave no fault outcome" : judged.reason;
+        break;
+    }
+  }
+  return row;
+}
+
+namespace {
+
+// Adds one measured row to a class summary (rates are finished by finish()).
+struct Tally {
+  ClassSummary s;
+  int64_t covered_k = 0, covered_n = 0;
+  int64_t rank_k = 0, rank_n = 0, layer_k = 0, layer_n = 0, cause_k = 0, cause_n = 0;
+
+  void add(const CampaignFault& f) {
+    ++s.faults;
+    if (!f.outcome) {
+      ++s.errors;
+      return;
+    }
+    ++s.outcomes[to_string(*f.outcome)];
+    s.worst = std::max(s.worst, severity(*f.outcome));
+    if (f.named) ++s.detected;
+    if (*f.outcome != CampaignOutcome::kMasked) {
+      ++covered_n;
+      covered_k += f.named ? 1 : 0;
+    }
+    auto count = [](const std::optional<bool>& ok, int64_t& k, int64_t& n) {
+      if (!ok) return;
+      ++n;
+      k += *ok ? 1 : 0;
+    };
+    count(f.rank_ok, rank_k, rank_n);
+    count(f.layer_ok, layer_k, layer_n);
+    count(f.cause_ok, cause_k, cause_n);
+  }
+  ClassSummary finish() {
+    for (CampaignOutcome o : campaign_outcomes()) s.outcomes.emplace(to_string(o), 0);
+    s.coverage = make_rate(covered_k, covered_n);
+    s.rank = make_rate(rank_k, rank_n);
+    s.layer = make_rate(layer_k, layer_n);
+    s.cause = make_rate(cause_k, cause_n);
+    return s;
+  }
+};
+
+ojson opt_json(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
+
+ojson class_json(const ClassSummary& s) {
+  ojson j;
+  j["faults"] = s.faults;
+  j["errors"] = s.errors;
+  j["detected"] = s.detected;
+  j["coverage"] = to_json(s.coverage);
+  j["attribution"] = {
+      {"rank", to_json(s.rank)}, {"layer", to_json(s.layer)}, {"cause", to_json(s.cause)}};
+  ojson outcomes = ojson::object();
+  for (CampaignOutcome o : campaign_outcomes())
+    outcomes[to_string(o)] = s.outcomes.at(to_string(o));
+  j["outcomes"] = outcomes;
+  j["worst_outcome"] = s.worst < 0 ? ojson(nullptr) : ojson(s.worst);
+  return j;
+}
+
+ojson summary_json(const std::optional<Summary>& s) {
+  if (!s) return {{"p50", nullptr}, {"p95", nullptr}, {"max", nullptr}, {"n", 0}};
+  return {{"p50", s->p50}, {"p95", s->p95}, {"max", s->max}, {"n", s->n}};
+}
+
+ojson fault_json(const CampaignFault& f) {
+  ojson j;
+  j["index"] = f.index;
+  j["class"] = f.fault_class;
+  j["fault"] = f.fault;
+  j["truth"] = {{"rank", f.truth.ranks},
+                {"step", f.truth.step},
+                {"layer", f.truth.layer ? ojson(*f.truth.layer) : ojson(nullptr)},
+                {"cause", f.truth.cause}};
+  if (f.named) {
+    j["named"] = {{"detector", f.named->detector},
+                  {"rank", f.named->ranks},
+                  {"step", f.named->step},
+                  {"layer", f.named->layer.empty() ? ojson(nullptr) : ojson(f.named->layer)},
+                  {"cause", f.named->cause.empty() ? ojson(nullptr) : ojson(f.named->cause)}};
+  } else {
+    j["named"] = nullptr;
+  }
+  j["outcome"] = f.outcome ? ojson(to_string(*f.outcome)) : ojson(nullptr);
+  j["latency_steps"] = f.latency_steps ? ojson(*f.latency_steps) : ojson(nullptr);
+  j["latency_ms"] = opt_json(f.latency_ms);
+  auto ok = [](const std::optional<bool>& b) { return b ? ojson(*b) : ojson(nullptr); };
+  j["correct"] = {{"rank", ok(f.rank_ok)}, {"layer", ok(f.layer_ok)}, {"cause", ok(f.cause_ok)}};
+  // What a reader of a wrong attribution needs: what was expected and what was named.
+  if ((f.rank_ok && !*f.rank_ok) || (f.layer_ok && !*f.layer_ok) || (f.cause_ok && !*f.cause_ok)) {
+    ojson expected, named;
+    if (f.rank_ok && !*f.rank_ok) {
+      expected["rank"] = f.truth.ranks;
+      named["rank"] = f.named->ranks;
+    }
+    if (f.layer_ok && !*f.layer_ok) {
+      expected["layer"] = *f.truth.layer;
+      named["layer"] = f.named->layer;
+    }
+    if (f.cause_ok && !*f.cause_ok) {
+      expected["cause"] = f.truth.cause;
+      named["cause"] = f.named->cause;
+    }
+    j["attribution_error"] = {{"expected", expected}, {"named", named}};
+  }
+  j["false_positives"] = f.false_positives;
+  if (!f.error.empty()) j["error"] = f.error;
+  j["wall_ms"] = f.wall_ms;
+  j["scenario"] = f.scenario;
+  j["rerun"] = f.rerun;
+  return j;
+}
+
+}  // namespace
+
+CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults) {
+  CampaignSummary out;
+  Tally all;
+  std::map<std::string, Tally> by_class;
+  std::vector<double> steps, ms;
+  for (const auto& f : faults) {
+    all.add(f);
+    by_class[f.fault_class].add(f);
+    out.false_positives += f.false_positives;
+    if (!f.outcome) continue;
+    const std::string named_cause = f.named && !f.named->cause.empty() ? f.named->cause : "-";
+    ++out.confusion[f.truth.cause][named_cause];
+    if (!f.named) continue;
+    ++out.detector_by_class[f.named->detector][f.fault_class];
+    if (f.latency_steps) steps.push_back(double(*f.latency_steps));
+    if (f.latency_ms) ms.push_back(*f.latency_ms);
+  }
+  out.all = all.finish();
+  for (auto& [name, t] : by_class) out.by_class[name] = t.finish();
+  out.latency_steps = summarize(steps);
+  out.latency_ms = summarize(ms);
+  return out;
+}
+
+ojson to_json(const Rate& r) {
+  ojson j;
+  j["k"] = r.k;
+  j["n"] = r.n;
+  j["rate"] = opt_json(r.rate);
+  j["ci95"] = r.ci95 ? ojson::array({r.ci95->lo, r.ci95->hi}) : ojson(nullptr);
+  return j;
+}
+
+ojson to_json(const Campaign& c) {
+  const CampaignSummary& s = c.summary;
+  ojson j;
+  j["scenario"] = c.scenario;
+  j["name"] = c.name;
+  j["seed"] = c.seed;
+  j["faults_requested"] = c.requested;
+  j["kinds"] = c.kinds;
+  j["jobs"] = c.jobs;
+  j["started"] = c.started;
+  j["nanchaos_version"] = c.nanchaos_version;
+  j["wall_s"] = c.wall_s;
+  j["interrupted"] = c.interrupted;
+  ojson rows = ojson::array();
+  for (const auto& f : c.faults) rows.push_back(fault_json(f));
+  j["faults"] = rows;
+  ojson sum;
+  // The contract's fields first (SCENARIO_FORMAT.md "Campaigns"), then the extras.
+  sum["faults"] = s.all.faults;
+  sum["coverage"] = opt_json(s.all.coverage.rate);
+  sum["coverage_ci95"] = s.all.coverage.ci95
+                             ? ojson::array({s.all.coverage.ci95->lo, s.all.coverage.ci95->hi})
+                             : ojson(nullptr);
+  sum["attribution"] = {{"rank", opt_json(s.all.rank.rate)},
+                        {"layer", opt_json(s.all.layer.rate)},
+                        {"cause", opt_json(s.all.cause.rate)}};
+  ojson outcomes = ojson::object();
+  for (CampaignOutcome o : campaign_outcomes()) {
+    outcomes[to_string(o)] = s.all.outcomes.at(to_string(o));
+  }
+  sum["outcomes"] = outcomes;
+  ojson steps = summary_json(s.latency_steps);
+  steps.erase("n");
+  sum["latency_steps"] = steps;
+  sum["false_positives"] = s.false_positives;
+  sum["errors"] = s.all.errors;
+  sum["detected"] = s.all.detected;
+  sum["coverage_counts"] = to_json(s.all.coverage);
+  sum["attribution_counts"] = class_json(s.all)["attribution"];
+  sum["latency_ms"] = summary_json(s.latency_ms);
+  ojson classes = ojson::object();
+  for (const auto& [name, cs] : s.by_class) classes[name] = class_json(cs);
+  sum["by_class"] = classes;
+  sum["detector_by_class"] = s.detector_by_class;
+  sum["confusion"] = s.confusion;
+  j["summary"] = sum;
+  j["thresholds"] = c.thresholds;
+  return j;
+}
+
+void write_campaign_json(const Campaign& c, const std::string& path) {
+  // Every number in it is finite (values a fault writes are the strings "nan", "inf", "-inf").
+  const std::string text = to_json(c).dump(2) + "\n";
+  write_file(path, [&](std::ofstream& out) { out << text; });
+}
+
+}  // namespace nanchaos::results

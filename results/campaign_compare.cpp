@@ -1,0 +1,219 @@
+// Campaign compare (see campaign_compare.h for the rules).
+#include "results/campaign_compare.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include "results/campaign.h"
+#include "results/stats.h"
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+std::string rate_text(int64_t k, int64_t n) {
+  if (n == 0) return "-";
+  const Interval ci = wilson95(k, n);
+  return fmt::format("{:.1f}% [{:.1f}-{:.1f}] ({}/{})", 100.0 * double(k) / double(n), 100 * ci.lo,
+                     100 * ci.hi, k, n);
+}
+
+// {k, n} of one rate, from summary.coverage_counts or summary.attribution_counts.X.
+std::pair<int64_t, int64_t> counts(const json& doc, const std::string& metric,
+                                   const std::string& side) {
+  const json& sum = doc.at("summary");
+  const json& r = metric == "coverage" ? sum.at("coverage_counts")
+                                       : sum.at("attribution_counts").at(metric.substr(12));
+  const int64_t k = r.at("k").get<int64_t>(), n = r.at("n").get<int64_t>();
+  if (n < 0 || k < 0 || k > n) {
+    throw std::runtime_error(
+        fmt::format("{}: {}: k = {}, n = {} is not a rate", side, metric, k, n));
+  }
+  return {k, n};
+}
+
+std::optional<CampaignOutcome> outcome_of(const json& row) {
+  const auto it = row.find("outcome");
+  if (it == row.end() || !it->is_string()) return std::nullopt;
+  return parse_campaign_outcome(it->get<std::string>());
+}
+
+}  // namespace
+
+bool is_campaign_json(const json& doc) {
+  return doc.is_object() && doc.contains("faults") && doc["faults"].is_array() &&
+         doc.contains("summary") && doc["summary"].is_object() &&
+         doc["summary"].contains("coverage_counts");
+}
+
+bool CampaignComparison::regressed() const {
+  for (const auto& r : rates) {
+    if (r.regressed) return true;
+  }
+  return !outcome_regressions.empty();
+}
+
+CampaignComparison compare_campaigns(const json& base, const json& fresh,
+                                     const std::string& base_label,
+                                     const std::string& fresh_label) {
+  CampaignComparison c;
+  c.base_label = base_label;
+  c.fresh_label = fresh_label;
+  for (const char* metric :
+       {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
+    CampaignRateDiff d;
+    d.metric = metric;
+    std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
+    std::tie(d.fresh_k, d.fresh_n) = counts(fresh, metric, fresh_label);
+    d.compared = d.base_n > 0 && d.fresh_n > 0;
+    if (d.compared) {
+      const Interval a = wilson95(d.base_k, d.base_n), b = wilson95(d.fresh_k, d.fresh_n);
+      d.regressed = b.hi < a.lo;
+      if (d.regressed) {
+        d.detail = fmt::format("{}'s upper bound {:.1f}% is below {}'s lower bound {:.1f}%",
+                               fresh_label, 100 * b.hi, base_label, 100 * a.lo);
+      }
+    }
+    c.rates.push_back(d);
+  }
+  const json& fa = base.at("faults");
+  const json& fb = fresh.at("faults");
+  // Same draws: same seed, and every fault index of both sides is the same table.
+  std::map<int64_t, const json*> by_index;
+  for (const auto& row : fa) by_index[row.at("index").get<int64_t>()] = &row;
+  c.same_draws = base.value("seed", json()) == fresh.value("seed", json()) && !fb.empty();
+  for (const auto& row : fb) {
+    auto it = by_index.find(row.at("index").get<int64_t>());
+    c.same_draws =
+        c.same_draws && it != by_index.end() && it->second->at("fault") == row.at("fault");
+  }
+  if (c.same_draws) {
+    for (const auto& row : fb) {
+      const json& a = *by_index.at(row.at("index").get<int64_t>());
+      const auto oa = outcome_of(a), ob = outcome_of(row);
+      if (!oa || !ob) continue;
+      ++c.faults_compared;
+      if (severity(*ob) > severity(*oa)) {
+        c.outcome_regressions.push_back(
+            fmt::format("f{:03} {}: {} -> {}", row.at("index").get<int64_t>(),
+                        row.value("class", "?"), to_string(*oa), to_string(*ob)));
+      }
+    }
+    return c;
+  }
+  std::map<std::string, int> worst_a, worst_b;
+  auto worst = [](const json& rows, std::map<std::string, int>& out) {
+    for (const auto& row : rows) {
+      if (auto o = outcome_of(row)) {
+        int& w = out.emplace(row.value("class", "?"), -1).first->second;
+        w = std::max(w, severity(*o));
+      }
+    }
+  };
+  worst(fa, worst_a);
+  worst(fb, worst_b);
+  static const char* names[] = {"masked or detected_recovered", "detected_unrecovered", "crash",
+                                "hang", "silent_corruption"};
+  for (const auto& [cls, wb] : worst_b) {
+    auto it = worst_a.find(cls);
+    if (it == worst_a.end()) continue;
+    ++c.faults_compared;
+    if (wb > it->second) {
+      c.outcome_regressions.push_back(
+          fmt::format("{}: worst outcome {} -> {}", cls, names[it->second], names[wb]));
+    }
+  }
+  return c;
+}
+
+std::string format_markdown(const CampaignComparison& c) {
+  std::string m =
+      fmt::format("### nanchaos campaign compare: {} → {}\n\n", c.base_label, c.fresh_label);
+  m += c.regressed() ? "**Regression.**\n\n" : "No regression.\n\n";
+  m += "| metric | A | B | |\n|---|---|---|---|\n";
+  for (const auto& r : c.rates) {
+    m += fmt::format("| {} | {} | {} | {} |\n", r.metric, rate_text(r.base_k, r.base_n),
+                     rate_text(r.fresh_k, r.fresh_n),
+                     !r.compared   ? "not compared"
+                     : r.regressed ? "**fell**"
+                                   : "ok");
+  }
+  m += fmt::format(
+      "\nRates: 95% Wilson intervals; a rate regressed when B's upper bound is below A's lower "
+      "bound. Outcomes compared {}: {}.\n",
+      c.same_draws ? "fault by fault (same draws)" : "per fault class (worst outcome)",
+      c.faults_compared);
+  for (const auto& r : c.rates) {
+    if (r.regressed) m += fmt::format("- **{}**: {}\n", r.metric, r.detail);
+  }
+  for (const auto& o : c.outcome_regressions) m += fmt::format("- **outcome**: {}\n", o);
+  return m;
+}
+
+std::string format_text(const CampaignComparison& c) {
+  std::string t = fmt::format("campaign compare: A = {}, B = {}\n", c.base_label, c.fresh_label);
+  for (const auto& r : c.rates) {
+    t += fmt::format("  {:<18} A {:<30} B {:<30} {}\n", r.metric, rate_text(r.base_k, r.base_n),
+                     rate_text(r.fresh_k, r.fresh_n),
+                     !r.compared   ? "not compared"
+                     : r.regressed ? "FELL"
+                                   : "ok");
+  }
+  t += fmt::format("  outcomes compared {}: {}\n", c.same_draws ? "fault by fault" : "per class",
+                   c.faults_compared);
+  for (const auto& o : c.outcome_regressions) t += "  worse outcome: " + o + "\n";
+  t += c.regressed() ? "REGRESSION\n" : "no regression\n";
+  return t;
+}
+
+json format_json(const CampaignComparison& c) {
+  json rates = json::array();
+  for (const auto& r : c.rates) {
+    rates.push_back({{"metric", r.metric},
+                     {"base", {{"k", r.base_k}, {"n", r.base_n}}},
+                     {"new", {{"k", r.fresh_k}, {"n", r.fresh_n}}},
+                     {"compared", r.compared},
+                     {"regressed", r.regressed},
+                     {"detail", r.detail}});
+  }
+  return {{"base", c.base_label},
+          {"new", c.fresh_label},
+          {"same_draws", c.same_draws},
+          {"compared", c.faults_compared},
+          {"rates", rates},
+          {"outcome_regressions", c.outcome_regressions},
+          {"regressed", c.regressed()}};
+}
+
+int run_campaign_compare(const std::string& base_path, const std::string& fresh_path,
+                         const std::string& format, std::ostream& out, std::ostream& err) {
+  auto load = [](const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(path + ": cannot open");
+    json doc = json::parse(in, nullptr, false);
+    if (doc.is_discarded()) throw std::runtime_error(path + ": not JSON");
+    if (!is_campaign_json(doc)) throw std::runtime_error(path + ": not a campaign.json");
+    return doc;
+  };
+  CampaignComparison c;
+  try {
+    c = compare_campaigns(load(base_path), load(fresh_path), base_path, fresh_path);
+  } catch (const std::exception& e) {
+    err << "nanchaos compare: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (format == "md") {
+    out << format_markdown(c);
+  } else if (format == "json") {
+    out << format_json(c).dump(2) << "\n";
+  } else {
+    out << format_text(c);
+  }
+  return c.regressed() ? 1 : 0;
+}
+
+}  // namespace nanchaos::results

@@ -1,0 +1,343 @@
+// Campaign scoring on hand-made evidence with known truth (no launches), the Wilson interval
+// against published values, campaign.json's contract fields, and campaign compare's rules and
+// exit codes on hand-made campaign files.
+#include "results/campaign.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "results/campaign_compare.h"
+#include "results/stats.h"
+#include "tests/test_util.h"
+
+namespace nanchaos::results {
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// Newcombe, "Two-sided confidence intervals for the single proportion: comparison of seven
+// methods", Stat. Med. 17 (1998), table I, method 3 (Wilson score, no continuity correction).
+TEST(Wilson, MatchesPublishedIntervals) {
+  struct Case {
+    int64_t k, n;
+    double lo, hi;
+  } cases[] = {{81, 263, 0.2553, 0.3662},
+               {15, 148, 0.0624, 0.1605},
+               {0, 20, 0.0, 0.1611},
+               {1, 29, 0.0061, 0.1718}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::to_string(c.k) + "/" + std::to_string(c.n));
+    const Interval i = wilson95(c.k, c.n);
+    EXPECT_NEAR(i.lo, c.lo, 5e-5);
+    EXPECT_NEAR(i.hi, c.hi, 5e-5);
+  }
+}
+
+TEST(Wilson, SymmetricNeverEmptyAndRejectsBadCounts) {
+  const Interval all = wilson95(10, 10), none = wilson95(0, 10);
+  EXPECT_DOUBLE_EQ(all.hi, 1.0);
+  EXPECT_NEAR(all.lo, 1.0 - none.hi, 1e-12);
+  EXPECT_NEAR(all.lo, 0.7225, 5e-5);  // 10/10 is not "certainly 100 %"
+  const Interval half = wilson95(5, 10);
+  EXPECT_NEAR(half.lo + half.hi, 1.0, 1e-12);
+  EXPECT_THROW(wilson95(1, 0), std::invalid_argument);
+  EXPECT_THROW(wilson95(3, 2), std::invalid_argument);
+  EXPECT_THROW(wilson95(-1, 2), std::invalid_argument);
+}
+
+TEST(CampaignScoring, LayerMatchesAtDotBoundariesOnly) {
+  EXPECT_TRUE(layer_matches("layers.1.linear.weight", "layers.1.linear"));
+  EXPECT_TRUE(layer_matches("layers.1.linear", "layers.1.linear.weight"));
+  EXPECT_TRUE(layer_matches("head", "head"));
+  EXPECT_FALSE(layer_matches("layers.1", "layers.10"));
+  EXPECT_FALSE(layer_matches("layers.1.linear", "layers.2.linear"));
+  EXPECT_FALSE(layer_matches("loss", ""));
+}
+
+// The judge's result of a job whose fault fired at `step` on `rank`.
+ScenarioResult judged(FaultOutcome fo, Outcome outcome = Outcome::kCompleted) {
+  ScenarioResult r;
+  r.outcome = outcome;
+  r.fault_outcome = fo;
+  Injection inj;
+  inj.kind = "tensor";
+  inj.rank = 1;
+  inj.step = 10;
+  r.injections.push_back(inj);
+  r.wall_ms = 1500;
+  r.extra["false_positives"] = 0;
+  return r;
+}
+
+Detection detection(const std::string& det, std::vector<int64_t> ranks, const std::string& layer,
+                    const std::string& cause, int64_t latency = 0) {
+  Detection d;
+  d.detector = det;
+  d.ranks = std::move(ranks);
+  d.step = 10 + latency;
+  d.layer = layer;
+  d.cause = cause;
+  d.latency_steps = latency;
+  d.latency_ms = 0.5;
+  return d;
+}
+
+Truth truth(std::vector<int64_t> ranks, std::optional<std::string> layer, std::string cause) {
+  Truth t;
+  t.ranks = std::move(ranks);
+  t.step = 10;
+  t.layer = std::move(layer);
+  t.cause = std::move(cause);
+  return t;
+}
+
+const ojson kFault = {{"kind", "tensor"}, {"ranks", {1}}, {"step", 10}};
+
+TEST(CampaignScoring, RightAttributionIsDetectedRecoveredAndCorrect) {
+  ScenarioResult r = judged(FaultOutcome::kDetectedRecovered);
+  r.first_detection = detection("loss", {1}, "layers.1", "activation");
+  const auto f =
+      score_fault(3, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), r);
+  ASSERT_TRUE(f.outcome.has_value());
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedRecovered);
+  ASSERT_TRUE(f.named.has_value());
+  EXPECT_EQ(f.named->detector, "loss");
+  EXPECT_EQ(f.rank_ok, true);
+  EXPECT_EQ(f.layer_ok, true);
+  EXPECT_EQ(f.cause_ok, true);
+  EXPECT_EQ(f.latency_steps, 0);
+}
+
+TEST(CampaignScoring, LrBlowUpNamedActivationIsAWrongCauseWithNoLayerScored) {
+  // The issue's example: an LR blow-up attributed as `activation` in layers.1.linear.
+  ScenarioResult r = judged(FaultOutcome::kDetectedRecovered);
+  r.first_detection = detection("loss", {0, 1}, "layers.1.linear", "activation", 2);
+  const auto f = score_fault(0, {{"kind", "lr"}, {"ranks", "all"}, {"step", 10}}, "lr",
+                             truth({0, 1}, std::nullopt, "gradient_explosion"), r);
+  EXPECT_EQ(f.rank_ok, true);
+  EXPECT_FALSE(f.layer_ok.has_value());  // lr faults have no true layer: not scored
+  EXPECT_EQ(f.cause_ok, false);
+  EXPECT_EQ(f.latency_steps, 2);
+  Campaign c;
+  c.faults = {f};
+  c.summary = summarize_campaign(c.faults);
+  const ojson j = to_json(c);
+  EXPECT_EQ(j["faults"][0]["attribution_error"]["expected"]["cause"], "gradient_explosion");
+  EXPECT_EQ(j["faults"][0]["attribution_error"]["named"]["cause"], "activation");
+  EXPECT_EQ(c.summary.confusion.at("gradient_explosion").at("activation"), 1);
+}
+
+TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
+  const Truth t = truth({1}, "layers.1", "activation");
+  // Not detected, the model ended non-finite.
+  auto f = score_fault(0, kFault, "c", t, judged(FaultOutcome::kSilentCorruption));
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kSilentCorruption);
+  EXPECT_FALSE(f.named.has_value());
+  EXPECT_FALSE(f.cause_ok.has_value());
+  // Masked.
+  f = score_fault(0, kFault, "c", t, judged(FaultOutcome::kMasked));
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kMasked);
+  // Hung (killed at the timeout) wins over anything else.
+  f = score_fault(0, kFault, "c", t, judged(FaultOutcome::kHang, Outcome::kHung));
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kHang);
+  // Crashed with no detection: crash; crashed after a detection: detected_unrecovered.
+  f = score_fault(0, kFault, "c", t, judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed));
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kCrash);
+  ScenarioResult r = judged(FaultOutcome::kDetectedUnrecovered, Outcome::kCrashed);
+  r.first_detection = detection("watchdog", {1}, "grad_allreduce", "hang");
+  f = score_fault(0, kFault, "c", t, r);
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedUnrecovered);
+  // Never fired: an error row, out of every rate.
+  ScenarioResult none = judged(FaultOutcome::kNone);
+  none.injections.clear();
+  none.reason = "injection not verified: ...";
+  f = score_fault(0, kFault, "c", t, none);
+  EXPECT_FALSE(f.outcome.has_value());
+  EXPECT_EQ(f.error, "injection not verified: ...");
+}
+
+TEST(CampaignScoring, SummaryRatesCountOnlyWhatTheContractSays) {
+  std::vector<CampaignFault> rows;
+  const Truth act = truth({1}, "layers.1", "activation");
+  // 1: detected, all right. 2: detected, wrong rank and layer. 3: silent. 4: masked. 5: error.
+  ScenarioResult a = judged(FaultOutcome::kDetectedRecovered);
+  a.first_detection = detection("loss", {1}, "layers.1", "activation", 0);
+  rows.push_back(score_fault(0, kFault, "tensor:activation", act, a));
+  ScenarioResult b = judged(FaultOutcome::kDetectedRecovered);
+  b.first_detection = detection("grad", {0}, "head.weight", "activation", 1);
+  rows.push_back(score_fault(1, kFault, "tensor:activation", act, b));
+  rows.push_back(score_fault(2, kFault, "tensor:gradient", truth({1}, "head.bias", "gradient"),
+                             judged(FaultOutcome::kSilentCorruption)));
+  rows.push_back(score_fault(3, kFault, "tensor:gradient", act, judged(FaultOutcome::kMasked)));
+  ScenarioResult e = judged(FaultOutcome::kNone);
+  e.injections.clear();
+  rows.push_back(score_fault(4, kFault, "tensor:gradient", act, e));
+  const CampaignSummary s = summarize_campaign(rows);
+  EXPECT_EQ(s.all.faults, 5);
+  EXPECT_EQ(s.all.errors, 1);
+  EXPECT_EQ(s.all.coverage.k, 2);  // detected
+  EXPECT_EQ(s.all.coverage.n, 3);  // not masked, not errors
+  EXPECT_EQ(s.all.rank.k, 1);
+  EXPECT_EQ(s.all.rank.n, 2);
+  EXPECT_EQ(s.all.layer.k, 1);
+  EXPECT_EQ(s.all.cause.k, 2);
+  EXPECT_EQ(s.all.outcomes.at("masked"), 1);
+  EXPECT_EQ(s.all.outcomes.at("silent_corruption"), 1);
+  EXPECT_EQ(s.all.outcomes.at("crash"), 0);
+  EXPECT_EQ(s.by_class.at("tensor:activation").coverage.k, 2);
+  EXPECT_EQ(s.by_class.at("tensor:gradient").worst, severity(CampaignOutcome::kSilentCorruption));
+  EXPECT_EQ(s.detector_by_class.at("grad").at("tensor:activation"), 1);
+  EXPECT_EQ(s.confusion.at("gradient").at("-"), 1);
+  ASSERT_TRUE(s.latency_steps.has_value());
+  EXPECT_EQ(s.latency_steps->max, 1);
+  const Interval ci = *s.all.coverage.ci95;
+  EXPECT_NEAR(ci.lo, wilson95(2, 3).lo, 1e-12);
+}
+
+TEST(CampaignScoring, JsonHasTheContractFields) {
+  ScenarioResult a = judged(FaultOutcome::kDetectedRecovered);
+  a.first_detection = detection("loss", {1}, "layers.1", "activation");
+  Campaign c;
+  c.scenario = "campaigns/x.toml";
+  c.seed = 7;
+  c.faults = {score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), a)};
+  c.summary = summarize_campaign(c.faults);
+  const ojson j = to_json(c);
+  for (const char* k : {"scenario", "seed", "faults", "summary"}) EXPECT_TRUE(j.contains(k)) << k;
+  const ojson& f = j["faults"][0];
+  for (const char* k : {"fault", "truth", "named", "outcome", "latency_steps", "latency_ms"}) {
+    EXPECT_TRUE(f.contains(k)) << k;
+  }
+  for (const char* k : {"rank", "step", "layer", "cause"}) EXPECT_TRUE(f["truth"].contains(k)) << k;
+  for (const char* k : {"detector", "rank", "step", "layer", "cause"}) {
+    EXPECT_TRUE(f["named"].contains(k)) << k;
+  }
+  const ojson& s = j["summary"];
+  for (const char* k : {"faults", "coverage", "coverage_ci95", "attribution", "outcomes",
+                        "latency_steps", "false_positives"}) {
+    EXPECT_TRUE(s.contains(k)) << k;
+  }
+  for (const char* k : {"rank", "layer", "cause"}) EXPECT_TRUE(s["attribution"].contains(k)) << k;
+  for (const char* k : {"p50", "p95", "max"}) EXPECT_TRUE(s["latency_steps"].contains(k)) << k;
+  EXPECT_EQ(s["coverage"], 1.0);
+  EXPECT_EQ(j["faults"][0]["outcome"], "detected_recovered");
+}
+
+// A hand-made campaign.json: `rows` are (class, outcome, cause_ok) per fault; every fault is the
+// same table except its index, so same-seed files have the same draws.
+json campaign_file(uint64_t seed,
+                   const std::vector<std::tuple<std::string, std::string, bool>>& rows,
+                   const std::string& fault_kind = "tensor") {
+  std::vector<CampaignFault> faults;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [cls, outcome, cause_ok] = rows[i];
+    ScenarioResult r = judged(outcome == "masked"              ? FaultOutcome::kMasked
+                              : outcome == "silent_corruption" ? FaultOutcome::kSilentCorruption
+                                                               : FaultOutcome::kDetectedRecovered);
+    if (outcome == "detected_recovered") {
+      r.first_detection = detection("loss", {1}, "layers.1", cause_ok ? "activation" : "gradient");
+    }
+    faults.push_back(score_fault(int(i),
+                                 {{"kind", fault_kind}, {"ranks", {1}}, {"step", 10 + int(i)}}, cls,
+                                 truth({1}, "layers.1", "activation"), r));
+  }
+  Campaign c;
+  c.seed = seed;
+  c.faults = faults;
+  c.summary = summarize_campaign(faults);
+  return json::parse(to_json(c).dump());
+}
+
+std::vector<std::tuple<std::string, std::string, bool>> rows(int detected, int silent,
+                                                             int wrong_cause = 0) {
+  std::vector<std::tuple<std::string, std::string, bool>> out;
+  for (int i = 0; i < detected; ++i)
+    out.emplace_back("tensor:activation", "detected_recovered", i >= wrong_cause);
+  for (int i = 0; i < silent; ++i)
+    out.emplace_back("tensor:activation", "silent_corruption", false);
+  return out;
+}
+
+TEST(CampaignCompare, SameCampaignIsNoRegression) {
+  const json a = campaign_file(1, rows(14, 2));
+  EXPECT_TRUE(is_campaign_json(a));
+  const auto c = compare_campaigns(a, a);
+  EXPECT_FALSE(c.regressed()) << format_text(c);
+  EXPECT_TRUE(c.same_draws);
+  EXPECT_EQ(c.faults_compared, 16);
+}
+
+TEST(CampaignCompare, CoverageFellBeyondTheIntervalsIsARegression) {
+  // Different seeds: rates and per-class worst outcomes. 30/30 -> 10/30: Wilson [88.6, 100] vs
+  // [19.2, 51.2]: B's upper bound is below A's lower bound.
+  const auto c = compare_campaigns(campaign_file(1, rows(30, 0)), campaign_file(2, rows(10, 20)));
+  EXPECT_TRUE(c.regressed());
+  EXPECT_TRUE(c.rates[0].regressed) << format_text(c);
+  EXPECT_EQ(c.rates[0].metric, "coverage");
+  EXPECT_FALSE(c.same_draws);
+  ASSERT_EQ(c.outcome_regressions.size(), 1u);  // the class's worst outcome became silent
+  EXPECT_NE(format_markdown(c).find("- **coverage**: "), std::string::npos);
+}
+
+TEST(CampaignCompare, ADropWithinTheIntervalsIsNoise) {
+  // 15/16 -> 13/16 with the same worst outcome: the intervals overlap, not a regression.
+  const auto c = compare_campaigns(campaign_file(1, rows(15, 1)), campaign_file(2, rows(13, 3)));
+  EXPECT_FALSE(c.rates[0].regressed);
+  EXPECT_FALSE(c.regressed()) << format_text(c);
+}
+
+TEST(CampaignCompare, CauseRateFellIsARegression) {
+  const auto c =
+      compare_campaigns(campaign_file(1, rows(30, 0, 0)), campaign_file(2, rows(30, 0, 25)));
+  EXPECT_FALSE(c.rates[0].regressed);  // coverage unchanged
+  EXPECT_TRUE(c.rates[3].regressed);   // attribution.cause: 30/30 -> 5/30
+  EXPECT_TRUE(c.regressed());
+}
+
+TEST(CampaignCompare, SameDrawsComparedFaultByFault) {
+  // One fault of the same draws went from detected to silent: the rates' intervals overlap, the
+  // per-fault rule still flags it.
+  const json a = campaign_file(5, rows(16, 0));
+  auto r = rows(16, 0);
+  std::get<1>(r[7]) = "silent_corruption";
+  const auto c = compare_campaigns(a, campaign_file(5, r));
+  EXPECT_TRUE(c.same_draws);
+  EXPECT_FALSE(c.rates[0].regressed);
+  ASSERT_EQ(c.outcome_regressions.size(), 1u);
+  EXPECT_EQ(c.outcome_regressions[0],
+            "f007 tensor:activation: detected_recovered -> silent_corruption");
+  // Other faults drawn (another kind in every table): per class, and the classes do not meet.
+  const auto d = compare_campaigns(a, campaign_file(5, r, "bitflip"));
+  EXPECT_FALSE(d.same_draws);
+}
+
+TEST(CampaignCompare, ExitCodesOnFiles) {
+  const std::string dir = test_util::scratch_dir("campaign-compare", "files");
+  auto put = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string a = put("a.json", campaign_file(1, rows(30, 0)).dump());
+  const std::string b = put("b.json", campaign_file(2, rows(10, 20)).dump());
+  const std::string report = put("report.json", R"({"suite": "s", "scenarios": []})");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_campaign_compare(a, a, "md", out, err), 0);
+  EXPECT_EQ(run_campaign_compare(a, b, "md", out, err), 1);
+  EXPECT_NE(out.str().find("**Regression.**"), std::string::npos);
+  EXPECT_EQ(run_campaign_compare(a, b, "json", out, err), 1);
+  EXPECT_EQ(run_campaign_compare(a, report, "text", out, err), 2);
+  EXPECT_NE(err.str().find(report + ": not a campaign.json"), std::string::npos);
+  EXPECT_EQ(run_campaign_compare(a, dir + "/missing.json", "text", out, err), 2);
+  // Through the CLI: recognised by content, whatever the file is called.
+  const auto cli =
+      test_util::run_cmd(std::string(NANCHAOS_BINARY) + " compare " + a + " " + b + " --format md");
+  EXPECT_EQ(cli.code, 1) << cli.output;
+  EXPECT_NE(cli.output.find("nanchaos campaign compare"), std::string::npos) << cli.output;
+}
+
+}  // namespace
+}  // namespace nanchaos::results
