@@ -46,6 +46,7 @@ DetectorInfo param_detector() {
   };
   info.order = 10;  // step start: the parameters the step begins from
   info.column = harness::kParamIdx;
+  info.replay = true;  // the replay's reproduced test, and its parameter attribution
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     d->cause = "parameter";
     d->layer = n.backward.at(size_t(row[harness::kParamIdx]));

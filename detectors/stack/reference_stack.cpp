@@ -284,22 +284,32 @@ ReplayResult ReferenceStack::end_replay(int64_t step) {
                             {"reproduced", r.reproduced},
                             {"module", harness::name_at(layout_.module_names, r.first_module)},
                             {"anomaly_op", r.anomaly_op},
-                            {"grad", harness::name_at(layout_.grad_names, r.first_grad)}});
+                            {"grad", harness::name_at(layout_.grad_names, r.first_grad)},
+                            {"param", harness::name_at(layout_.grad_names, r.first_param)}});
   return r;
 }
 
-/// Shares every rank's replay result ([reproduced, first module, first grad, fp16 overflow]
-/// per rank), so every rank refines the decision identically.
+/// Shares every rank's replay result ([reproduced, first module, first grad, fp16 overflow,
+/// first parameter] per rank), so every rank refines the decision identically.
 void ReferenceStack::refine(const ReplayResult& mine, Decision* d) {
-  constexpr size_t kW = 4;
+  constexpr size_t kW = 5;
   std::vector<double> rows(size_t(world_) * kW, 0.0);
   rows[size_t(rank_) * kW + 0] = mine.reproduced ? 1 : 0;
   rows[size_t(rank_) * kW + 1] = mine.first_module;
   rows[size_t(rank_) * kW + 2] = mine.first_grad;
   rows[size_t(rank_) * kW + 3] = mine.overflow ? 1 : 0;
+  rows[size_t(rank_) * kW + 4] = mine.first_param;
   coll_->allreduce_rows(rows, "replay", step_);
   const size_t r0 = size_t(d->ranks.front());
   d->transient = rows[r0 * kW + 0] < 0.5;
+  // DESIGN.md: parameters non-finite at step start are the cause, whatever they made
+  // non-finite downstream (module outputs, the loss, the gradients).
+  const int param = int(rows[r0 * kW + 4]);
+  if (param >= 0 && d->detector != "batch") {
+    d->cause = "parameter";
+    d->layer = layout_.grad_names.at(size_t(param));
+    return;
+  }
   const int module = int(rows[r0 * kW + 1]);
   if (module >= 0 && rows[r0 * kW + 3] > 0.5 && d->detector != "batch") {
     d->cause = "fp16_overflow";

@@ -135,7 +135,9 @@ class ReferenceStack {
   /// note_gradient_scan() does nothing and localizing() is true. The job then re-runs the step
   /// from its pre-step state through the same hook points.
   void begin_replay(int64_t step);
-  /// Ends the replay: what it found on this rank (also written as `replay_end`).
+  /// Ends the replay: what it found on this rank (also written as `replay_end`). The stack
+  /// shares every rank's result; a non-finite parameter on the blamed rank makes the cause
+  /// `parameter`, else a module's non-finite output `activation` or `fp16_overflow`.
   ReplayResult end_replay(int64_t step);
 
  private:

@@ -81,6 +81,7 @@ ReplayResult ReplayChecks::result(const ProbeSums::First& first) const {
     const int column = harness::detectors().at(name).column;
     if (column == harness::kModuleIdx) r.first_module = finding.code;
     if (column == harness::kGradIdx) r.first_grad = finding.code;
+    if (column == harness::kParamIdx) r.first_param = finding.code;
   }
   r.overflow = r.first_module >= 0 && first.module == r.first_module && first.overflow;
   for (const auto& d : detectors_) {

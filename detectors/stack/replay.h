@@ -4,8 +4,8 @@
 // every module and LibTorch's anomaly mode on (Megatron's rerun, fairseq's probes, PyTorch's
 // anomaly mode; DESIGN.md "The step pipeline"). Persistent faults fire again, transient ones do
 // not. Whether the fault came back is decided by the same detector classes that run on the step:
-// every registration with `replay = true` (harness/scenario/registry.h: batch, activation, loss,
-// grad, anomaly; stateless tests for a non-finite value), made for the replay whatever the
+// every registration with `replay = true` (harness/scenario/registry.h: param, batch, activation,
+// loss, grad, anomaly; stateless tests for a non-finite value), made for the replay whatever the
 // scenario enables, so a replay's verdict never depends on the enabled set. The module it names
 // comes from the same probe sums as always-on localization (ProbeSums).
 // Thread-safety: the rank's one thread.
@@ -28,6 +28,7 @@ struct ReplayResult {
   bool reproduced = false;  ///< a replay check flagged: batch, module, loss, gradient, anomaly
   int first_module = -1;    ///< first non-finite module output, forward index
   int first_grad = -1;      ///< first non-finite gradient, backward index
+  int first_param = -1;     ///< first non-finite parameter at step start, backward index
   bool overflow = false;    ///< that module's output left the half range (fp16_overflow)
   std::string anomaly_op;   ///< the backward op anomaly mode named ("" when none)
 };
@@ -71,9 +72,10 @@ class ReplayChecks {
   /// The replay detectors of `hook` on `view` (no evidence, no consensus row).
   void check(Hook hook, const StepView& view);
   void on_activation(const std::string& module, const torch::Tensor& out);
-  /// The result: reproduced when any replay detector flagged; first_module from the activation
-  /// detector, overflow from `first` when it names the same module, first_grad from the grad
-  /// detector, anomaly_op from the anomaly detector.
+  /// The result: reproduced when any replay detector flagged; first_param, first_module and
+  /// first_grad from the findings whose registered consensus column carries that index (param,
+  /// activation, grad), overflow from `first` when it names the same module, anomaly_op from
+  /// the anomaly detector.
   ReplayResult result(const ProbeSums::First& first) const;
 
  private:

@@ -186,6 +186,9 @@ detect::ReplayResult RankRunner::replay(int64_t step) {
   NamedTensors params = named_parameters();
   faults_->parameters(params);
   StepView view = step_view(step);
+  view.params = &bwd_params_;
+  stack_->check(Hook::kStepStart, view);  // the parameters the step began from
+  view.params = nullptr;
   double loss_value = 0;
   forward_backward(step, view, &loss_value);
   zero_grads();

@@ -276,6 +276,28 @@ transient = false
   EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
 }
 
+// DESIGN.md: parameters non-finite at step start are the cause. The default preset has no
+// `param` detector: the loss check flags the non-finite logits and localization names the
+// module, then the replay's parameter check names the parameter (campaign finding: a NaN in
+// head.bias was attributed as an activation of `head`).
+TEST(InProcess, ReplayAttributesANonFiniteParameter) {
+  const auto j = RunInProcess(std::string(kMlp4) + R"([[fault]]
+kind = "tensor"
+target = "parameter:head.bias"
+ranks = [3]
+step = 9
+[expect]
+detected = true
+first_detector = "loss"
+within_steps = 0
+rank = 3
+cause = "parameter"
+layer = "head.bias"
+)",
+                              "replay_param");
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
+}
+
 // The batch detector's own rule runs in the replay too: a finite input beyond max_abs that
 // comes back on the re-run is persistent; the same fault fired once is transient.
 TEST(InProcess, ReplayReproducesAPersistentOutOfRangeBatch) {
