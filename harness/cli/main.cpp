@@ -112,11 +112,11 @@ int cmd_targets_external(const nanchaos::harness::Scenario& s, const std::string
     ctx.python = interp.path;
   }
   const ExternalTargets t = external_targets(s, ctx);
+  if (!t.modules.empty() || !t.parameters.empty()) print_targets(t.modules, t.parameters);
   if (!t.error.empty()) {
     std::cerr << "nanchaos targets: error: " << t.error << "\n";
     return 2;
   }
-  print_targets(t.modules, t.parameters);
   return 0;
 }
 

@@ -54,6 +54,21 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
                     res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
     return out;
   }
+  // The agent ends a dry run at the start of iteration 1 (`dry_run_done`): a rank without it
+  // died or hung inside iteration 0, so modules its forward did not reach are missing.
+  for (int64_t r = 0; r < s.job.ranks; ++r) {
+    bool done = false;
+    for (const auto& e : read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r)))
+      done |= e.value("ev", "") == "dry_run_done";
+    if (done) continue;
+    auto res = judge(s, run_dir, job);
+    out.error = fmt::format(
+        "{}: the job's dry run attached but rank {} never finished iteration 0 ({}), so the "
+        "names may be incomplete (run folder {})",
+        s.file, r, res.reason.empty() ? fmt::format("exit code {}", job.exit_code) : res.reason,
+        run_dir);
+    return out;
+  }
   std::error_code ec;
   fs::remove_all(run_dir, ec);
   return out;

@@ -15,8 +15,10 @@ namespace nanchaos::harness {
 struct ExternalTargets {
   std::vector<std::string> modules;     ///< `start` modules, then probe names, first seen first
   std::vector<std::string> parameters;  ///< `start` parameters
-  /// "" when the dry run attached; else why not: "x.toml: the job's dry run never attached: ...
-  /// (run folder /tmp/nanchaos-targets-XXXX)" (the folder is kept for a look).
+  /// "" when every rank finished the dry run's iteration 0; else why not: "x.toml: the job's dry
+  /// run never attached: ... (run folder /tmp/nanchaos-targets-XXXX)", or "... attached but rank
+  /// R never finished iteration 0 (<the judge's reason>), so the names may be incomplete ..."
+  /// (the names found are kept; the folder is kept for a look).
   std::string error;
 };
 

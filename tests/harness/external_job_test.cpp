@@ -154,14 +154,17 @@ TEST(ExternalJob, AMissingProgramIsTheAttachErrorOfItsRank) {
 }
 
 // Plays the agent: the events a clean 3-iteration run writes, or in a dry run (nanchaos
-// targets) start + a probe, then exit 0.
+// targets) start + a probe + dry_run_done, then exit 0; with CRASH_IN_DRY_RUN set, rank 1 dies
+// of SIGSEGV inside its dry run's iteration 0.
 const char* kFakeAgent = R"(#!/bin/sh
 e="$NANCHAOS_EVENTS"
 p=$$
 printf '{"ev":"agent","t_us":1,"rank":%s,"pid":%s,"python":"sh","torch":"none"}\n' "$RANK" "$p" >> "$e"
 printf '{"ev":"start","t_us":2,"rank":%s,"world":%s,"pid":%s,"host":"h","external":true,"modules":["net.0","net.1"],"parameters":["net.0.weight","net.1.bias"]}\n' "$RANK" "$WORLD_SIZE" "$p" >> "$e"
 case "$NANCHAOS_PLAN" in *'"dry_run":true'*)
-  printf '{"ev":"probe","t_us":3,"name":"scores"}\n' >> "$e"; exit 0;;
+  printf '{"ev":"probe","t_us":3,"name":"scores"}\n' >> "$e"
+  if [ -n "$CRASH_IN_DRY_RUN" ] && [ "$RANK" = 1 ]; then kill -SEGV $$; fi
+  printf '{"ev":"dry_run_done","t_us":4,"step":1}\n' >> "$e"; exit 0;;
 esac
 i=0
 while [ $i -lt "$NANCHAOS_STEPS" ]; do
@@ -215,6 +218,16 @@ TEST(ExternalJob, TargetsListsTheNamesTheAgentSawInADryRun) {
   EXPECT_NE(b.output.find("the job's dry run never attached: rank "), std::string::npos)
       << b.output;
   EXPECT_NE(b.output.find("the nanchaos agent never loaded"), std::string::npos) << b.output;
+  // A rank that dies inside the dry run's iteration 0: the names found so far are printed, but
+  // the listing may be incomplete, so it is an error naming the rank (not exit 0).
+  const auto crash = write_file(dir, "crash.toml",
+                                head("ext-crash", "command = [\"sh\", \"fake_agent.sh\"]\n"
+                                                  "env = { CRASH_IN_DRY_RUN = \"1\" }\n"));
+  auto c = run_cmd(kBin + " targets " + crash);
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_NE(c.output.find("activation:net.0\n"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("attached but rank 1 never finished iteration 0"), std::string::npos)
+      << c.output;
   // The built-in workloads still work.
   auto mlp = run_cmd(kBin + " targets mlp");
   EXPECT_EQ(mlp.code, 0);
