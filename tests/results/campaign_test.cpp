@@ -262,6 +262,27 @@ std::vector<std::tuple<std::string, std::string, bool>> rows(int detected, int s
   return out;
 }
 
+TEST(CampaignHtml, LatencyChartSetsDetectorNamesAsPlainText) {
+  // Enhanced text would set post_reduce's underscore as a subscript; a quote in a job's own
+  // detector name must not end the gnuplot string.
+  const std::string dir = test_util::scratch_dir("campaign-html", "chart");
+  Campaign c;
+  c.name = "x";
+  ScenarioResult a = judged(FaultOutcome::kDetectedRecovered);
+  a.first_detection = detection("post_reduce", {1}, "layers.1", "activation");
+  ScenarioResult b = judged(FaultOutcome::kDetectedRecovered);
+  b.first_detection = detection("my \"check\"", {1}, "layers.1", "activation");
+  c.faults = {score_fault(0, kFault, "comm", truth({1}, "layers.1", "activation"), a),
+              score_fault(1, kFault, "comm", truth({1}, "layers.1", "activation"), b)};
+  c.summary = summarize_campaign(c.faults);
+  write_campaign_html(c, dir + "/campaign.html");
+  std::ifstream in(dir + "/html/campaign-latency.gp");
+  std::stringstream gp;
+  gp << in.rdbuf();
+  EXPECT_NE(gp.str().find(" noenhanced "), std::string::npos) << gp.str();
+  EXPECT_NE(gp.str().find("\"post_reduce\" 0, \"my 'check'\" 1"), std::string::npos) << gp.str();
+}
+
 TEST(CampaignCompare, SameCampaignIsNoRegression) {
   const json a = campaign_file(1, rows(14, 2));
   EXPECT_TRUE(is_campaign_json(a));
