@@ -160,8 +160,9 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
        "masked. Undetected: not masked and no detection.</p>\n";
   h += "<h2>Confusion matrix: true cause against named cause</h2>\n" + confusion(c.summary);
   h += "<p class=\"legend\">Rows: the cause the injected fault has (the contract's table). "
-       "Columns: the cause the stack's first detection named; (none): not detected. Green: "
-       "right, red: wrong; shading is the share of the row.</p>\n";
+       "Columns: the cause the stack's first detection named; (none): not detected (a masked "
+       "fault nothing detected is left out). Green: right, red: wrong; shading is the share "
+       "of the row.</p>\n";
   h += "<h2>Detection latency</h2>\n";
   const std::string svg = charts.render(
       "campaign-latency", latency_distribution_script(c, charts.svg_path("campaign-latency")));

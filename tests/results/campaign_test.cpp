@@ -262,6 +262,24 @@ std::vector<std::tuple<std::string, std::string, bool>> rows(int detected, int s
   return out;
 }
 
+TEST(CampaignScoring, ConfusionLeavesOutMaskedFaultsNothingNamed) {
+  // A masked fault with no detection had nothing to name: not a miss ("-"), as coverage says.
+  ScenarioResult named = judged(FaultOutcome::kDetectedRecovered);
+  named.first_detection = detection("loss", {1}, "layers.1", "activation");
+  const std::vector<CampaignFault> faults = {
+      score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), named),
+      score_fault(1, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                  judged(FaultOutcome::kMasked)),
+      score_fault(2, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                  judged(FaultOutcome::kSilentCorruption))};
+  const CampaignSummary sum = summarize_campaign(faults);
+  ASSERT_EQ(sum.confusion.count("activation"), 1u);
+  const auto& row = sum.confusion.at("activation");
+  EXPECT_EQ(row.at("activation"), 1);
+  EXPECT_EQ(row.at("-"), 1);  // the silent corruption only
+  EXPECT_EQ(sum.all.outcomes.at("masked"), 1);
+}
+
 TEST(CampaignHtml, LatencyChartSetsDetectorNamesAsPlainText) {
   // Enhanced text would set post_reduce's underscore as a subscript; a quote in a job's own
   // detector name must not end the gnuplot string.
