@@ -354,6 +354,24 @@ TEST(CampaignCompare, SameDrawsComparedFaultByFault) {
   EXPECT_FALSE(d.same_draws);
 }
 
+TEST(CampaignCompare, NotesDifferentScenariosSeedsAndInterruptedSides) {
+  json a = campaign_file(1, rows(3, 1));
+  json b = campaign_file(2, rows(3, 1));
+  a["name"] = "mlp-default";
+  b["name"] = "tf-full";
+  b["interrupted"] = true;
+  b["faults_requested"] = 10;
+  const auto c = compare_campaigns(a, b);
+  EXPECT_EQ(c.notes, (std::vector<std::string>{
+                         "A and B are campaigns of different scenarios (mlp-default and tf-full)",
+                         "A and B have different seeds (1 and 2): different draws",
+                         "B was interrupted: 4 of 10 faults measured"}));
+  EXPECT_NE(format_text(c).find("  note: A and B are campaigns of different scenarios"),
+            std::string::npos);
+  EXPECT_NE(format_markdown(c).find("Note: B was interrupted"), std::string::npos);
+  EXPECT_TRUE(compare_campaigns(a, a).notes.empty());
+}
+
 TEST(CampaignCompare, ExitCodesOnFiles) {
   const std::string dir = test_util::scratch_dir("campaign-compare", "files");
   auto put = [&](const std::string& name, const std::string& text) {
@@ -376,6 +394,33 @@ TEST(CampaignCompare, ExitCodesOnFiles) {
       test_util::run_cmd(std::string(NANCHAOS_BINARY) + " compare " + a + " " + b + " --format md");
   EXPECT_EQ(cli.code, 1) << cli.output;
   EXPECT_NE(cli.output.find("nanchaos campaign compare"), std::string::npos) << cli.output;
+}
+
+TEST(CampaignCompare, DamagedFileIsAnErrorNamingTheFileAndField) {
+  const std::string dir = test_util::scratch_dir("campaign-compare", "damaged");
+  const json good = campaign_file(1, rows(3, 1));
+  auto put = [&](const std::string& name, const json& doc) {
+    std::ofstream(dir + "/" + name) << doc.dump();
+    return dir + "/" + name;
+  };
+  const std::string a = put("a.json", good);
+  json counts = good;
+  counts["summary"]["attribution_counts"]["cause"] = "x";
+  json outcome = good;
+  outcome["faults"][2]["outcome"] = "exploded";  // never silently left out of the comparison
+  json index = good;
+  index["faults"][1].erase("index");
+  const std::pair<json, std::string> cases[] = {
+      {counts, "summary.attribution_counts.cause is not {\"k\": integer, \"n\": integer, ...}"},
+      {outcome, "faults[2].outcome \"exploded\" is not an outcome class"},
+      {index, "faults[1]: no integer \"index\""}};
+  int i = 0;
+  for (const auto& [doc, what] : cases) {
+    const std::string b = put("b" + std::to_string(i++) + ".json", doc);
+    std::ostringstream out, err;
+    EXPECT_EQ(run_campaign_compare(a, b, "text", out, err), 2) << out.str();
+    EXPECT_EQ(err.str(), "nanchaos compare: error: " + b + ": " + what + "\n");
+  }
 }
 
 }  // namespace
