@@ -229,6 +229,24 @@ std::pair<int64_t, int64_t> fault_step_window(int64_t steps) {
   return {first, last};
 }
 
+std::vector<std::string> split_kinds_option(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t b = 0; b <= text.size();) {
+    const size_t e = std::min(text.find(',', b), text.size());
+    const size_t first = text.find_first_not_of(" \t", b);
+    const size_t last = text.find_last_not_of(" \t", e == 0 ? 0 : e - 1);
+    if (first >= e || last == std::string::npos || last < first) {
+      throw CampaignError(fmt::format(
+          "--kinds \"{}\": {}; give comma-separated kinds, e.g. --kinds tensor,lr", text,
+          text.find_first_not_of(" \t,") == std::string::npos ? "names no kind"
+                                                              : "has an empty item"));
+    }
+    out.push_back(text.substr(first, last - first + 1));
+    b = e + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
                                         const std::vector<std::string>& wanted) {
   std::vector<std::string> out;

@@ -58,6 +58,11 @@ struct DrawnFault {
 /// observation window after the fault). Throws CampaignError when the job is too short.
 std::pair<int64_t, int64_t> fault_step_window(int64_t steps);
 
+/// The `--kinds` text as names: comma-separated, blanks around a name dropped ("tensor, lr").
+/// Throws CampaignError when it names no kind ("", ",") or has an empty item ("tensor,,lr"): a
+/// typo must not widen the campaign to every kind.
+std::vector<std::string> split_kinds_option(const std::string& text);
+
 /// Kinds that can be drawn for this job, sorted; `wanted` empty = every registered, built kind
 /// valid for the job. Throws CampaignError naming a wanted kind that is unknown or invalid here
 /// and why ("overflow: needs [job].precision = \"fp16\" or \"bf16\"").

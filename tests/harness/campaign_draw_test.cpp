@@ -235,5 +235,27 @@ TEST(CampaignTable, ThresholdChecks) {
   EXPECT_EQ(check_thresholds(s, sum)["min_attribution_cause"]["pass"], false);
 }
 
+TEST(CampaignOptions, KindsSplitTrimsAndRefusesAnEmptyList) {
+  EXPECT_EQ(split_kinds_option("tensor,lr"), (std::vector<std::string>{"tensor", "lr"}));
+  EXPECT_EQ(split_kinds_option(" tensor , lr "), (std::vector<std::string>{"tensor", "lr"}));
+  auto error = [](const std::string& text) {
+    try {
+      split_kinds_option(text);
+    } catch (const CampaignError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Empty must not mean "every kind": that widens the campaign behind the user's back.
+  EXPECT_EQ(error(""),
+            "--kinds \"\": names no kind; give comma-separated kinds, e.g. --kinds tensor,lr");
+  EXPECT_EQ(error(" , "),
+            "--kinds \" , \": names no kind; give comma-separated kinds, e.g. --kinds tensor,lr");
+  EXPECT_EQ(error("tensor,,lr"),
+            "--kinds \"tensor,,lr\": has an empty item; give comma-separated kinds, e.g. --kinds "
+            "tensor,lr");
+  EXPECT_NE(error("tensor,").find("has an empty item"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nanchaos::harness
