@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "harness/common/rng.h"
+#include "harness/controller/controller.h"
 #include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
 
@@ -372,7 +373,8 @@ std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& bas
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
                                     uint64_t seed, int count) {
   std::vector<DrawnFault> out;
-  for (int i = 0; i < count; ++i) {
+  // Ctrl-C while drawing a large campaign: stop now (the caller sees stop_signal() and exits).
+  for (int i = 0; i < count && stop_signal() == 0; ++i) {
     std::string last_error;
     bool kept = false;
     for (int attempt = 0; attempt < kMaxAttempts && !kept; ++attempt) {

@@ -87,7 +87,8 @@ std::string fault_scenario_toml(const Scenario& base, const std::string& base_te
 /// Draws `count` faults over `kinds` (from campaign_kinds) and checks each through the scenario
 /// loader (load_scenario_string of fault_scenario_toml); a refused draw is drawn again from the
 /// next attempt. Throws CampaignError when 20 attempts of one index are refused (a bug: the
-/// message carries the loader's last error).
+/// message carries the loader's last error). Stops early, with fewer faults, once stop_signal()
+/// is set (Ctrl-C while a large campaign is drawn).
 std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& base_text,
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
                                     uint64_t seed, int count);
