@@ -280,6 +280,21 @@ TEST(CampaignScoring, ConfusionLeavesOutMaskedFaultsNothingNamed) {
   EXPECT_EQ(sum.all.outcomes.at("masked"), 1);
 }
 
+TEST(CampaignScoring, MarkdownOfAnInterruptedCampaignSaysHowManyWereMeasured) {
+  Campaign c;
+  c.name = "x";
+  c.requested = 8;
+  c.interrupted = true;
+  c.faults = {score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                          judged(FaultOutcome::kMasked))};
+  c.summary = summarize_campaign(c.faults);
+  EXPECT_NE(campaign_markdown(c).find(
+                "**Interrupted: 1 of the 8 faults requested were measured; the rows below are "
+                "those.**"),
+            std::string::npos)
+      << campaign_markdown(c);
+}
+
 TEST(CampaignHtml, LatencyChartSetsDetectorNamesAsPlainText) {
   // Enhanced text would set post_reduce's underscore as a subscript; a quote in a job's own
   // detector name must not end the gnuplot string.
