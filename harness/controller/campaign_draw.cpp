@@ -13,6 +13,7 @@
 
 #include "harness/common/rng.h"
 #include "harness/controller/controller.h"
+#include "harness/scenario/keys.h"
 #include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
 
@@ -257,7 +258,9 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
     for (const auto& k : wanted) {
       auto it = fault_kinds().find(k);
       if (it == fault_kinds().end()) {
-        throw CampaignError(fmt::format("--kinds: \"{}\" is not a fault kind; kinds: {}", k,
+        const std::string near = nearest(k, known);
+        throw CampaignError(fmt::format("--kinds: \"{}\" is not a fault kind{} kinds: {}", k,
+                                        near.empty() ? ";" : "; did you mean \"" + near + "\"?",
                                         fmt::join(known, ", ")));
       }
       if (!it->second.not_implemented.empty()) {

@@ -152,7 +152,14 @@ TEST(CampaignDraw, KindsValidForTheJobOnly) {
                  "--kinds: overflow: needs [job].precision = \"fp16\" or \"bf16\" (an fp32 module "
                  "does not overflow at the half range)");
   }
-  EXPECT_THROW(campaign_kinds(mlp.s, mlp.t, {"tensr"}), CampaignError);
+  try {
+    campaign_kinds(mlp.s, mlp.t, {"tensr"});
+    FAIL() << "tensr accepted";
+  } catch (const CampaignError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--kinds: \"tensr\" is not a fault kind; did you mean \"tensor\"? kinds: batch, "
+                 "bitflip, comm, crash, hang, lr, overflow, state, tensor");
+  }
   // SGD keeps no optimizer state: no optimizer: target is drawn; fp16 wire: comm bits <= 15.
   for (const auto& d :
        draw_faults(half.s, half.text, half.t, {"bitflip", "comm", "tensor"}, 3, 200)) {
