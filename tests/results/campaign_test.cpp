@@ -289,8 +289,8 @@ TEST(CampaignScoring, MarkdownOfAnInterruptedCampaignSaysHowManyWereMeasured) {
                           judged(FaultOutcome::kMasked))};
   c.summary = summarize_campaign(c.faults);
   EXPECT_NE(campaign_markdown(c).find(
-                "**Interrupted: 1 of the 8 faults requested were measured; the rows below are "
-                "those.**"),
+                ", 8 faults drawn over  (1 at a time), 0.0 s, nanchaos . **Interrupted: 1 of the 8 "
+                "faults requested were measured; the rows below are those.**"),
             std::string::npos)
       << campaign_markdown(c);
 }
