@@ -269,6 +269,9 @@ CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults) {
     by_class[f.fault_class].add(f);
     out.false_positives += f.false_positives;
     if (!f.outcome) continue;
+    // A masked fault nobody named had nothing to name: it is not a miss (coverage leaves it out
+    // too), so it stays out of the confusion matrix instead of counting under "-".
+    if (*f.outcome == CampaignOutcome::kMasked && !f.named) continue;
     const std::string named_cause = f.named && !f.named->cause.empty() ? f.named->cause : "-";
     ++out.confusion[f.truth.cause][named_cause];
     if (!f.named) continue;

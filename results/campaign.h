@@ -116,7 +116,8 @@ struct CampaignSummary {
   int64_t false_positives = 0;
   /// detector -> fault class -> faults it detected first (the heatmap).
   std::map<std::string, std::map<std::string, int64_t>> detector_by_class;
-  /// true cause -> named cause ("-" when none was named) -> count (the confusion matrix).
+  /// true cause -> named cause ("-" when none was named) -> count (the confusion matrix), over
+  /// measured faults but the masked ones no detection named.
   std::map<std::string, std::map<std::string, int64_t>> confusion;
 };
 

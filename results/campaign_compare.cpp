@@ -42,6 +42,44 @@ std::optional<CampaignOutcome> outcome_of(const json& row) {
   return parse_campaign_outcome(it->get<std::string>());
 }
 
+// Every field compare reads, checked up front, so a damaged file is an error naming the file and
+// the field, never a JSON library message or a row silently left out.
+void check_fields(const json& doc, const std::string& side) {
+  auto fail = [&](const std::string& what) {
+    throw std::runtime_error(fmt::format("{}: {}", side, what));
+  };
+  auto check_counts = [&](const json& r, const std::string& where) {
+    if (!r.is_object() || !r.contains("k") || !r["k"].is_number_integer() || !r.contains("n") ||
+        !r["n"].is_number_integer()) {
+      fail(where + " is not {\"k\": integer, \"n\": integer, ...}");
+    }
+  };
+  const json& sum = doc.at("summary");
+  check_counts(sum.at("coverage_counts"), "summary.coverage_counts");
+  const auto attr = sum.find("attribution_counts");
+  if (attr == sum.end() || !attr->is_object()) fail("summary.attribution_counts is missing");
+  for (const char* m : {"rank", "layer", "cause"}) {
+    if (!attr->contains(m)) fail(fmt::format("summary.attribution_counts.{} is missing", m));
+    check_counts((*attr)[m], fmt::format("summary.attribution_counts.{}", m));
+  }
+  if (doc.contains("seed") && !doc["seed"].is_number_integer()) fail("seed is not an integer");
+  for (size_t i = 0; i < doc.at("faults").size(); ++i) {
+    const json& row = doc["faults"][i];
+    if (!row.is_object() || !row.contains("index") || !row["index"].is_number_integer()) {
+      fail(fmt::format("faults[{}]: no integer \"index\"", i));
+    }
+    if (!row.contains("fault")) fail(fmt::format("faults[{}]: no \"fault\" table", i));
+    if (row.contains("class") && !row["class"].is_string()) {
+      fail(fmt::format("faults[{}].class is not a string", i));
+    }
+    const auto o = row.find("outcome");
+    if (o == row.end()) fail(fmt::format("faults[{}]: no \"outcome\" (null for an error row)", i));
+    if (!o->is_null() && !(o->is_string() && parse_campaign_outcome(o->get<std::string>()))) {
+      fail(fmt::format("faults[{}].outcome {} is not an outcome class", i, o->dump()));
+    }
+  }
+}
+
 }  // namespace
 
 bool is_campaign_json(const json& doc) {
@@ -63,6 +101,27 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
   CampaignComparison c;
   c.base_label = base_label;
   c.fresh_label = fresh_label;
+  check_fields(base, base_label);
+  check_fields(fresh, fresh_label);
+  // What makes the comparison mean less than it seems: said, not refused (a weakened stack is
+  // a different file of the same job).
+  const std::string name_a = base.value("name", ""), name_b = fresh.value("name", "");
+  if (name_a != name_b) {
+    c.notes.push_back(fmt::format("A and B are campaigns of different scenarios ({} and {})",
+                                  name_a.empty() ? "?" : name_a, name_b.empty() ? "?" : name_b));
+  }
+  if (base.value("seed", json()) != fresh.value("seed", json())) {
+    c.notes.push_back(fmt::format("A and B have different seeds ({} and {}): different draws",
+                                  base.value("seed", json()).dump(),
+                                  fresh.value("seed", json()).dump()));
+  }
+  for (const auto& [doc, label] : {std::pair{&base, "A"}, std::pair{&fresh, "B"}}) {
+    if (doc->value("interrupted", false)) {
+      c.notes.push_back(fmt::format("{} was interrupted: {} of {} faults measured", label,
+                                    (*doc)["faults"].size(),
+                                    doc->value("faults_requested", json()).dump()));
+    }
+  }
   for (const char* metric :
        {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
     CampaignRateDiff d;
@@ -134,6 +193,7 @@ std::string format_markdown(const CampaignComparison& c) {
   std::string m =
       fmt::format("### nanchaos campaign compare: {} → {}\n\n", c.base_label, c.fresh_label);
   m += c.regressed() ? "**Regression.**\n\n" : "No regression.\n\n";
+  for (const auto& n : c.notes) m += fmt::format("Note: {}.\n\n", n);
   m += "| metric | A | B | |\n|---|---|---|---|\n";
   for (const auto& r : c.rates) {
     m += fmt::format("| {} | {} | {} | {} |\n", r.metric, rate_text(r.base_k, r.base_n),
@@ -156,6 +216,7 @@ std::string format_markdown(const CampaignComparison& c) {
 
 std::string format_text(const CampaignComparison& c) {
   std::string t = fmt::format("campaign compare: A = {}, B = {}\n", c.base_label, c.fresh_label);
+  for (const auto& n : c.notes) t += "  note: " + n + "\n";
   for (const auto& r : c.rates) {
     t += fmt::format("  {:<18} A {:<30} B {:<30} {}\n", r.metric, rate_text(r.base_k, r.base_n),
                      rate_text(r.fresh_k, r.fresh_n),
@@ -184,6 +245,7 @@ json format_json(const CampaignComparison& c) {
           {"new", c.fresh_label},
           {"same_draws", c.same_draws},
           {"compared", c.faults_compared},
+          {"notes", c.notes},
           {"rates", rates},
           {"outcome_regressions", c.outcome_regressions},
           {"regressed", c.regressed()}};

@@ -41,11 +41,15 @@ struct CampaignComparison {
   std::vector<CampaignRateDiff> rates;
   std::vector<std::string>
       outcome_regressions;  ///< "f007 tensor:activation: detected_recovered -> silent_corruption"
+  /// What makes the comparison mean less than it seems, printed, not a regression: different
+  /// scenario names or seeds, an interrupted side.
+  std::vector<std::string> notes;
   bool regressed() const;
 };
 
 /// Compares two loaded campaign files (is_campaign_json both). Throws std::runtime_error naming
-/// the side when a needed field is missing or has the wrong type.
+/// the side when a needed field is missing or has the wrong type, or a row's outcome is not an
+/// outcome class (null, an error row, is fine).
 CampaignComparison compare_campaigns(const nlohmann::json& base, const nlohmann::json& fresh,
                                      const std::string& base_label = "A",
                                      const std::string& fresh_label = "B");

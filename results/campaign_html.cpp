@@ -99,15 +99,17 @@ std::string latency_distribution_script(const Campaign& c, const std::string& sv
   }
   std::string tics;
   for (size_t i = 0; i < dets.size(); ++i) {
-    tics += fmt::format("{}\"{}\" {}", i ? ", " : "", dets[i], i);
+    tics += fmt::format("{}\"{}\" {}", i ? ", " : "", gp_str(dets[i]), i);
   }
+  // noenhanced: detector names have underscores (post_reduce), which enhanced text would set
+  // as subscripts.
   return fmt::format(
-      "set terminal svg size 720,360 dynamic font 'sans,11'\nset output '{}'\n"
+      "set terminal svg size 720,360 dynamic noenhanced font 'sans,11'\nset output \"{}\"\n"
       "$d << EOD\n{}EOD\nset title 'Detection latency per first detector (each point a fault)'\n"
       "set ylabel 'ms from injection to first detection'\nset logscale y\nset xtics ({})\n"
       "set xrange [-0.6:{}]\nset grid ytics\nset key off\n"
       "plot $d using 1:2 with points pt 7 ps 0.6 lc rgb '#2864c8'\n",
-      svg, data, tics, double(dets.size()) - 0.4);
+      gp_str(svg), data, tics, double(dets.size()) - 0.4);
 }
 
 const char* kStyle = R"(
@@ -158,8 +160,9 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
        "masked. Undetected: not masked and no detection.</p>\n";
   h += "<h2>Confusion matrix: true cause against named cause</h2>\n" + confusion(c.summary);
   h += "<p class=\"legend\">Rows: the cause the injected fault has (the contract's table). "
-       "Columns: the cause the stack's first detection named; (none): not detected. Green: "
-       "right, red: wrong; shading is the share of the row.</p>\n";
+       "Columns: the cause the stack's first detection named; (none): not detected (a masked "
+       "fault nothing detected is left out). Green: right, red: wrong; shading is the share "
+       "of the row.</p>\n";
   h += "<h2>Detection latency</h2>\n";
   const std::string svg = charts.render(
       "campaign-latency", latency_distribution_script(c, charts.svg_path("campaign-latency")));

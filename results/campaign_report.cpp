@@ -31,8 +31,12 @@ std::string campaign_markdown(const Campaign& c) {
   m += fmt::format(
       "Scenario `{}`, seed {}, {} faults drawn over {} ({} at a time), {:.1f} s, nanchaos "
       "{}.{}\n\n",
-      c.scenario, c.seed, a.faults, fmt::join(c.kinds, ", "), c.jobs, c.wall_s, c.nanchaos_version,
-      c.interrupted ? " **Interrupted: the faults below are those measured.**" : "");
+      c.scenario, c.seed, c.requested, fmt::join(c.kinds, ", "), c.jobs, c.wall_s,
+      c.nanchaos_version,
+      c.interrupted ? fmt::format(" **Interrupted: {} of the {} faults requested were measured; "
+                                  "the rows below are those.**",
+                                  a.faults, c.requested)
+                    : "");
   m += "| | rate (95% Wilson interval, k/n) |\n|---|---|\n";
   m += fmt::format("| coverage (detected / not masked) | {} |\n", pct(a.coverage));
   m += fmt::format("| attribution: rank | {} |\n", pct(a.rank));

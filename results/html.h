@@ -69,6 +69,10 @@ std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(co
 std::string latency_script(const std::string& detector, const std::vector<LatencyPoint>& points,
                            const std::string& svg_path);
 
+/// Gnuplot string literal content, for "...": double quotes become ', backslashes /, newlines
+/// spaces (a name from the job, e.g. an external stack's detector, cannot break the script).
+std::string gp_str(const std::string& s);
+
 /// HTML text escaping: xml_escape (report.h), so the page and junit.xml escape alike.
 std::string html_escape(const std::string& s);
 

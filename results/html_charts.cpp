@@ -13,11 +13,8 @@
 #include "results/html.h"
 
 namespace nanchaos::results {
-namespace {
 
-using json = nlohmann::json;
-
-// Gnuplot string literal content: no double quotes or newlines inside "...".
+// Gnuplot string literal content (html.h).
 std::string gp_str(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -33,6 +30,10 @@ std::string gp_str(const std::string& s) {
   }
   return out;
 }
+
+namespace {
+
+using json = nlohmann::json;
 
 // One rank's events on the timeline: its collectives as bars, the stack's and the faults' events
 // as marks. Returns the time of its last event (ms).

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "harness/controller/campaign.h"
+#include "harness/controller/campaign_draw.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/exec_rank.h"
 #include "harness/controller/external_targets.h"
@@ -247,9 +248,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   auto* camp_seed_opt =
       campaign->add_option("--seed", camp_seed, "draw seed (default: [scenario].seed)");
-  campaign->add_option("--kinds", camp_kinds,
-                       "comma-separated fault kinds to draw from (default: every kind valid "
-                       "for the job)");
+  auto* camp_kinds_opt =
+      campaign->add_option("--kinds", camp_kinds,
+                           "comma-separated fault kinds to draw from (default: every kind valid "
+                           "for the job)");
   campaign->add_option("--out", camp.out_dir,
                        "campaign folder (default results/campaigns/<UTC>-<name>)");
   campaign->add_option("--jobs", camp.jobs, "launches at a time")
@@ -309,10 +311,13 @@ int main(int argc, char** argv) {
   if (*campaign) {
     camp.self_exe = self_exe(argv[0]);
     if (camp_seed_opt->count()) camp.seed = camp_seed;
-    for (size_t b = 0; b < camp_kinds.size();) {
-      const size_t e = std::min(camp_kinds.find(',', b), camp_kinds.size());
-      if (e > b) camp.kinds.push_back(camp_kinds.substr(b, e - b));
-      b = e + 1;
+    if (camp_kinds_opt->count()) {
+      try {
+        camp.kinds = split_kinds_option(camp_kinds);
+      } catch (const CampaignError& e) {
+        std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+        return 2;
+      }
     }
     const int rc = run_campaign(camp);
     if (const int sig = stop_signal()) {

@@ -76,7 +76,9 @@ std::string console_summary(const results::Campaign& c, const std::string& out) 
     s += fmt::format(" {} {}", to_string(o), a.outcomes.at(to_string(o)));
   }
   s += fmt::format("; errors {}; false positives {}\n", a.errors, c.summary.false_positives);
-  s += fmt::format("reports: {}/campaign.json, campaign.md, campaign.xml, campaign.html\n", out);
+  // An interrupted campaign writes no campaign.html.
+  s += fmt::format("reports: {}/campaign.json, campaign.md, campaign.xml{}\n", out,
+                   c.interrupted ? "" : ", campaign.html");
   return s;
 }
 
@@ -141,6 +143,12 @@ int run_campaign(const CampaignOptions& o) {
       return 2;
     }
   }
+  if (!base.faults.empty()) {
+    std::cerr << fmt::format(
+        "nanchaos campaign: note: {}: its {} [[fault]] and its [expect] are ignored (the "
+        "campaign draws the faults and scores them against their ground truth)\n",
+        o.scenario, base.faults.size());
+  }
   LaunchContext ctx;
   ctx.launcher = default_launcher(o.launcher);
   ctx.self_exe = o.self_exe;
@@ -159,6 +167,19 @@ int run_campaign(const CampaignOptions& o) {
     ctx.python = py.path;
   }
 
+  const std::string out = o.out_dir.empty()
+                              ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
+                              : o.out_dir;
+  // Another campaign's rows, fault folders and re-run commands must not mix with this one's.
+  std::error_code exists_ec;
+  if (fs::exists(fs::path(out) / "campaign.json", exists_ec) ||
+      fs::exists(fs::path(out) / "faults", exists_ec)) {
+    std::cerr << fmt::format(
+        "nanchaos campaign: error: --out {}: holds an earlier campaign (campaign.json or "
+        "faults/); give a new folder or remove it\n",
+        out);
+    return 2;
+  }
   results::Campaign c;
   c.scenario = o.scenario;
   c.name = base.name;
@@ -177,12 +198,16 @@ int run_campaign(const CampaignOptions& o) {
     std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
     return 2;
   }
-  const std::string out = o.out_dir.empty()
-                              ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
-                              : o.out_dir;
+  auto interrupted_before_any_run = [] {
+    std::cerr << fmt::format("nanchaos campaign: interrupted by {} before any fault ran\n",
+                             signal_name(stop_signal()));
+    return 128 + stop_signal();
+  };
+  if (stop_signal() != 0) return interrupted_before_any_run();
   std::vector<std::string> files(drawn.size());
   try {
     for (const auto& d : drawn) {
+      if (stop_signal() != 0) return interrupted_before_any_run();
       const std::string dir = fmt::format("{}/faults/{:03}", out, d.index);
       fs::create_directories(dir);
       files[size_t(d.index)] = dir + "/scenario.toml";

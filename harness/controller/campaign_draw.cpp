@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "harness/common/rng.h"
+#include "harness/controller/controller.h"
+#include "harness/scenario/keys.h"
 #include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
 
@@ -229,6 +231,24 @@ std::pair<int64_t, int64_t> fault_step_window(int64_t steps) {
   return {first, last};
 }
 
+std::vector<std::string> split_kinds_option(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t b = 0; b <= text.size();) {
+    const size_t e = std::min(text.find(',', b), text.size());
+    const size_t first = text.find_first_not_of(" \t", b);
+    const size_t last = text.find_last_not_of(" \t", e == 0 ? 0 : e - 1);
+    if (first >= e || last == std::string::npos || last < first) {
+      throw CampaignError(fmt::format(
+          "--kinds \"{}\": {}; give comma-separated kinds, e.g. --kinds tensor,lr", text,
+          text.find_first_not_of(" \t,") == std::string::npos ? "names no kind"
+                                                              : "has an empty item"));
+    }
+    out.push_back(text.substr(first, last - first + 1));
+    b = e + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
                                         const std::vector<std::string>& wanted) {
   std::vector<std::string> out;
@@ -238,7 +258,9 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
     for (const auto& k : wanted) {
       auto it = fault_kinds().find(k);
       if (it == fault_kinds().end()) {
-        throw CampaignError(fmt::format("--kinds: \"{}\" is not a fault kind; kinds: {}", k,
+        const std::string near = nearest(k, known);
+        throw CampaignError(fmt::format("--kinds: \"{}\" is not a fault kind{} kinds: {}", k,
+                                        near.empty() ? ";" : "; did you mean \"" + near + "\"?",
                                         fmt::join(known, ", ")));
       }
       if (!it->second.not_implemented.empty()) {
@@ -354,7 +376,8 @@ std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& bas
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
                                     uint64_t seed, int count) {
   std::vector<DrawnFault> out;
-  for (int i = 0; i < count; ++i) {
+  // Ctrl-C while drawing a large campaign: stop now (the caller sees stop_signal() and exits).
+  for (int i = 0; i < count && stop_signal() == 0; ++i) {
     std::string last_error;
     bool kept = false;
     for (int attempt = 0; attempt < kMaxAttempts && !kept; ++attempt) {

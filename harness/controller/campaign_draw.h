@@ -58,6 +58,11 @@ struct DrawnFault {
 /// observation window after the fault). Throws CampaignError when the job is too short.
 std::pair<int64_t, int64_t> fault_step_window(int64_t steps);
 
+/// The `--kinds` text as names: comma-separated, blanks around a name dropped ("tensor, lr").
+/// Throws CampaignError when it names no kind ("", ",") or has an empty item ("tensor,,lr"): a
+/// typo must not widen the campaign to every kind.
+std::vector<std::string> split_kinds_option(const std::string& text);
+
 /// Kinds that can be drawn for this job, sorted; `wanted` empty = every registered, built kind
 /// valid for the job. Throws CampaignError naming a wanted kind that is unknown or invalid here
 /// and why ("overflow: needs [job].precision = \"fp16\" or \"bf16\"").
@@ -82,7 +87,8 @@ std::string fault_scenario_toml(const Scenario& base, const std::string& base_te
 /// Draws `count` faults over `kinds` (from campaign_kinds) and checks each through the scenario
 /// loader (load_scenario_string of fault_scenario_toml); a refused draw is drawn again from the
 /// next attempt. Throws CampaignError when 20 attempts of one index are refused (a bug: the
-/// message carries the loader's last error).
+/// message carries the loader's last error). Stops early, with fewer faults, once stop_signal()
+/// is set (Ctrl-C while a large campaign is drawn).
 std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& base_text,
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
                                     uint64_t seed, int count);

@@ -130,7 +130,10 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
   JobResult job;
   try {
     // A full disk or a read-only --out: this scenario is an error naming the path and errno;
-    // the suite goes on and the reports keep what was measured.
+    // the suite goes on and the reports keep what was measured. A log left by an earlier run in
+    // the same folder (--out reused) must not pass for this job's: a rank that never starts
+    // would be judged on it (run_external_job clears it for external jobs the same way).
+    fs::remove_all(run_dir + "/events");
     fs::create_directories(run_dir + "/events");
     const fs::path copy = fs::path(run_dir) / "scenario.toml";
     std::error_code same_ec;

@@ -241,6 +241,11 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
       if (res.outcome == Outcome::kCompleted && most_steps <= f.step) {
         what +=
             fmt::format(": the job ran {} iteration(s), so step {} never came", most_steps, f.step);
+      } else if (job.timed_out && most_steps <= f.step) {
+        // A slow job killed at its deadline: the target's name is not the suspect.
+        what += fmt::format(
+            ": [job].timeout_ms ({} ms) expired after {} iteration(s), before step {} came",
+            s.job.timeout_ms, most_steps, f.step);
       } else if (f.params.has("target")) {
         what +=
             ", target " + f.params.get_string("target") + ": " +

@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <set>
 
 #include "harness/controller/campaign.h"
 #include "harness/scenario/scenario.h"
+#include "tests/test_util.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -149,7 +152,14 @@ TEST(CampaignDraw, KindsValidForTheJobOnly) {
                  "--kinds: overflow: needs [job].precision = \"fp16\" or \"bf16\" (an fp32 module "
                  "does not overflow at the half range)");
   }
-  EXPECT_THROW(campaign_kinds(mlp.s, mlp.t, {"tensr"}), CampaignError);
+  try {
+    campaign_kinds(mlp.s, mlp.t, {"tensr"});
+    FAIL() << "tensr accepted";
+  } catch (const CampaignError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--kinds: \"tensr\" is not a fault kind; did you mean \"tensor\"? kinds: batch, "
+                 "bitflip, comm, crash, hang, lr, overflow, state, tensor");
+  }
   // SGD keeps no optimizer state: no optimizer: target is drawn; fp16 wire: comm bits <= 15.
   for (const auto& d :
        draw_faults(half.s, half.text, half.t, {"bitflip", "comm", "tensor"}, 3, 200)) {
@@ -233,6 +243,65 @@ TEST(CampaignTable, ThresholdChecks) {
   EXPECT_FALSE(j.contains("min_attribution_rank"));
   sum.all.cause = results::make_rate(0, 0);  // nothing detected: a minimum is not met
   EXPECT_EQ(check_thresholds(s, sum)["min_attribution_cause"]["pass"], false);
+}
+
+TEST(CampaignOptions, KindsSplitTrimsAndRefusesAnEmptyList) {
+  EXPECT_EQ(split_kinds_option("tensor,lr"), (std::vector<std::string>{"tensor", "lr"}));
+  EXPECT_EQ(split_kinds_option(" tensor , lr "), (std::vector<std::string>{"tensor", "lr"}));
+  auto error = [](const std::string& text) {
+    try {
+      split_kinds_option(text);
+    } catch (const CampaignError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Empty must not mean "every kind": that widens the campaign behind the user's back.
+  EXPECT_EQ(error(""),
+            "--kinds \"\": names no kind; give comma-separated kinds, e.g. --kinds tensor,lr");
+  EXPECT_EQ(error(" , "),
+            "--kinds \" , \": names no kind; give comma-separated kinds, e.g. --kinds tensor,lr");
+  EXPECT_EQ(error("tensor,,lr"),
+            "--kinds \"tensor,,lr\": has an empty item; give comma-separated kinds, e.g. --kinds "
+            "tensor,lr");
+  EXPECT_NE(error("tensor,").find("has an empty item"), std::string::npos);
+}
+
+// The command line, none of it launching a job: an empty --kinds, an --out that holds an earlier
+// campaign (after the note that the base scenario's [[fault]] is ignored), and Ctrl-C while a
+// large campaign is drawn.
+TEST(CampaignOptions, CommandRefusesBadInputsBeforeAnyLaunch) {
+  namespace fs = std::filesystem;
+  const std::string bin = NANCHAOS_BINARY;
+  const std::string dir = test_util::scratch_dir("nanchaos-test", "campaign");
+  const std::string file = test_util::write_file(dir, "mlp.toml", kMlp);
+  auto kinds =
+      test_util::run_cmd(bin + " campaign " + file + " --faults 2 --kinds , --out " + dir + "/k");
+  EXPECT_EQ(kinds.code, 2) << kinds.output;
+  EXPECT_NE(kinds.output.find("--kinds \",\": names no kind"), std::string::npos) << kinds.output;
+  EXPECT_FALSE(fs::exists(dir + "/k"));
+
+  test_util::write_file(dir, "campaign.json", "{}");
+  auto out = test_util::run_cmd(bin + " campaign " + file + " --faults 2 --out " + dir);
+  EXPECT_EQ(out.code, 2) << out.output;
+  EXPECT_NE(out.output.find(file + ": its 1 [[fault]] and its [expect] are ignored"),
+            std::string::npos)
+      << out.output;
+  EXPECT_NE(out.output.find("--out " + dir + ": holds an earlier campaign"), std::string::npos)
+      << out.output;
+  EXPECT_FALSE(fs::exists(dir + "/faults"));
+
+  // 100000 draws take ~20 s; SIGINT after 2 s must end it then, exit by the signal, with no
+  // fault folder written.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stop = test_util::run_cmd("{ timeout --preserve-status -s INT 2 " + bin + " campaign " +
+                                 file + " --faults 100000 --out " + dir + "/big; echo rc=$?; }");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(stop.output.find("rc=130"), std::string::npos) << stop.output;
+  EXPECT_NE(stop.output.find("interrupted by SIGINT before any fault ran"), std::string::npos)
+      << stop.output;
+  EXPECT_LT(s, 10.0);
+  EXPECT_FALSE(fs::exists(dir + "/big/faults"));
 }
 
 }  // namespace

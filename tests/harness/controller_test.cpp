@@ -88,6 +88,23 @@ TEST(Controller, TwoRankJobDetectsAttributesAndPasses) {
   EXPECT_TRUE(fs::exists(out + "/report.md"));
 }
 
+TEST(Controller, ReusedOutFolderNeverJudgesAnEarlierRunsLogs) {
+  // A second run into the same --out whose ranks never start (a launcher that exits at once)
+  // must not be judged on the first run's event logs: an error, not the first run's pass.
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const auto file = write_file(dir, "a.toml", kActivation2);
+  ASSERT_EQ(run_cmd(kBin + " run " + file + " --out " + out).code, 0);
+  ASSERT_TRUE(fs::exists(out + "/nan-activation-rank1/events/rank-1.jsonl"));
+  auto r = run_cmd(kBin + " run " + file + " --launcher /bin/false --out " + out);
+  EXPECT_NE(r.code, 0) << r.output;
+  const auto rep = read_report(out);
+  const auto& s = rep["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "error") << s.dump(2);
+  EXPECT_TRUE(s["first_detection"].is_null()) << s.dump(2);
+  EXPECT_FALSE(fs::exists(out + "/nan-activation-rank1/events/rank-1.jsonl"));
+}
+
 TEST(Controller, FourRankJobFailsAWrongExpectationWithExit1) {
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");

@@ -462,6 +462,28 @@ TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
   EXPECT_EQ(FindCheck(r, "consistent"), nullptr) << "not checked unless the job completes";
 }
 
+// A job killed at timeout_ms before the fault's step: the reason says so, not "check the
+// target's name" (a 4-rank campaign on a loaded host: 6 s a step, killed at step 7 of 12).
+TEST(JudgeVerdict, FaultNotReachedBeforeTheTimeoutSaysSo) {
+  RunDir d("timeout_before_fault");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.step(r, 1, 2000, &seq);
+  }
+  d.flush();
+  const Scenario s = Load(
+      "timeout_ms = 20000\n[[fault]]\nkind = \"tensor\"\ntarget = \"activation:layers.1\"\n"
+      "ranks = [1]\nstep = 3\n",
+      6);
+  const auto r = judge(s, d.path(), Job(137, 20'000'000, /*timed_out=*/true));
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
+  EXPECT_EQ(r.reason,
+            "injection not verified: [[fault]] #1 (tensor, step 3: [job].timeout_ms (20000 ms) "
+            "expired after 2 iteration(s), before step 3 came) never fired");
+}
+
 TEST(JudgeHang, ShortWaitIsNoDeadlock) {
   RunDir d("hang_short");
   for (int r = 0; r < 2; ++r) {

@@ -262,6 +262,60 @@ std::vector<std::tuple<std::string, std::string, bool>> rows(int detected, int s
   return out;
 }
 
+TEST(CampaignScoring, ConfusionLeavesOutMaskedFaultsNothingNamed) {
+  // A masked fault with no detection had nothing to name: not a miss ("-"), as coverage says.
+  ScenarioResult named = judged(FaultOutcome::kDetectedRecovered);
+  named.first_detection = detection("loss", {1}, "layers.1", "activation");
+  const std::vector<CampaignFault> faults = {
+      score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), named),
+      score_fault(1, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                  judged(FaultOutcome::kMasked)),
+      score_fault(2, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                  judged(FaultOutcome::kSilentCorruption))};
+  const CampaignSummary sum = summarize_campaign(faults);
+  ASSERT_EQ(sum.confusion.count("activation"), 1u);
+  const auto& row = sum.confusion.at("activation");
+  EXPECT_EQ(row.at("activation"), 1);
+  EXPECT_EQ(row.at("-"), 1);  // the silent corruption only
+  EXPECT_EQ(sum.all.outcomes.at("masked"), 1);
+}
+
+TEST(CampaignScoring, MarkdownOfAnInterruptedCampaignSaysHowManyWereMeasured) {
+  Campaign c;
+  c.name = "x";
+  c.requested = 8;
+  c.interrupted = true;
+  c.faults = {score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                          judged(FaultOutcome::kMasked))};
+  c.summary = summarize_campaign(c.faults);
+  EXPECT_NE(campaign_markdown(c).find(
+                ", 8 faults drawn over  (1 at a time), 0.0 s, nanchaos . **Interrupted: 1 of the 8 "
+                "faults requested were measured; the rows below are those.**"),
+            std::string::npos)
+      << campaign_markdown(c);
+}
+
+TEST(CampaignHtml, LatencyChartSetsDetectorNamesAsPlainText) {
+  // Enhanced text would set post_reduce's underscore as a subscript; a quote in a job's own
+  // detector name must not end the gnuplot string.
+  const std::string dir = test_util::scratch_dir("campaign-html", "chart");
+  Campaign c;
+  c.name = "x";
+  ScenarioResult a = judged(FaultOutcome::kDetectedRecovered);
+  a.first_detection = detection("post_reduce", {1}, "layers.1", "activation");
+  ScenarioResult b = judged(FaultOutcome::kDetectedRecovered);
+  b.first_detection = detection("my \"check\"", {1}, "layers.1", "activation");
+  c.faults = {score_fault(0, kFault, "comm", truth({1}, "layers.1", "activation"), a),
+              score_fault(1, kFault, "comm", truth({1}, "layers.1", "activation"), b)};
+  c.summary = summarize_campaign(c.faults);
+  write_campaign_html(c, dir + "/campaign.html");
+  std::ifstream in(dir + "/html/campaign-latency.gp");
+  std::stringstream gp;
+  gp << in.rdbuf();
+  EXPECT_NE(gp.str().find(" noenhanced "), std::string::npos) << gp.str();
+  EXPECT_NE(gp.str().find("\"post_reduce\" 0, \"my 'check'\" 1"), std::string::npos) << gp.str();
+}
+
 TEST(CampaignCompare, SameCampaignIsNoRegression) {
   const json a = campaign_file(1, rows(14, 2));
   EXPECT_TRUE(is_campaign_json(a));
@@ -315,6 +369,24 @@ TEST(CampaignCompare, SameDrawsComparedFaultByFault) {
   EXPECT_FALSE(d.same_draws);
 }
 
+TEST(CampaignCompare, NotesDifferentScenariosSeedsAndInterruptedSides) {
+  json a = campaign_file(1, rows(3, 1));
+  json b = campaign_file(2, rows(3, 1));
+  a["name"] = "mlp-default";
+  b["name"] = "tf-full";
+  b["interrupted"] = true;
+  b["faults_requested"] = 10;
+  const auto c = compare_campaigns(a, b);
+  EXPECT_EQ(c.notes, (std::vector<std::string>{
+                         "A and B are campaigns of different scenarios (mlp-default and tf-full)",
+                         "A and B have different seeds (1 and 2): different draws",
+                         "B was interrupted: 4 of 10 faults measured"}));
+  EXPECT_NE(format_text(c).find("  note: A and B are campaigns of different scenarios"),
+            std::string::npos);
+  EXPECT_NE(format_markdown(c).find("Note: B was interrupted"), std::string::npos);
+  EXPECT_TRUE(compare_campaigns(a, a).notes.empty());
+}
+
 TEST(CampaignCompare, ExitCodesOnFiles) {
   const std::string dir = test_util::scratch_dir("campaign-compare", "files");
   auto put = [&](const std::string& name, const std::string& text) {
@@ -337,6 +409,33 @@ TEST(CampaignCompare, ExitCodesOnFiles) {
       test_util::run_cmd(std::string(NANCHAOS_BINARY) + " compare " + a + " " + b + " --format md");
   EXPECT_EQ(cli.code, 1) << cli.output;
   EXPECT_NE(cli.output.find("nanchaos campaign compare"), std::string::npos) << cli.output;
+}
+
+TEST(CampaignCompare, DamagedFileIsAnErrorNamingTheFileAndField) {
+  const std::string dir = test_util::scratch_dir("campaign-compare", "damaged");
+  const json good = campaign_file(1, rows(3, 1));
+  auto put = [&](const std::string& name, const json& doc) {
+    std::ofstream(dir + "/" + name) << doc.dump();
+    return dir + "/" + name;
+  };
+  const std::string a = put("a.json", good);
+  json counts = good;
+  counts["summary"]["attribution_counts"]["cause"] = "x";
+  json outcome = good;
+  outcome["faults"][2]["outcome"] = "exploded";  // never silently left out of the comparison
+  json index = good;
+  index["faults"][1].erase("index");
+  const std::pair<json, std::string> cases[] = {
+      {counts, "summary.attribution_counts.cause is not {\"k\": integer, \"n\": integer, ...}"},
+      {outcome, "faults[2].outcome \"exploded\" is not an outcome class"},
+      {index, "faults[1]: no integer \"index\""}};
+  int i = 0;
+  for (const auto& [doc, what] : cases) {
+    const std::string b = put("b" + std::to_string(i++) + ".json", doc);
+    std::ostringstream out, err;
+    EXPECT_EQ(run_campaign_compare(a, b, "text", out, err), 2) << out.str();
+    EXPECT_EQ(err.str(), "nanchaos compare: error: " + b + ": " + what + "\n");
+  }
 }
 
 }  // namespace
