@@ -38,6 +38,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 json run_campaign(const std::string& scenario, int faults, int jobs, const std::string& kinds,
                   bool one_launch, const std::string& out) {
   fs::remove_all(out);
+  fs::create_directories(fs::path(out).parent_path());
   const std::string cmd = std::string(NANCHAOS_BINARY) + " campaign " + scenario + " --faults " +
                           std::to_string(faults) + " --seed 1 --jobs " + std::to_string(jobs) +
                           " --quiet --out " + out + (kinds.empty() ? "" : " --kinds " + kinds) +

@@ -87,13 +87,7 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
   JobResult job;
   if (launch_error.empty()) {
     std::map<std::string, std::string> env;
-    std::string mpi_tmp;
-    if (ctx.private_mpi_tmpdir) {
-      mpi_tmp = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
-      std::error_code ec;
-      fs::create_directories(mpi_tmp, ec);
-      env["OMPI_MCA_orte_tmpdir_base"] = mpi_tmp;
-    }
+    const MpiSessionDir mpi_tmp(ctx, job_id, env);
     auto argv = launcher_argv(ctx.launcher, first, ctx.self_exe, fs::absolute(first.file).string(),
                               fs::absolute(launch_dir).string());
     argv.push_back("--campaign");
@@ -102,10 +96,6 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
     const int64_t timeout = first.job.timeout_ms * int64_t(faults.size() + 1);
     job = launch_job(argv, launch_dir + "/ranks.log", timeout, job_id, launch_dir + "/events",
                      int(first.job.ranks), 0, env);
-    if (!mpi_tmp.empty()) {
-      std::error_code ec;
-      fs::remove_all(mpi_tmp, ec);
-    }
     launch_error = job.launch_error;
   }
   for (int64_t r = 0; r < first.job.ranks; ++r) trim_event_log(rank_log(launch_dir, r));
