@@ -9,9 +9,9 @@ namespace {
 // costly, so only in `full` or when enabled explicitly; the default stack gets the same answer
 // from the replay after a detection). Names the first module whose output is non-finite; its
 // input, the previous module's output, was finite by construction of the forward order.
-class ActivationDetector final : public Detector {
+class ActivationDetector final : public DetectorImpl<ActivationDetector> {
  public:
-  ActivationDetector() : Detector("activation") {}
+  ActivationDetector() : DetectorImpl("activation") {}
   Hook hook() const override { return Hook::kLoss; }
   void reset() override {
     first_bad_.clear();

@@ -11,9 +11,9 @@ namespace {
 // output"). The runner turns on the mode, catches the error around backward and hands the message
 // here. Costly (PyTorch documents it as a debugging tool); the reports compare it against the
 // default stack.
-class AnomalyDetector final : public Detector {
+class AnomalyDetector final : public DetectorImpl<AnomalyDetector> {
  public:
-  AnomalyDetector() : Detector("anomaly") {}
+  AnomalyDetector() : DetectorImpl("anomaly") {}
   Hook hook() const override { return Hook::kGradients; }
   bool wants_anomaly_mode() const override { return true; }
   std::optional<Finding> check(const StepView& v) override {
@@ -34,7 +34,7 @@ DetectorInfo anomaly_detector() {
   info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
     return std::make_unique<AnomalyDetector>();
   };
-  info.order = 120;  // anomaly mode's error, last: the replay's costly check
+  info.order = 120;    // anomaly mode's error, last: the replay's costly check
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double*, const AttributionNames&, Decision* d) {
     d->cause = "gradient";  // the op name is in the blamed rank's own detect event

@@ -11,10 +11,10 @@ namespace {
 
 // Checks the batch as the model receives it (after normalize_inputs). Caveat: a few small
 // reductions over the batch per step; the batch is small next to the gradients.
-class BatchDetector final : public Detector {
+class BatchDetector final : public DetectorImpl<BatchDetector> {
  public:
   explicit BatchDetector(const harness::Scenario& s)
-      : Detector("batch"), max_abs_(s.detectors.max_abs) {
+      : DetectorImpl("batch"), max_abs_(s.detectors.max_abs) {
     classes_ =
         s.job.workload == harness::WorkloadKind::kMlp ? s.workload.classes : s.workload.vocab;
   }

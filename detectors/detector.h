@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,9 +86,23 @@ class Detector {
   /// Whether the detector runs at `step` (kReplica: every replica_every steps).
   virtual bool due(int64_t /*step*/) const { return true; }
   virtual std::optional<Finding> check(const StepView& view) = 0;
+  /// A copy of the detector with its state across steps (the spike windows): the stack's
+  /// checkpoint of an in-launch campaign (reference_stack.h StackState). DetectorImpl writes it.
+  virtual std::unique_ptr<Detector> clone() const = 0;
 
  private:
   std::string name_;
+};
+
+/// The base of every detector: clone() through the copy constructor, so a detector file stays
+/// one class (`class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector>`).
+template <class Derived>
+class DetectorImpl : public Detector {
+ public:
+  using Detector::Detector;
+  std::unique_ptr<Detector> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
 };
 
 }  // namespace nanchaos::detect

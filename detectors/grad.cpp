@@ -10,9 +10,9 @@ namespace {
 
 // Reads the fused pack-and-scan's flags (detectors/core/fused_scan.h): no extra pass over
 // gradients.
-class GradDetector final : public Detector {
+class GradDetector final : public DetectorImpl<GradDetector> {
  public:
-  GradDetector() : Detector("grad") {}
+  GradDetector() : DetectorImpl("grad") {}
   Hook hook() const override { return Hook::kGradients; }
   std::optional<Finding> check(const StepView& v) override {
     const auto& st = *v.grad_stats;

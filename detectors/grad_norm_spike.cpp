@@ -11,10 +11,10 @@ namespace {
 // is the parameter whose own squared norm (the scan's per-tensor sums) rose the most against its
 // history (SCENARIO_FORMAT.md "More detectors and recovery"); the finding's code is its index in
 // backward order, -1 when unknown. A global norm alone names nothing (torchtitan 766).
-class GradNormSpikeDetector final : public Detector {
+class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
  public:
   explicit GradNormSpikeDetector(const harness::Scenario& s)
-      : Detector("grad_norm_spike"),
+      : DetectorImpl("grad_norm_spike"),
         window_(s.detectors.spike_window, s.detectors.spike_zscore),
         per_param_(s.detectors.spike_window) {}
   Hook hook() const override { return Hook::kGradients; }

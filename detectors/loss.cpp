@@ -8,9 +8,9 @@
 namespace nanchaos::detect {
 namespace {
 
-class LossDetector final : public Detector {
+class LossDetector final : public DetectorImpl<LossDetector> {
  public:
-  LossDetector() : Detector("loss") {}
+  LossDetector() : DetectorImpl("loss") {}
   Hook hook() const override { return Hook::kLoss; }
   std::optional<Finding> check(const StepView& v) override {
     if (std::isfinite(v.loss->item<double>())) return std::nullopt;

@@ -10,9 +10,9 @@ namespace {
 // scan's flags, no extra pass). The runner's loss scaler decides from the consensus whether a
 // found_inf is the scaler probing its range after a growth (logged as scale_backoff, not a
 // detection) or a detection (DESIGN.md: found_inf with every activation finite is fp16_overflow).
-class LossScaleDetector final : public Detector {
+class LossScaleDetector final : public DetectorImpl<LossScaleDetector> {
  public:
-  LossScaleDetector() : Detector("loss_scale") {}
+  LossScaleDetector() : DetectorImpl("loss_scale") {}
   Hook hook() const override { return Hook::kGradients; }
   std::optional<Finding> check(const StepView& v) override {
     if (!v.grad_stats->any_nonfinite()) return std::nullopt;

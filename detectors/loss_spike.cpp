@@ -7,10 +7,10 @@
 namespace nanchaos::detect {
 namespace {
 
-class LossSpikeDetector final : public Detector {
+class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector> {
  public:
   explicit LossSpikeDetector(const harness::Scenario& s)
-      : Detector("loss_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
+      : DetectorImpl("loss_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
   Hook hook() const override { return Hook::kLoss; }
   std::optional<Finding> check(const StepView& v) override {
     if (window_.test_and_add(v.loss->item<double>()) > 0) {

@@ -9,9 +9,9 @@ namespace nanchaos::detect {
 namespace {
 
 // Scans every parameter at step start (one pass over the weights; in the `full` preset only).
-class ParamDetector final : public Detector {
+class ParamDetector final : public DetectorImpl<ParamDetector> {
  public:
-  ParamDetector() : Detector("param") {}
+  ParamDetector() : DetectorImpl("param") {}
   Hook hook() const override { return Hook::kStepStart; }
   std::optional<Finding> check(const StepView& v) override {
     const auto& params = *v.params;

@@ -11,9 +11,9 @@ namespace {
 // Scans the reduced buffer while unpacking it (detectors/core/fused_scan.h). Caveat: relies on the
 // reduced buffer being identical on every rank (an all-reduce's contract), so its decision needs
 // no second consensus round.
-class PostReduceDetector final : public Detector {
+class PostReduceDetector final : public DetectorImpl<PostReduceDetector> {
  public:
-  PostReduceDetector() : Detector("post_reduce") {}
+  PostReduceDetector() : DetectorImpl("post_reduce") {}
   Hook hook() const override { return Hook::kPostReduce; }
   std::optional<Finding> check(const StepView& v) override {
     const auto& st = *v.reduce_stats;

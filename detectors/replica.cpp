@@ -14,9 +14,9 @@
 namespace nanchaos::detect {
 namespace {
 
-class ReplicaDetector final : public Detector {
+class ReplicaDetector final : public DetectorImpl<ReplicaDetector> {
  public:
-  explicit ReplicaDetector(int64_t every) : Detector("replica"), every_(every) {}
+  explicit ReplicaDetector(int64_t every) : DetectorImpl("replica"), every_(every) {}
   Hook hook() const override { return Hook::kReplica; }
   // Not at step 0: the replicas start from one seed; the first check follows `every` updates.
   bool due(int64_t step) const override { return step > 0 && step % every_ == 0; }

@@ -12,9 +12,9 @@ namespace {
 // with MPI_Abort (exit code 4), as NCCL's watchdog ends a hang with ncclCommAbort. Caveat: the
 // detection is local to the ranks that waited; who was absent is the controller's post-mortem (the
 // flight-recorder comparison of collective sequence numbers).
-class WatchdogDetector final : public Detector {
+class WatchdogDetector final : public DetectorImpl<WatchdogDetector> {
  public:
-  WatchdogDetector() : Detector("watchdog") {}
+  WatchdogDetector() : DetectorImpl("watchdog") {}
   Hook hook() const override { return Hook::kCollective; }
   std::optional<Finding> check(const StepView&) override { return std::nullopt; }
 };

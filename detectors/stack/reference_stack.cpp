@@ -29,7 +29,11 @@ ReferenceStack::ReferenceStack(const harness::Scenario& s, harness::EventLog& lo
                                harness::Communicator& comm, JobLayout layout, torch::Device device,
                                int watchdog_exit, std::function<void(int)> write_exit,
                                std::function<ModelState()> state)
-    : s_(s), log_(log), layout_(std::move(layout)), job_state_(std::move(state)), replay_checks_(s) {
+    : s_(s),
+      log_(log),
+      layout_(std::move(layout)),
+      job_state_(std::move(state)),
+      replay_checks_(s) {
   rank_ = comm.rank();
   world_ = comm.world_size();
   for (const auto& name : s_.detectors.enabled) {
@@ -66,11 +70,46 @@ ModelState ReferenceStack::state() {
   return m;
 }
 
+// ---- an in-launch campaign's checkpoint
+
+StackState ReferenceStack::checkpoint() const {
+  StackState st;
+  for (const auto& d : detectors_) st.detectors.push_back(d->clone());
+  if (scaler_) st.scaler = scaler_->state();
+  st.lr_scale = lr_scale_;
+  st.aborting = aborting_;
+  st.abort_cause = abort_cause_;
+  st.snapshot = snapshot_;
+  st.consecutive = consecutive_;
+  st.rollbacks = rollbacks_;
+  st.replica_vote = replica_vote_;
+  st.seq = coll_->seq();
+  return st;
+}
+
+void ReferenceStack::restore(const StackState& st) {
+  replica_ = nullptr;
+  for (size_t i = 0; i < detectors_.size(); ++i) {
+    detectors_[i] = st.detectors.at(i)->clone();
+    if (detectors_[i]->hook() == Hook::kReplica) replica_ = detectors_[i].get();
+  }
+  if (scaler_ && st.scaler) scaler_->restore(*st.scaler);
+  lr_scale_ = st.lr_scale;
+  aborting_ = st.aborting;
+  abort_cause_ = st.abort_cause;
+  snapshot_ = st.snapshot;
+  consecutive_ = st.consecutive;
+  rollbacks_ = st.rollbacks;
+  replica_vote_ = st.replica_vote;
+  coll_->set_seq(st.seq);
+  rollback_requested_ = false;
+}
+
 // ---- between steps
 
 void ReferenceStack::before_step(int64_t step) {
   if (s_.recovery.has(Policy::kRollback) && step % s_.recovery.snapshot_every == 0) {
-    snapshot_ = std::make_unique<Snapshot>(step, state());
+    snapshot_ = std::make_shared<const Snapshot>(step, state());
     log_.write("snapshot", {{"step", step}});
   }
   rollback_requested_ = false;

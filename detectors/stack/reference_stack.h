@@ -56,6 +56,24 @@ struct Stop {
   std::string cause;
 };
 
+/// Everything the stack carries from one step to the next, for an in-launch campaign's
+/// checkpoint of the whole rank (harness/job/rank_runner.h): copies of the detectors (their
+/// spike windows), the loss scaler, the lr_backoff factor, the escalation counters, the
+/// rollback snapshot (shared: a Snapshot never changes once taken), the last replica vote and
+/// the collective sequence number. The job's own state (parameters, buffers, optimizer) is the
+/// job's Snapshot. Taken between steps only.
+struct StackState {
+  std::vector<std::shared_ptr<const Detector>> detectors;  ///< the stack's order
+  std::optional<harness::LossScaler::State> scaler;
+  double lr_scale = 1.0;
+  bool aborting = false;
+  std::string abort_cause;
+  std::shared_ptr<const Snapshot> snapshot;
+  int64_t consecutive = 0, rollbacks = 0;
+  harness::ReplicaVote replica_vote;
+  int64_t seq = 0;  ///< StackComm's next collective number
+};
+
 class ReferenceStack {
  public:
   /// Makes the enabled detectors of `s` and the rank's StackComm over `comm`. `state` returns
@@ -79,6 +97,13 @@ class ReferenceStack {
   double& lr_scale() { return lr_scale_; }
   /// This step's cost of always-on localization (us).
   int64_t localize_us() const { return localize_us_; }
+
+  // ---- an in-launch campaign's checkpoint (between steps)
+  /// The stack's state now (see StackState).
+  StackState checkpoint() const;
+  /// Puts `st` back (fresh copies of its detectors: `st` can be restored again), bit-exact:
+  /// the steps that follow run as they did after checkpoint().
+  void restore(const StackState& st);
 
   // ---- between steps (the loop)
   /// Takes the rollback snapshot when `step` is due; forgets the last step's rollback request.
@@ -182,7 +207,7 @@ class ReferenceStack {
   bool rollback_requested_ = false;
   bool aborting_ = false;
   std::string abort_cause_;
-  std::unique_ptr<Snapshot> snapshot_;
+  std::shared_ptr<const Snapshot> snapshot_;
   int64_t consecutive_ = 0;  // detections in a row
   int64_t rollbacks_ = 0;    // since the count was last reset
 };

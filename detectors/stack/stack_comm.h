@@ -36,6 +36,9 @@ class StackComm {
 
   int rank() const { return rank_; }
   int world() const { return world_; }
+  /// The next collective's number (the `seq` of coll_enter); set_seq puts a checkpoint's back.
+  int64_t seq() const { return seq_; }
+  void set_seq(int64_t seq) { seq_ = seq; }
 
   /// In-place SUM all-reduce of `count` elements of `type` at `buf` (a host buffer on MPI, a
   /// device pointer on NCCL), named `name` in the log, at `step`.

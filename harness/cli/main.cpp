@@ -200,8 +200,7 @@ int main(int argc, char** argv) {
       "compare",
       "compare two report.json files; exit 1 on a regression, 2 when they share no scenario "
       "(results/compare.h)");
-  compare->add_option("base", cmp_base, "the reference report.json (or campaign.json)")
-      ->required();
+  compare->add_option("base", cmp_base, "the reference report.json (or campaign.json)")->required();
   compare->add_option("new", cmp_new, "the report.json (or campaign.json) to check")->required();
   compare
       ->add_option("--max-slowdown", cmp_opts.max_slowdown,
@@ -260,6 +259,9 @@ int main(int argc, char** argv) {
   campaign->add_option("--launcher", camp.launcher,
                        "launcher command (default $NANCHAOS_LAUNCHER or mpirun)");
   campaign->add_flag("--quiet", camp.quiet, "no progress lines and no summary");
+  campaign->add_flag("--one-launch-per-fault", camp.one_launch_per_fault,
+                     "run every fault in its own launch (built-in jobs otherwise run many faults "
+                     "per launch from in-memory checkpoints)");
 
   auto* keys = app.add_subcommand("keys", "print the Markdown reference of every scenario key");
   std::string keys_format = "md";
@@ -276,6 +278,10 @@ int main(int argc, char** argv) {
   rank->add_option("--run-dir", rank_dir)->required();
   auto* rank_seed_opt =
       rank->add_option("--seed", rank_seed, "replaces [scenario].seed (a repeated trial)");
+  std::string rank_campaign;
+  rank->add_option("--campaign", rank_campaign,
+                   "an in-launch campaign: a file of fault scenario paths, one a line "
+                   "(harness/job/runner.h run_campaign_on)");
   rank->group("");  // hidden from --help
 
   ExecRankOptions exec_opts;
@@ -350,7 +356,8 @@ int main(int argc, char** argv) {
   }
   if (*rank) {
     return run_rank(rank_scenario, rank_dir,
-                    rank_seed_opt->count() ? std::optional<uint64_t>(rank_seed) : std::nullopt);
+                    rank_seed_opt->count() ? std::optional<uint64_t>(rank_seed) : std::nullopt,
+                    rank_campaign);
   }
   if (*exec) {
     if (exec_seed_opt->count()) exec_opts.seed = exec_seed;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/controller/campaign_batch.h"
 #include "harness/controller/campaign_draw.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/external_targets.h"
@@ -244,10 +245,85 @@ int run_campaign(const CampaignOptions& o) {
       write_failed = true;
     }
   };
-  std::atomic<size_t> next{0};
+  // The work: batches of in-launch faults (one per worker), then single faults.
+  struct Item {
+    std::vector<size_t> faults;
+    bool in_launch = false;
+  };
+  std::vector<Item> queue;
+  {
+    std::vector<size_t> inlaunch;
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      bool eligible = false;
+      if (!o.one_launch_per_fault) {
+        try {
+          eligible = inlaunch_eligible(load_scenario(files[i]));
+        } catch (const ScenarioError&) {
+        }
+      }
+      if (eligible) {
+        inlaunch.push_back(i);
+      } else {
+        queue.push_back({{i}, false});
+      }
+    }
+    const size_t batches = std::min<size_t>(size_t(o.jobs), inlaunch.size());
+    std::vector<std::vector<size_t>> split(batches);
+    for (size_t k = 0; k < inlaunch.size(); ++k) split[k % batches].push_back(inlaunch[k]);
+    for (auto& b : split) queue.insert(queue.begin(), Item{std::move(b), true});
+  }
+  std::atomic<int> launches{0};
+  auto record = [&](size_t i, results::ScenarioResult judged) {
+    const DrawnFault& d = drawn[i];
+    results::CampaignFault row =
+        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged);
+    row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
+    row.rerun = "nanchaos run " + files[i];
+    std::lock_guard<std::mutex> lock(mu);
+    if (!o.quiet) std::cerr << progress_line(row, int(drawn.size())) << std::flush;
+    rows[i] = std::move(row);
+    write_files(false);  // after every fault: nothing measured is lost if the controller dies
+  };
+  // A batch: one launch; the faults it never started go back to the queue, as a new batch when
+  // the launch got somewhere, one launch each otherwise (a clean prefix that cannot get there).
+  auto run_batch = [&](const std::vector<size_t>& batch) {
+    std::vector<Scenario> scenarios;
+    for (size_t i : batch) scenarios.push_back(load_scenario(files[i]));
+    const std::string launch_dir = fmt::format("{}/launches/{:03}", out, launches++);
+    const std::string job_id = fmt::format("{}-b{}-{}", getpid(), batch.front(), now_us());
+    auto judged = run_inlaunch_batch(scenarios, launch_dir, ctx, job_id);
+    std::vector<size_t> rest;
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (!judged[k]) {
+        rest.push_back(batch[k]);
+      } else if (judged[k]->reason == "interrupted") {
+        return;
+      } else {
+        record(batch[k], std::move(*judged[k]));
+      }
+    }
+    if (rest.empty() || stop_signal() != 0) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (rest.size() < batch.size()) {
+      queue.push_back({rest, true});
+    } else {
+      for (size_t i : rest) queue.push_back({{i}, false});
+    }
+  };
+  size_t next = 0;  // the queue's next item (guarded by mu; batches may append to the queue)
   auto worker = [&] {
-    for (size_t i; (i = next++) < drawn.size() && stop_signal() == 0;) {
-      const DrawnFault& d = drawn[i];
+    while (stop_signal() == 0) {
+      Item item;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= queue.size()) return;
+        item = queue[next++];
+      }
+      if (item.in_launch) {
+        run_batch(item.faults);
+        continue;
+      }
+      const size_t i = item.faults.front();
       const std::string dir = fs::path(files[i]).parent_path().string();
       results::ScenarioResult judged;
       try {
@@ -258,14 +334,7 @@ int run_campaign(const CampaignOptions& o) {
         judged.reason = e.what();  // cannot happen: draw_faults loaded it (a changed file?)
       }
       if (judged.reason == "interrupted") return;  // not measured: listed as not run
-      results::CampaignFault row =
-          results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged);
-      row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
-      row.rerun = "nanchaos run " + files[i];
-      std::lock_guard<std::mutex> lock(mu);
-      if (!o.quiet) std::cerr << progress_line(row, int(drawn.size())) << std::flush;
-      rows[i] = std::move(row);
-      write_files(false);  // after every fault: nothing measured is lost if the controller dies
+      record(i, std::move(judged));
     }
   };
   std::vector<std::thread> workers;

@@ -6,8 +6,12 @@
 // against each fault's ground truth (results/campaign.h) into DIR/campaign.json, campaign.md,
 // campaign.xml (JUnit) and campaign.html.
 //
-// One launch per fault: the in-launch mode of issue 16 (many faults from in-memory snapshots of
-// one clean prefix) is not built.
+// Built-in jobs run in-launch (campaign_batch.h): the faults that qualify (inlaunch_eligible)
+// are split into J batches, one launch each, that train the clean prefix once and run every
+// fault's window from an in-memory checkpoint of the whole rank; a fault whose launch died
+// before its window started goes to a new launch. The rest (external jobs, hang and crash
+// faults, a stack without consensus or watchdog) run one launch per fault, as does every fault
+// with --one-launch-per-fault.
 //
 // Threads: the main thread draws, then J worker threads each run one job at a time (a launcher's
 // death signal is tied to the thread that started it, and each worker outlives its jobs); rows
@@ -35,6 +39,7 @@ struct CampaignOptions {
   std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or mpirun
   std::string self_exe;            ///< this binary
   bool quiet = false;              ///< no progress lines, no summary table
+  bool one_launch_per_fault = false;  ///< never in-launch (comparison, debugging)
 };
 
 /// Thresholds of the scenario's [campaign] table checked against a summary:

@@ -124,6 +124,22 @@ std::string suite_name(const std::vector<std::string>& paths) {
 
 int stop_signal() { return g_stop_signal; }
 
+MpiSessionDir::MpiSessionDir(const LaunchContext& ctx, const std::string& job_id,
+                             std::map<std::string, std::string>& env) {
+  if (!ctx.private_mpi_tmpdir) return;
+  // Short: Open MPI puts its sockets below it (a Unix socket path holds ~107 bytes).
+  dir_ = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  env["OMPI_MCA_orte_tmpdir_base"] = dir_;
+}
+
+MpiSessionDir::~MpiSessionDir() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
 results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& run_dir,
                                          const LaunchContext& ctx, const std::string& job_id,
                                          std::optional<uint64_t> seed) {
@@ -149,27 +165,17 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     return res;
   }
   std::map<std::string, std::string> env;
-  std::string mpi_tmp;
-  if (ctx.private_mpi_tmpdir) {
-    // Short: Open MPI puts its sockets below it (a Unix socket path holds ~107 bytes).
-    mpi_tmp = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
-    std::error_code ec;
-    fs::create_directories(mpi_tmp, ec);
-    env["OMPI_MCA_orte_tmpdir_base"] = mpi_tmp;
-  }
+  std::optional<MpiSessionDir> mpi_tmp(std::in_place, ctx, job_id, env);
   if (s.job.external()) {
-    job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed,
-                           false, env);
+    job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed, false,
+                           env);
   } else {
     auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
                               fs::absolute(run_dir).string(), seed);
     job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
                      int(s.job.ranks), 0, env);
   }
-  if (!mpi_tmp.empty()) {
-    std::error_code ec;
-    fs::remove_all(mpi_tmp, ec);
-  }
+  mpi_tmp.reset();
   // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
   // the logs are plain JSON lines for every reader, not only read_events().
   for (int64_t r = 0; r < s.job.ranks; ++r) {

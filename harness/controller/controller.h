@@ -223,6 +223,21 @@ struct LaunchContext {
   bool private_mpi_tmpdir = false;
 };
 
+/// The job's own Open MPI session folder when `ctx.private_mpi_tmpdir` (see LaunchContext):
+/// made by the constructor (/tmp/nanchaos-mpi-<job_id>) and named in `env`
+/// (OMPI_MCA_orte_tmpdir_base), removed by the destructor. Nothing when the flag is off.
+class MpiSessionDir {
+ public:
+  MpiSessionDir(const LaunchContext& ctx, const std::string& job_id,
+                std::map<std::string, std::string>& env);
+  ~MpiSessionDir();
+  MpiSessionDir(const MpiSessionDir&) = delete;
+  MpiSessionDir& operator=(const MpiSessionDir&) = delete;
+
+ private:
+  std::string dir_;
+};
+
 /// Runs one job of `s` in `run_dir` and judges it: makes run_dir/events, copies the scenario to
 /// run_dir/scenario.toml (unless it is that file), launches (run_external_job or launch_job with
 /// launcher_argv), trims the event logs, judge(). A launch that cannot start, an interruption

@@ -182,6 +182,30 @@ void EventLog::write(const std::string& ev, nlohmann::json fields) {
 
 void EventLog::write_line(std::string_view line) { append(line); }
 
+void EventLog::swap(EventLog& other) noexcept {
+  std::swap(path_, other.path_);
+  std::swap(fd_, other.fd_);
+  std::swap(map_, other.map_);
+  std::swap(cap_, other.cap_);
+  std::swap(len_, other.len_);
+  std::swap(full_, other.full_);
+  std::swap(dropped_, other.dropped_);
+  std::swap(errno_, other.errno_);
+}
+
+std::string EventLog::text() const {
+  if (map_) return std::string(map_, len_);
+  std::string out(len_, '\0');
+  size_t got = 0;
+  while (fd_ >= 0 && got < len_) {
+    const ssize_t n = ::pread(fd_, out.data() + got, len_ - got, off_t(got));
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  out.resize(got);
+  return out;
+}
+
 void trim_event_log(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;

@@ -76,6 +76,11 @@ class EventLog {
   /// (bench/README.md).
   void write_line(std::string_view line);
   bool is_open() const { return fd_ >= 0; }
+  /// Exchanges the two logs' files: every holder of a reference to this log writes to `other`'s
+  /// file from now on (an in-launch campaign's fault window, harness/job/rank_runner.h).
+  void swap(EventLog& other) noexcept;
+  /// The lines written so far (what a reader of the file sees).
+  std::string text() const;
   /// Events that could not be written (0 while the file could grow).
   int64_t dropped() const { return dropped_; }
   /// errno of the first failed allocation or write (0: none).

@@ -44,10 +44,19 @@ std::unique_ptr<Communicator> make_communicator(const Scenario& s) {
   return make_nccl_communicator(o);
 }
 
+// The campaign file's faults; `seed` (a repeated trial) replaces each one's seed as well.
+std::vector<InLaunchFault> campaign_faults(const std::string& file, std::optional<uint64_t> seed) {
+  std::vector<InLaunchFault> faults = load_inlaunch_faults(file);
+  if (seed) {
+    for (auto& f : faults) f.s.seed = *seed;
+  }
+  return faults;
+}
+
 }  // namespace
 
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
-             std::optional<uint64_t> seed) {
+             std::optional<uint64_t> seed, const std::string& campaign_file) {
   // Before anything can hang (MPI_Init included): this rank ends itself if the controller or
   // the launcher dies, or the job outlives its deadline (job_guard.h).
   const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -60,7 +69,10 @@ int run_rank(const std::string& scenario_path, const std::string& run_dir,
     Scenario s = load_scenario(scenario_path);
     if (seed) s.seed = *seed;
     comm = make_communicator(s);
-    const int code = run_rank_on(std::move(s), std::move(comm), run_dir);
+    const int code = campaign_file.empty()
+                         ? run_rank_on(std::move(s), std::move(comm), run_dir)
+                         : run_campaign_on(std::move(s), campaign_faults(campaign_file, seed),
+                                           std::move(comm), run_dir);
     finalize_mpi();
     return code;
   } catch (const std::exception& e) {

@@ -1,6 +1,8 @@
 // RankRunner's set-up and the job's state as the agent and the stack see it (rank_runner.h):
 // the constructor, parameters and gradients by name, optimizer state, the `state` kind's hook,
 // the ModelState view, and the end records (final, exit, abort).
+#include "harness/job/rank_runner.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_types.h"
-#include "harness/job/rank_runner.h"
 #include "harness/job/runner.h"
 #include "harness/tensor/optim_state.h"
 
@@ -47,8 +48,8 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   // Against the controller's clock (clock_sync.h): ranks on other hosts are put on its timeline.
   log_clock_from_env([&](nlohmann::json fields) { log_->write("clock", std::move(fields)); });
   if (world_ != s_.job.ranks) {
-    throw std::runtime_error(fmt::format("{}: [job].ranks is {} but the job has {} ranks",
-                                         s_.file, s_.job.ranks, world_));
+    throw std::runtime_error(fmt::format("{}: [job].ranks is {} but the job has {} ranks", s_.file,
+                                         s_.job.ranks, world_));
   }
   torch::set_num_threads(1);
   static compat::WarningSink quiet(&torch_warning);
@@ -72,11 +73,7 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   opt_ = make_optimizer(fwd_params_, s_.workload);
   if (s_.job.precision == DType::kFp16) half_ = torch::kHalf;
   if (s_.job.precision == DType::kBf16) half_ = torch::kBFloat16;
-  faults_ = std::make_unique<inject::Faults>(s_, *log_, rank_, world_);
-  faults_->set_device_stall([this](int64_t ms) { return comm_->enqueue_stall(ms); });
-  stage_send_ = cuda_ && faults_->has_kind("comm");
-  has_state_faults_ = faults_->has_kind("state");
-  has_optimizer_faults_ = faults_->has_optimizer_targets();
+  install_faults(s_);
   module_names_ = workload_->module_names();
   detect::JobLayout layout;
   layout.module_names = module_names_;
@@ -89,6 +86,14 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   stack_ = std::make_unique<detect::ReferenceStack>(
       s_, *log_, *comm_, std::move(layout), device_, kRankExitWatchdog,
       [this](int code) { write_exit(code); }, [this] { return model_state(); });
+}
+
+void RankRunner::install_faults(const Scenario& s) {
+  faults_ = std::make_unique<inject::Faults>(s, *log_, rank_, world_);
+  faults_->set_device_stall([this](int64_t ms) { return comm_->enqueue_stall(ms); });
+  stage_send_ = cuda_ && faults_->has_kind("comm");
+  has_state_faults_ = faults_->has_kind("state");
+  has_optimizer_faults_ = faults_->has_optimizer_targets();
 }
 
 /// The names every hook's view carries; the hook's own pointers are set by the caller.

@@ -7,6 +7,7 @@
 // reference_stack.h: what is detected, agreed and recovered). Neither knows the other.
 //   runner.cpp       the loop: run(), one step, its forward/backward, the replay (the
 //                    orchestration, read top to bottom)
+//   campaign_rank.cpp the in-launch campaign: checkpoint, fault windows, restore
 //   rank_runner.cpp  set-up and the job's state for the agent and the stack: optimizer state,
 //                    the `state` kind's hook, the ModelState view, the end records (final,
 //                    exit, abort)
@@ -24,6 +25,7 @@
 #include "harness/comm/communicator.h"
 #include "harness/evidence/events.h"
 #include "harness/job/grad_bucket.h"
+#include "harness/job/runner.h"
 #include "harness/job/workload.h"
 #include "harness/scenario/scenario.h"
 #include "harness/tensor/torch_compat.h"
@@ -40,9 +42,26 @@ class RankRunner {
   /// Runs [job].steps steps (rollbacks re-execute some); returns the rank's exit code (0, or
   /// kRankExitAborted after a coordinated abort).
   int run();
+  /// The in-launch campaign's loop (runner.h run_campaign_on; campaign_rank.cpp).
+  int run_campaign(const std::vector<InLaunchFault>& faults);
 
  private:
+  // ---- an in-launch campaign (campaign_rank.cpp)
+  /// The whole rank between steps: the job's model state and loop state, the stack's state.
+  struct Checkpoint {
+    std::unique_ptr<detect::Snapshot> model;
+    detect::StackState stack;
+    int64_t high_water = -1;
+  };
+  Checkpoint checkpoint(int64_t step);
+  void restore(const Checkpoint& cp);
+  /// The agent of `s` (its [[fault]]s) in place of the current one.
+  void install_faults(const Scenario& s);
+  void run_fault_window(const InLaunchFault& f, int64_t step);
+
   // ---- the loop (runner.cpp)
+  std::optional<detect::Stop> train(int64_t& step, int64_t to);
+  int finish();
   bool run_step(int64_t step);
   bool forward_backward(int64_t step, detect::StepView& view, double* loss_value);
   ProbeFn probe();

@@ -1,6 +1,8 @@
 // The built-in jobs' rank loop (rank_runner.h): the job calling the agent (inject/faults.h) and
 // the reference stack (detectors/stack/reference_stack.h) at the hook points of DESIGN.md "The
 // step pipeline". One function per phase; the step and its replay share forward_backward().
+#include "harness/job/runner.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "harness/common/proc_status.h"
 #include "harness/evidence/event_types.h"
 #include "harness/job/rank_runner.h"
-#include "harness/job/runner.h"
 
 namespace nanchaos::harness {
 
@@ -20,21 +21,32 @@ using inject::NamedTensors;
 
 int RankRunner::run() {
   initial_eval_ = eval_loss(*workload_, device_);
-  for (int64_t step = 0; step < s_.job.steps;) {
+  int64_t step = 0;
+  if (auto stop = train(step, s_.job.steps)) return finish_abort(step, stop->reason, stop->cause);
+  return finish();
+}
+
+/// Trains from `step` until `to` (rollbacks re-execute some steps); `step` ends at `to`, or at
+/// the step the stack stopped the loop at (the Stop is returned).
+std::optional<detect::Stop> RankRunner::train(int64_t& step, int64_t to) {
+  while (step < to) {
     stack_->before_step(step);
     const bool reexecuted = step <= high_water_;
     const bool detected = run_step(step);
     high_water_ = std::max(high_water_, step);
-    if (auto stop = stack_->after_step(step, detected, reexecuted, high_water_)) {
-      return finish_abort(step, stop->reason, stop->cause);
-    }
-    if (auto to = stack_->rollback(step)) {
+    if (auto stop = stack_->after_step(step, detected, reexecuted, high_water_)) return stop;
+    if (auto back = stack_->rollback(step)) {
       zero_grads();
-      step = *to;
+      step = *back;
       continue;
     }
     ++step;
   }
+  return std::nullopt;
+}
+
+/// The end of a run through [job].steps: the last buffer broadcast, `final` and `exit` 0.
+int RankRunner::finish() {
   // As the next forward would: replicas end identical.
   broadcast_buffers(*workload_, rank_, world_, buffer_sum(s_.job.steps));
   write_final(s_.job.steps);

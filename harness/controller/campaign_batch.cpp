@@ -1,0 +1,136 @@
+// In-launch batches of a campaign (campaign_batch.h): one `nanchaos rank --campaign FILE` launch,
+// then each fault's folder judged as `nanchaos run` judges a run folder.
+#include "harness/controller/campaign_batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "harness/controller/judge.h"
+#include "harness/evidence/events.h"
+
+namespace fs = std::filesystem;
+
+namespace nanchaos::harness {
+namespace {
+
+bool enabled(const Scenario& s, const std::string& detector) {
+  const auto& e = s.detectors.enabled;
+  return std::find(e.begin(), e.end(), detector) != e.end();
+}
+
+std::string rank_log(const std::string& dir, int64_t r) {
+  return fmt::format("{}/events/rank-{}.jsonl", dir, r);
+}
+
+// Where a fault's window stands after the launch: not started (no log), finished (every rank
+// wrote `exit`; *code is the first non-zero one), or cut short by the launch's end.
+enum class Window { kNotStarted, kFinished, kCut };
+
+Window window_of(const Scenario& s, const std::string& dir, int* code) {
+  *code = 0;
+  bool any = false, all_exited = true;
+  for (int64_t r = 0; r < s.job.ranks; ++r) {
+    const std::string path = rank_log(dir, r);
+    if (!fs::exists(path)) {
+      all_exited = false;
+      continue;
+    }
+    any = true;
+    trim_event_log(path);
+    bool exited = false;
+    for (const auto& e : read_events(path)) {
+      if (e.value("ev", "") != "exit") continue;
+      exited = true;
+      const int c = e.value("code", 0);
+      if (c != 0 && *code == 0) *code = c;
+    }
+    all_exited &= exited;
+  }
+  if (!any) return Window::kNotStarted;
+  return all_exited ? Window::kFinished : Window::kCut;
+}
+
+}  // namespace
+
+bool inlaunch_eligible(const Scenario& s) {
+  if (s.job.external() || !s.detectors.consensus || !enabled(s, "watchdog")) return false;
+  for (const auto& f : s.faults) {
+    if (f.kind == "hang" || f.kind == "crash") return false;
+  }
+  return true;
+}
+
+std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
+    const std::vector<Scenario>& faults, const std::string& launch_dir, const LaunchContext& ctx,
+    const std::string& job_id) {
+  std::vector<std::optional<results::ScenarioResult>> out(faults.size());
+  if (faults.empty()) return out;
+  const Scenario& first = faults.front();
+  const std::string list = launch_dir + "/campaign.txt";
+  std::string launch_error;
+  try {
+    fs::create_directories(launch_dir + "/events");
+    std::ofstream txt(list, std::ios::trunc);
+    for (const auto& s : faults) {
+      const std::string dir = fs::path(s.file).parent_path().string();
+      fs::remove_all(dir + "/events");  // an earlier launch's cut window
+      txt << fs::absolute(s.file).string() << "\n";
+    }
+    txt.close();
+    if (!txt) throw std::runtime_error("cannot write " + list);
+  } catch (const std::exception& e) {
+    launch_error = std::string("cannot prepare the launch folder: ") + e.what();
+  }
+  JobResult job;
+  if (launch_error.empty()) {
+    std::map<std::string, std::string> env;
+    const MpiSessionDir mpi_tmp(ctx, job_id, env);
+    auto argv = launcher_argv(ctx.launcher, first, ctx.self_exe, fs::absolute(first.file).string(),
+                              fs::absolute(launch_dir).string());
+    argv.push_back("--campaign");
+    argv.push_back(fs::absolute(list).string());
+    // Each window runs at most to [job].steps, as a whole run does; plus the clean prefix.
+    const int64_t timeout = first.job.timeout_ms * int64_t(faults.size() + 1);
+    job = launch_job(argv, launch_dir + "/ranks.log", timeout, job_id, launch_dir + "/events",
+                     int(first.job.ranks), 0, env);
+    launch_error = job.launch_error;
+  }
+  for (int64_t r = 0; r < first.job.ranks; ++r) trim_event_log(rank_log(launch_dir, r));
+  const double share_ms = double(job.t_end_us - job.t0_us) / 1000.0 / double(faults.size());
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const Scenario& s = faults[i];
+    const std::string dir = fs::path(s.file).parent_path().string();
+    if (!launch_error.empty()) {
+      results::ScenarioResult res = result_for(s, dir);
+      res.reason = launch_error;  // verdict stays "error"
+      out[i] = res;
+      continue;
+    }
+    int code = 0;
+    const Window w = window_of(s, dir, &code);
+    if (w == Window::kNotStarted) continue;
+    JobResult mine = job;  // the launch's: a window cut short is judged with its end
+    if (w == Window::kFinished) {
+      mine = JobResult{};
+      mine.exit_code = code;
+      mine.t0_us = job.t0_us;
+      mine.t_end_us = job.t_end_us;
+      mine.host = job.host;
+      mine.real_minus_mono_us = job.real_minus_mono_us;
+    }
+    results::ScenarioResult res = judge(s, dir, mine);
+    if (job.interrupted_by != 0 && w == Window::kCut) {
+      res.verdict = results::Verdict::kError;
+      res.reason = "interrupted";
+    }
+    res.wall_ms = share_ms;
+    res.extra["in_launch"] = launch_dir;
+    out[i] = std::move(res);
+  }
+  return out;
+}
+
+}  // namespace nanchaos::harness
