@@ -112,26 +112,12 @@ std::string latency_distribution_script(const Campaign& c, const std::string& sv
       gp_str(svg), data, tics, double(dets.size()) - 0.4);
 }
 
-const char* kStyle = R"(
-body{font-family:sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin-bottom:1em}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-th{background:#eee}
-.note{background:#fff3cd;border:1px solid #e0c060;padding:6px 10px;margin:1em 0}
-.chart svg{max-width:100%;height:auto}
-.legend{font-size:12px;color:#555}
-)";
-
 }  // namespace
 
 std::string write_campaign_html(const Campaign& c, const std::string& path) {
   SvgRenderer charts("gnuplot", (fs::path(path).parent_path() / "html").string());
   const ClassSummary& a = c.summary.all;
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  h += fmt::format("<title>nanchaos campaign: {}</title>\n<style>{}</style></head><body>\n",
-                   html_escape(c.name), kStyle);
-  h += fmt::format("<h1>nanchaos campaign: {}</h1>\n", html_escape(c.name));
+  std::string h = html_page_head("nanchaos campaign: " + c.name, "");
   h += fmt::format(
       "<p>Scenario <code>{}</code>, seed {}, {} faults over {}, {:.1f} s, nanchaos {}.</p>\n",
       html_escape(c.scenario), c.seed, a.faults,

@@ -103,23 +103,33 @@ std::string summary_table(const SuiteReport& r) {
   return t;
 }
 
-const char* kStyle = R"(
-body{font-family:sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;font-size:13px;margin-bottom:1em}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-th{background:#eee}
+// What report.html adds to the pages' shared style (html_page_head).
+const char* kReportStyle = R"(
 .pass{background:#dff0d8}.fail{background:#f2dede}.error{background:#f5c6a5}.skipped{background:#eee}
-.note{background:#fff3cd;border:1px solid #e0c060;padding:6px 10px;margin:1em 0}
 section.scenario{border-top:1px solid #bbb;margin-top:1.5em;padding-top:.5em}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
-.chart svg{max-width:100%;height:auto}
-.legend{font-size:12px;color:#555}
 )";
 
 }  // namespace
 
 std::string html_escape(const std::string& s) { return xml_escape(s); }
+
+std::string html_page_head(const std::string& title, const std::string& extra_css) {
+  static const char* const kStyle = R"(
+body{font-family:sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin-bottom:1em}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#eee}
+.note{background:#fff3cd;border:1px solid #e0c060;padding:6px 10px;margin:1em 0}
+.chart svg{max-width:100%;height:auto}
+.legend{font-size:12px;color:#555}
+)";
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<title>{0}</title>\n<style>{1}{2}</style></head><body>\n<h1>{0}</h1>\n",
+      html_escape(title), kStyle, extra_css);
+}
 
 SvgRenderer::SvgRenderer(std::string gnuplot, std::string work_dir)
     : gnuplot_(std::move(gnuplot)), work_(std::move(work_dir)) {
@@ -174,11 +184,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
   };
   auto script_path = [&](const std::string& stem) { return charts.svg_path(stem); };
 
-  std::string h;
-  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
-  h += fmt::format("<title>nanchaos report: {}</title>\n<style>{}</style></head><body>\n",
-                   html_escape(r.suite), kStyle);
-  h += fmt::format("<h1>nanchaos report: {}</h1>\n", html_escape(r.suite));
+  std::string h = html_page_head("nanchaos report: " + r.suite, kReportStyle);
   h += fmt::format(
       "<p>Started {} on <code>{}</code>, nanchaos {}, {} trial(s) per scenario. <b>{} scenarios: "
       "{} passed, {} failed, {} errors, {} skipped</b></p>\n",

@@ -69,6 +69,11 @@ std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(co
 std::string latency_script(const std::string& detector, const std::vector<LatencyPoint>& points,
                            const std::string& svg_path);
 
+/// The start of a self-contained page (report.html, campaign.html) up to and including its
+/// <h1>: doctype, <title> and <h1> from `title` (escaped), the pages' shared style plus
+/// `extra_css`.
+std::string html_page_head(const std::string& title, const std::string& extra_css);
+
 /// Gnuplot string literal content, for "...": double quotes become ', backslashes /, newlines
 /// spaces (a name from the job, e.g. an external stack's detector, cannot break the script).
 std::string gp_str(const std::string& s);

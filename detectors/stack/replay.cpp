@@ -24,8 +24,7 @@ void ProbeSums::add(const std::string& module, const torch::Tensor& out, bool ro
   }
   names_.push_back(module);
   pre_.push_back(std::move(s));
-  half_typed_.push_back(out.scalar_type() == torch::kHalf ||
-                        out.scalar_type() == torch::kBFloat16);
+  half_typed_.push_back(out.scalar_type() == torch::kHalf || out.scalar_type() == torch::kBFloat16);
 }
 
 ProbeSums::First ProbeSums::first_nonfinite(const std::vector<std::string>& modules) const {

@@ -30,15 +30,15 @@
 namespace nanchaos::harness {
 
 struct CampaignOptions {
-  std::string scenario;            ///< the base scenario file
-  int faults = 0;                  ///< N >= 1
-  std::optional<uint64_t> seed;    ///< nullopt: the scenario's [scenario].seed
-  std::vector<std::string> kinds;  ///< empty: every kind valid for the job
-  std::string out_dir;             ///< "" = results/campaigns/<UTC time>-<name>
-  int jobs = 1;                    ///< launches at a time
-  std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or mpirun
-  std::string self_exe;            ///< this binary
-  bool quiet = false;              ///< no progress lines, no summary table
+  std::string scenario;               ///< the base scenario file
+  int faults = 0;                     ///< N >= 1
+  std::optional<uint64_t> seed;       ///< nullopt: the scenario's [scenario].seed
+  std::vector<std::string> kinds;     ///< empty: every kind valid for the job
+  std::string out_dir;                ///< "" = results/campaigns/<UTC time>-<name>
+  int jobs = 1;                       ///< launches at a time
+  std::string launcher;               ///< "" = $NANCHAOS_LAUNCHER or mpirun
+  std::string self_exe;               ///< this binary
+  bool quiet = false;                 ///< no progress lines, no summary table
   bool one_launch_per_fault = false;  ///< never in-launch (comparison, debugging)
 };
 

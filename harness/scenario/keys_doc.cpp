@@ -98,7 +98,8 @@ std::string keys_markdown() {
   table(out, recovery_keys());
   out << "## [expect]\n\n";
   table(out, expect_keys());
-  out << "## [campaign]\n\nRead by `nanchaos campaign` only (`nanchaos run` ignores the table).\n\n";
+  out << "## [campaign]\n\nRead by `nanchaos campaign` only (`nanchaos run` ignores the "
+         "table).\n\n";
   table(out, campaign_keys());
   return out.str();
 }

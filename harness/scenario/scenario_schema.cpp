@@ -354,8 +354,8 @@ const std::vector<KeySpec>& detector_common_keys() {
 }
 
 const std::vector<std::string>& top_level_tables() {
-  static const std::vector<std::string> names = {"scenario", "job",    "workload", "fault",
-                                                 "detectors", "recovery", "expect", "campaign"};
+  static const std::vector<std::string> names = {"scenario",  "job",      "workload", "fault",
+                                                 "detectors", "recovery", "expect",   "campaign"};
   return names;
 }
 

@@ -221,8 +221,9 @@ TEST(ExternalJob, TargetsListsTheNamesTheAgentSawInADryRun) {
   // A rank that dies inside the dry run's iteration 0: the names found so far are printed, but
   // the listing may be incomplete, so it is an error naming the rank (not exit 0).
   const auto crash = write_file(dir, "crash.toml",
-                                head("ext-crash", "command = [\"sh\", \"fake_agent.sh\"]\n"
-                                                  "env = { CRASH_IN_DRY_RUN = \"1\" }\n"));
+                                head("ext-crash",
+                                     "command = [\"sh\", \"fake_agent.sh\"]\n"
+                                     "env = { CRASH_IN_DRY_RUN = \"1\" }\n"));
   auto c = run_cmd(kBin + " targets " + crash);
   EXPECT_EQ(c.code, 2) << c.output;
   EXPECT_NE(c.output.find("activation:net.0\n"), std::string::npos) << c.output;

@@ -316,7 +316,8 @@ first_detector = "batch"
 rank = 1
 cause = "data"
 layer = "inputs"
-transient = )" + (persistent ? "false" : "true") + "\n",
+transient = )" + (persistent ? "false" : "true") +
+                                    "\n",
                                 "replay_batch");
     EXPECT_EQ(j.res.verdict, results::Verdict::kPass)
         << (persistent ? "persistent: " : "one-shot: ") << j.res.reason;
