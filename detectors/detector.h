@@ -61,6 +61,8 @@ struct StepView {
   const std::vector<uint64_t>* replica_per_tensor = nullptr;
   /// kReplica: the digested tensors: parameters (forward order), buffers, "training_state".
   const std::vector<std::string>* replica_names = nullptr;
+  /// kReplica: how many of replica_names are parameters (the first ones).
+  size_t replica_params = 0;
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.

@@ -1,7 +1,8 @@
 // Detector `replica`: every `replica_every` steps the ranks compare a digest of their parameters,
 // buffers, optimizer state and training state (SCENARIO_FORMAT.md "More detectors and
-// recovery"); the ranks outside the majority are flagged with cause `replica_divergence` and the
-// first differing tensor as the layer. The only detector that sees finite silent corruption.
+// recovery"); the ranks outside the majority are flagged, with the cause read from which
+// digests differ (detectors/core/replica.h classify_divergence: `replica_divergence`,
+// `parameter` with the first differing tensor as the layer, or `gradient_explosion`). The only detector that sees finite silent corruption.
 // The exchange is the runner's (two int64 all-gathers, the second only on a divergence); the
 // vote is detectors/core/replica.h. Cost: one pass over the state every replica_every steps
 // (bench/README.md gives the measured ratio).
@@ -13,6 +14,12 @@
 
 namespace nanchaos::detect {
 namespace {
+
+// The layer a divergence names: the first differing tensor (for a drift or a scaled update, the
+// first of many: where a reader starts, not a cause).
+std::string layer_of(const harness::Divergence& d, const std::vector<std::string>& names) {
+  return harness::name_at(names, d.first);
+}
 
 class ReplicaDetector final : public DetectorImpl<ReplicaDetector> {
  public:
@@ -26,9 +33,10 @@ class ReplicaDetector final : public DetectorImpl<ReplicaDetector> {
     if (std::find(vote.minority.begin(), vote.minority.end(), v.rank) == vote.minority.end()) {
       return std::nullopt;  // this rank holds the majority's state
     }
-    const int idx = harness::first_differing_tensor(*v.replica_per_tensor, v.replica_names->size(),
-                                                    v.rank, vote.source);
-    return Finding{idx >= 0 ? (*v.replica_names)[size_t(idx)] : "", "replica_divergence", idx};
+    const harness::Divergence d = harness::classify_divergence(
+        *v.replica_per_tensor, v.replica_names->size(), v.replica_params, v.rank, vote.source);
+    return Finding{layer_of(d, *v.replica_names), harness::divergence_cause(d.kind),
+                   harness::divergence_code(d)};
   }
 
  private:
@@ -62,10 +70,11 @@ DetectorInfo replica_detector() {
   info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md, issue 15)
   info.column = harness::kReplicaIdx;
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
-    // A replica whose digest differs from the majority's (replica.h): finite silent corruption
-    // or drifted training state.
-    d->cause = "replica_divergence";
-    d->layer = harness::name_at(n.replica, row[harness::kReplicaIdx]);
+    // A replica whose digest differs from the majority's (replica.h classify_divergence):
+    // drifted training state, a corrupted weight, or one update with a different step size.
+    const harness::Divergence div = harness::divergence_from_code(row[harness::kReplicaIdx]);
+    d->cause = harness::divergence_cause(div.kind);
+    d->layer = layer_of(div, n.replica);
   };
   return info;
 }

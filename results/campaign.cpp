@@ -83,6 +83,41 @@ bool layer_matches(const std::string& truth_layer, const std::string& named_laye
   return longer.compare(0, shorter.size(), shorter) == 0 && longer[shorter.size()] == '.';
 }
 
+namespace {
+
+// A crash the stack never reported (the launcher tears the survivors down before their watchdog
+// fires) but the harness's post-mortem explains: the dead ranks, cause rank_failure, named by
+// detector "post-mortem", as torchrun's elastic agent reports the rank that exited. Its step is
+// the last step a survivor entered a collective of; its latency, the fault to the job's end.
+void name_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFault* row) {
+  const auto pm = judged.extra.find("postmortem");
+  if (pm == judged.extra.end() || !pm->is_object() || pm->value("cause", "") != "rank_failure") {
+    return;
+  }
+  Named n;
+  n.detector = "post-mortem";
+  n.ranks = pm->at("ranks").get<std::vector<int64_t>>();
+  std::sort(n.ranks.begin(), n.ranks.end());
+  n.cause = "rank_failure";
+  n.step = truth.step;
+  if (auto lc = judged.extra.find("last_collective"); lc != judged.extra.end() && lc->is_object()) {
+    for (const auto& [rank, c] : lc->items()) {
+      if (!c.is_object() || !c.contains("step") || !c["step"].is_number_integer()) continue;
+      if (std::binary_search(n.ranks.begin(), n.ranks.end(), std::stoll(rank))) continue;
+      n.step = std::max(n.step, c["step"].get<int64_t>());
+    }
+  }
+  row->latency_steps = n.step - truth.step;
+  if (auto a = judged.extra.find("abort_latency_ms"); a != judged.extra.end() && a->is_number()) {
+    row->latency_ms = a->get<double>();
+  }
+  row->rank_ok = n.ranks == truth.ranks;
+  row->cause_ok = n.cause == truth.cause;
+  row->named = std::move(n);
+}
+
+}  // namespace
+
 CampaignFault score_fault(int index, const ojson& fault, const std::string& fault_class,
                           const Truth& truth, const ScenarioResult& judged) {
   CampaignFault row;
@@ -116,10 +151,12 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
     row.cause_ok = n.cause == truth.cause;
     row.named = std::move(n);
   }
+  if (!row.named) name_dead_rank(judged, truth, &row);
   const bool detected = row.named.has_value();
   if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
     row.outcome = CampaignOutcome::kHang;
-  } else if (judged.outcome == Outcome::kCrashed && !detected) {
+  } else if (judged.outcome == Outcome::kCrashed &&
+             (!detected || row.named->detector == "post-mortem")) {
     row.outcome = CampaignOutcome::kCrash;
   } else {
     switch (judged.fault_outcome) {

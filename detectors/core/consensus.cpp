@@ -1,6 +1,7 @@
 #include "detectors/core/consensus.h"
 
 #include <algorithm>
+#include <set>
 
 #include "harness/scenario/registry.h"
 
@@ -24,6 +25,25 @@ SummaryCounts summary_counts(uint64_t bits) {
 
 bool summary_flagged(const SummaryCounts& counts) {
   return std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != 0; });
+}
+
+double LrRaise::note(int64_t step, double lr) {
+  if (last_lr > 0 && lr >= kFactor * last_lr) raised_step = step;
+  last_lr = lr;
+  const int64_t ago = step - raised_step;
+  return raised_step >= 0 && ago >= 0 && ago <= kWindow ? double(ago) : -1.0;
+}
+
+bool grew_under_raised_lr(const std::vector<double>& rows, int world, const std::string& cause) {
+  static const std::set<std::string> surfaced = {"activation", "loss_math",     "gradient",
+                                                 "parameter",  "fp16_overflow", "reduce_overflow"};
+  if (!surfaced.count(cause)) return false;
+  for (int r = 0; r < world; ++r) {
+    if (size_t(r + 1) * kRowWidth <= rows.size() && rows[size_t(r) * kRowWidth + kLrRaised] >= 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 double global_max_abs(const std::vector<double>& rows, int world) {

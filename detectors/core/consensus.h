@@ -52,7 +52,9 @@ enum RowField : int {
                       ///< detector's, or the always-on localization's when the loss was non-finite
   kReplicaIdx = 7,    ///< replica detector: first differing tensor, replica order (replica.h)
   kModuleOverflow = 8,  ///< 1: that module's output left the half range (fp16_overflow)
-  kRowWidth = 9
+  kLrRaised = 9,        ///< steps since this rank's applied learning rate was raised (LrRaise),
+                        ///< -1: not within LrRaise::kWindow steps
+  kRowWidth = 10
 };
 
 /// names[index] for an index a row carries as a double; "" when it is negative (none known) or
@@ -82,6 +84,27 @@ Decision decide(const std::vector<double>& rows, int world,
                 const std::vector<std::string>& bwd_names,
                 const std::vector<std::string>& module_names = {},
                 const std::vector<std::string>& replica_names = {});
+
+/// DESIGN.md's "growth under a raised LR" (cause gradient_explosion): a step's applied learning
+/// rate is *raised* when it is at least kFactor times the rank's previous step's (a schedule's
+/// warm-up or decay moves it by far less per step; an LR blow-up such as a misplaced
+/// scheduler.step() or a wrong unit multiplies it); a finiteness detection within kWindow steps
+/// after a raise on any rank is the blow-up the raise caused, not the layer where it surfaced.
+struct LrRaise {
+  static constexpr double kFactor = 10.0;
+  static constexpr int64_t kWindow = 10;  ///< steps
+  double last_lr = 0;                     ///< the previous step's applied LR (0: none yet)
+  int64_t raised_step = -1;               ///< the last step whose LR was raised (-1: none)
+
+  /// Records `step`'s applied LR; returns the kLrRaised column for it.
+  double note(int64_t step, double lr);
+};
+
+/// Whether a decision with `cause` is what a raised LR turns into (activation, loss_math,
+/// gradient, parameter, fp16_overflow, reduce_overflow: a blow-up surfacing) and some rank's
+/// row says its LR was raised within the window. Data, communication, hang, crash and replica
+/// causes stand.
+bool grew_under_raised_lr(const std::vector<double>& rows, int world, const std::string& cause);
 
 /// max over ranks of the kMaxAbs column.
 double global_max_abs(const std::vector<double>& rows, int world);

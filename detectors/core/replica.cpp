@@ -1,5 +1,6 @@
 #include "detectors/core/replica.h"
 
+#include <algorithm>
 #include <map>
 
 namespace nanchaos::harness {
@@ -41,6 +42,44 @@ int first_differing_tensor(const std::vector<uint64_t>& per_tensor, size_t tenso
     if (per_tensor[a + t] != per_tensor[b + t]) return int(t);
   }
   return -1;
+}
+
+Divergence classify_divergence(const std::vector<uint64_t>& per_tensor, size_t tensors,
+                               size_t params, int rank, int source) {
+  Divergence d;
+  d.first = first_differing_tensor(per_tensor, tensors, rank, source);
+  if (d.first < 0 || tensors == 0) return d;
+  const size_t a = size_t(rank) * tensors, b = size_t(source) * tensors;
+  if (per_tensor[a + tensors - 1] != per_tensor[b + tensors - 1]) return d;  // training_state
+  size_t differing = 0;
+  for (size_t t = 0; t < std::min(params, tensors - 1); ++t) {
+    differing += per_tensor[a + t] != per_tensor[b + t] ? 1 : 0;
+  }
+  d.kind = differing >= 2 && 2 * differing >= params ? DivergenceKind::kUpdate
+                                                     : DivergenceKind::kParameter;
+  return d;
+}
+
+int divergence_code(const Divergence& d) { return 4 * (d.first + 1) + int(d.kind); }
+
+Divergence divergence_from_code(double code) {
+  const int c = code > 0 ? int(code) : 0;
+  Divergence d;
+  d.first = c / 4 - 1;
+  d.kind = DivergenceKind(c % 4 <= 2 ? c % 4 : 0);
+  return d;
+}
+
+const char* divergence_cause(DivergenceKind kind) {
+  switch (kind) {
+    case DivergenceKind::kParameter:
+      return "parameter";
+    case DivergenceKind::kUpdate:
+      return "gradient_explosion";
+    case DivergenceKind::kState:
+      break;
+  }
+  return "replica_divergence";
 }
 
 }  // namespace nanchaos::harness

@@ -66,7 +66,11 @@ std::vector<uint64_t> replica_digests(const ModelState& m) {
     harness::digest_tensor(d, b);
     out.push_back(d.value());
   }
+  // The training state: loss scale, learning-rate factor and every optimizer step counter (also
+  // in their parameter's digest), so a drifted counter reads as a state drift, not as every
+  // parameter diverging (detectors/core/replica.h classify_divergence).
   Digest t;
+  for (const auto& p : m.params) t.add_u64(uint64_t(harness::state_step(state_of(m, p))));
   const double scale = m.scaler ? m.scaler->scale() : 0.0;
   uint64_t bits;
   std::memcpy(&bits, &scale, sizeof bits);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "detectors/stack/anomaly_engine.h"
 #include "harness/common/digest.h"
 #include "harness/evidence/event_types.h"
 #include "harness/scenario/registry.h"
@@ -43,6 +44,9 @@ ReferenceStack::ReferenceStack(const harness::Scenario& s, harness::EventLog& lo
   }
   consensus_ = s_.detectors.consensus && !detectors_.empty();
   for (auto& d : detectors_) anomaly_mode_ |= d->wants_anomaly_mode();
+  // Anomaly mode here (always-on or the replay's) never reads the forward's backtrace, the
+  // mode's main cost on CPU (anomaly_engine.h).
+  use_traceless_anomaly_metadata();
   // Always-on anomaly mode (the `anomaly` detector): the costly baseline.
   if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
   // Without a watchdog a collective waits forever, as a stock c10d job does (until the
@@ -84,6 +88,7 @@ StackState ReferenceStack::checkpoint() const {
   st.rollbacks = rollbacks_;
   st.replica_vote = replica_vote_;
   st.seq = coll_->seq();
+  st.lr_raise = lr_raise_;
   return st;
 }
 
@@ -102,6 +107,7 @@ void ReferenceStack::restore(const StackState& st) {
   rollbacks_ = st.rollbacks;
   replica_vote_ = st.replica_vote;
   coll_->set_seq(st.seq);
+  lr_raise_ = st.lr_raise;
   rollback_requested_ = false;
 }
 
@@ -157,9 +163,14 @@ void ReferenceStack::begin_step(int64_t step) {
   row_.assign(kRowWidth, 0.0);
   row_[kLogitsFinite] = 1.0;
   row_[kModuleIdx] = -1.0;
+  row_[harness::kLrRaised] = -1.0;
   detail_ = false;
   probes_.clear();
   localize_us_ = 0;
+}
+
+void ReferenceStack::note_lr(int64_t step, double lr) {
+  row_[harness::kLrRaised] = lr_raise_.note(step, lr);
 }
 
 void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
@@ -217,6 +228,7 @@ void ReferenceStack::replica_round(StepView& view) {
   view.replica_combined = &combined;
   view.replica_per_tensor = &per_tensor;
   view.replica_names = &layout_.replica_names;
+  view.replica_params = layout_.grad_names.size();
   run_detectors(Hook::kReplica, view);
   view.replica_combined = view.replica_per_tensor = nullptr;
   // Its cost (digest + exchange), read by bench/step_bench.cpp; on a divergence every entry
@@ -302,6 +314,9 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   // diverged over earlier steps.
   if (decision.flagged && s_.detectors.replay && decision.detector != "replica") {
     refine(replay(step), &decision);
+  }
+  if (decision.flagged && harness::grew_under_raised_lr(rows_, world_, decision.cause)) {
+    decision.cause = "gradient_explosion";  // DESIGN.md: growth under a raised LR
   }
   return decision;
 }

@@ -72,6 +72,7 @@ struct StackState {
   int64_t consecutive = 0, rollbacks = 0;
   harness::ReplicaVote replica_vote;
   int64_t seq = 0;  ///< StackComm's next collective number
+  harness::LrRaise lr_raise;
 };
 
 class ReferenceStack {
@@ -120,6 +121,10 @@ class ReferenceStack {
   // ---- the step pipeline, in order
   /// Forgets the last step's findings and probe sums; resets the detectors.
   void begin_step(int64_t step);
+  /// The learning rate this step applies (schedule x lr_backoff x faults), before its checks:
+  /// a raise of >= 10x over the last step's travels in the consensus row, and a blow-up detected
+  /// within 10 steps of it is attributed gradient_explosion (consensus.h LrRaise).
+  void note_lr(int64_t step, double lr);
   /// Runs the detectors of `hook` on `view` into this rank's row (`detect` per finding). After
   /// kLoss, a non-finite-logits finding reads the probe sums to name the module.
   void check(Hook hook, const StepView& view);
@@ -204,6 +209,7 @@ class ReferenceStack {
   // recovery
   std::optional<harness::LossScaler> scaler_;
   double lr_scale_ = 1.0;
+  harness::LrRaise lr_raise_;
   bool rollback_requested_ = false;
   bool aborting_ = false;
   std::string abort_cause_;

@@ -70,6 +70,7 @@ bool RankRunner::run_step(int64_t step) {
   NamedTensors params = named_parameters();
   faults_->parameters(params);
   lr = faults_->scale_lr(lr);
+  stack_->note_lr(step, lr);
   StepView view = step_view(step);
   view.params = &bwd_params_;
   stack_->check(Hook::kStepStart, view);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "detectors/core/consensus.h"
+#include "detectors/core/replica.h"
 #include "detectors/detector.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -99,6 +100,8 @@ TEST(Registry, EachAttributionRuleNamesAKnownCauseAndALayerFromItsColumn) {
     // One flagged rank (1) whose index columns, all zero, point at entry 0 of their lists.
     std::vector<double> rows(2 * kRowWidth, 0.0);
     rows[kRowWidth + kBits] = double(uint64_t(1) << detector_bit(name));
+    // The replica column carries a divergence code (replica.h): tensor 0, a corrupted weight.
+    rows[kRowWidth + kReplicaIdx] = divergence_code({0, DivergenceKind::kParameter});
     const Decision d = decide(rows, 2, kBwd, kModules, kReplica);
     EXPECT_EQ(d.detector, name);
     EXPECT_NE(std::find(causes.begin(), causes.end(), d.cause), causes.end())

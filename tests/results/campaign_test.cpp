@@ -151,6 +151,29 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   r.first_detection = detection("watchdog", {1}, "grad_allreduce", "hang");
   f = score_fault(0, kFault, "c", t, r);
   EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedUnrecovered);
+  // Crashed, no detection, but the post-mortem names the dead rank: named by "post-mortem" at the
+  // survivors' last step, still the outcome crash.
+  r = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
+  r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
+  r.extra["last_collective"] = {{"0", {{"step", 10}, {"name", "consensus"}}},
+                                {"1", {{"step", 9}, {"name", "grad_allreduce"}}}};
+  r.extra["abort_latency_ms"] = 1078.5;
+  f = score_fault(0, {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}}, "crash",
+                  truth({1}, std::nullopt, "rank_failure"), r);
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kCrash);
+  ASSERT_TRUE(f.named.has_value());
+  EXPECT_EQ(f.named->detector, "post-mortem");
+  EXPECT_EQ(f.named->step, 10);  // rank 0's, not the dead rank's
+  EXPECT_EQ(f.rank_ok, true);
+  EXPECT_EQ(f.cause_ok, true);
+  EXPECT_EQ(f.latency_steps, 0);
+  EXPECT_EQ(f.latency_ms, 1078.5);
+  // A hang the post-mortem explains (no watchdog) is not a detection.
+  r = judged(FaultOutcome::kHang, Outcome::kHung);
+  r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "hang"}};
+  f = score_fault(0, kFault, "hang", t, r);
+  EXPECT_FALSE(f.named.has_value());
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kHang);
   // Never fired: an error row, out of every rate.
   ScenarioResult none = judged(FaultOutcome::kNone);
   none.injections.clear();

@@ -1,0 +1,53 @@
+// The traceless anomaly metadata (anomaly_engine.h).
+#include "detectors/stack/anomaly_engine.h"
+
+#include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace nanchaos::detect {
+namespace {
+
+namespace ag = torch::autograd;
+
+// Stores no backtrace and warns nothing when a backward op fails: the error's own text names the
+// op ("Function 'XBackward0' returned nan values ..."), which is all nanchaos reads.
+struct TracelessAnomalyMetadata final : ag::AnomalyMetadata {
+  void store_stack() override {}
+  void print_stack(const std::string&) override {}
+  void assign_parent(const std::shared_ptr<ag::Node>&) override {}
+};
+
+// LibTorch's engine but for the metadata it makes for anomaly mode. Made once and never destroyed
+// (autograd's worker threads may outlive static destruction, as with LibTorch's own engine).
+struct TracelessAnomalyEngine final : ag::Engine {
+  std::unique_ptr<ag::AnomalyMetadata> make_anomaly_metadata() override {
+    return std::make_unique<TracelessAnomalyMetadata>();
+  }
+};
+
+std::atomic<bool> in_use{false};
+
+ag::Engine& traceless_engine() {
+  static auto* engine = new TracelessAnomalyEngine();
+  return *engine;
+}
+
+}  // namespace
+
+void use_traceless_anomaly_metadata() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    traceless_engine();  // made before it becomes the default: no call sees it half-built
+    ag::set_default_engine_stub(&traceless_engine);
+    in_use = true;
+  });
+}
+
+bool traceless_anomaly_metadata_in_use() { return in_use; }
+
+}  // namespace nanchaos::detect
