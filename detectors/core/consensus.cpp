@@ -1,7 +1,10 @@
 #include "detectors/core/consensus.h"
 
 #include <algorithm>
+#include <map>
+#include <array>
 #include <set>
+#include <tuple>
 
 #include "harness/scenario/registry.h"
 
@@ -34,16 +37,72 @@ double LrRaise::note(int64_t step, double lr) {
   return raised_step >= 0 && ago >= 0 && ago <= kWindow ? double(ago) : -1.0;
 }
 
+namespace {
+
+bool surfaced(const std::string& cause) {
+  static const std::set<std::string> causes = {"activation", "loss_math",     "gradient",
+                                               "parameter",  "fp16_overflow", "reduce_overflow"};
+  return causes.count(cause) > 0;
+}
+
+// Ranks whose kLrRaised is within [0, window].
+std::vector<int64_t> raised_within(const std::vector<double>& rows, int world, double window) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < world && size_t(r + 1) * kRowWidth <= rows.size(); ++r) {
+    const double ago = rows[size_t(r) * kRowWidth + kLrRaised];
+    if (ago >= 0 && ago <= window) out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
 bool grew_under_raised_lr(const std::vector<double>& rows, int world, const std::string& cause) {
-  static const std::set<std::string> surfaced = {"activation", "loss_math",     "gradient",
-                                                 "parameter",  "fp16_overflow", "reduce_overflow"};
-  if (!surfaced.count(cause)) return false;
-  for (int r = 0; r < world; ++r) {
-    if (size_t(r + 1) * kRowWidth <= rows.size() && rows[size_t(r) * kRowWidth + kLrRaised] >= 0) {
-      return true;
+  return surfaced(cause) && !raised_within(rows, world, double(LrRaise::kWindow)).empty();
+}
+
+std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world) {
+  using State = std::array<double, 3>;  // LR, step counter, loss scale
+  std::map<State, std::vector<int64_t>> groups;
+  for (int r = 0; r < world && size_t(r + 1) * kRowWidth <= rows.size(); ++r) {
+    const double* row = &rows[size_t(r) * kRowWidth];
+    groups[{row[kLr], row[kStepCounter], row[kLossScale]}].push_back(r);
+  }
+  if (groups.size() <= 1) return {};
+  // The majority: the most ranks; among equals the smaller (LR, step counter), then the group
+  // holding the lowest rank (the replica vote's rule).
+  auto key = [](const auto& g) { return std::make_tuple(g.first[0], g.first[1], g.second.front()); };
+  auto majority = groups.begin();
+  for (auto it = std::next(groups.begin()); it != groups.end(); ++it) {
+    if (it->second.size() > majority->second.size() ||
+        (it->second.size() == majority->second.size() && key(*it) < key(*majority))) {
+      majority = it;
     }
   }
-  return false;
+  std::vector<int64_t> out;
+  for (const auto& [state, ranks] : groups) {
+    if (state != majority->first) out.insert(out.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void attribute_training_state(const std::vector<double>& rows, int world, Decision* d) {
+  if (!d->flagged) return;
+  const bool blow_up = surfaced(d->cause) || d->cause == "gradient_explosion";
+  if (blow_up || d->cause == "replica_divergence") {
+    std::vector<int64_t> drifted = drifted_ranks(rows, world);
+    if (!drifted.empty()) {
+      d->cause = "replica_divergence";
+      d->ranks = std::move(drifted);
+      return;
+    }
+  }
+  if (grew_under_raised_lr(rows, world, d->cause)) d->cause = "gradient_explosion";
+  if (d->cause == "gradient_explosion") {
+    std::vector<int64_t> raised = raised_within(rows, world, 1e300);
+    if (!raised.empty() && raised.size() < size_t(world)) d->ranks = std::move(raised);
+  }
 }
 
 double global_max_abs(const std::vector<double>& rows, int world) {

@@ -52,9 +52,12 @@ enum RowField : int {
                       ///< detector's, or the always-on localization's when the loss was non-finite
   kReplicaIdx = 7,    ///< replica detector: first differing tensor, replica order (replica.h)
   kModuleOverflow = 8,  ///< 1: that module's output left the half range (fp16_overflow)
-  kLrRaised = 9,        ///< steps since this rank's applied learning rate was raised (LrRaise),
-                        ///< -1: not within LrRaise::kWindow steps
-  kRowWidth = 10
+  kLrRaised = 9,        ///< steps since this rank's applied learning rate was last raised
+                        ///< (LrRaise), -1: never
+  kLr = 10,             ///< the learning rate this rank applies at the step
+  kLossScale = 11,      ///< its loss scale (0 without a scaler)
+  kStepCounter = 12,    ///< its largest optimizer step counter (-1: the optimizer keeps none)
+  kRowWidth = 13
 };
 
 /// names[index] for an index a row carries as a double; "" when it is negative (none known) or
@@ -99,6 +102,25 @@ struct LrRaise {
   /// Records `step`'s applied LR; returns the kLrRaised column for it.
   double note(int64_t step, double lr);
 };
+
+/// The ranks whose training state (the kLr, kLossScale, kStepCounter columns) differs from the
+/// majority's; empty when every rank agrees. A tie (2 ranks: no vote says which is right) goes
+/// against the group with the larger LR, then the larger step counter (a scheduler or a counter
+/// stepped too often drifts upward: nanotron 242), then, when only the loss scale differs (it
+/// drifts either way: a rank that backs off alone, or grows alone; pytorch 136009), against the
+/// group without the lowest rank, as the replica vote (replica.h). Ascending.
+std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world);
+
+/// Refines a consensus decision with the training-state columns, the same on every rank:
+/// 1. the ranks' training states differ (drifted_ranks) and the cause is a blow-up surfacing
+///    (grew_under_raised_lr's list), gradient_explosion or replica_divergence: cause
+///    replica_divergence, ranks = the drifted ones (the state that differs is the fault; what
+///    it then broke is a consequence);
+/// 2. else some rank raised its LR within LrRaise::kWindow steps and the cause is a blow-up
+///    surfacing: cause gradient_explosion;
+/// 3. then, for a gradient_explosion decision, when some but not all ranks ever raised their LR:
+///    ranks = those (a replica check names the replica that took the larger step only by vote).
+void attribute_training_state(const std::vector<double>& rows, int world, Decision* d);
 
 /// Whether a decision with `cause` is what a raised LR turns into (activation, loss_math,
 /// gradient, parameter, fp16_overflow, reduce_overflow: a blow-up surfacing) and some rank's

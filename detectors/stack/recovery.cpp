@@ -50,6 +50,13 @@ PolicyAction choose_action(const harness::RecoveryConfig& pol, const std::string
   return a;
 }
 
+int64_t max_step_counter(const ModelState& m) {
+  int64_t counter = -1;
+  if (!m.optimizer) return counter;
+  for (const auto& p : m.params) counter = std::max(counter, harness::state_step(state_of(m, p)));
+  return counter;
+}
+
 std::vector<uint64_t> replica_digests(const ModelState& m) {
   std::vector<uint64_t> out;
   out.reserve(m.params.size() + m.buffers.size() + 1);

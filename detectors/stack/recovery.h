@@ -31,6 +31,10 @@ struct ModelState {
   double* lr_scale = nullptr;             ///< lr_backoff's cumulative factor (never null)
 };
 
+/// The largest optimizer step counter over `m.params` (Adam's `step`); -1 when the optimizer
+/// keeps none (SGD) or there is no optimizer.
+int64_t max_step_counter(const ModelState& m);
+
 /// One XXH3 digest per replica entry (replica.h), in the contract's order: each parameter with
 /// its optimizer state (tensors and step counter), each buffer, then the training state (loss
 /// scale, learning-rate factor): params.size() + buffers.size() + 1 values.

@@ -164,6 +164,7 @@ void ReferenceStack::begin_step(int64_t step) {
   row_[kLogitsFinite] = 1.0;
   row_[kModuleIdx] = -1.0;
   row_[harness::kLrRaised] = -1.0;
+  row_[harness::kStepCounter] = -1.0;
   detail_ = false;
   probes_.clear();
   localize_us_ = 0;
@@ -171,6 +172,15 @@ void ReferenceStack::begin_step(int64_t step) {
 
 void ReferenceStack::note_lr(int64_t step, double lr) {
   row_[harness::kLrRaised] = lr_raise_.note(step, lr);
+  row_[harness::kLr] = lr;
+}
+
+// The loss scale and the largest optimizer step counter, read only on a flagged step (the
+// detail round): consensus.h attribute_training_state compares them across ranks.
+void ReferenceStack::fill_training_state() {
+  const ModelState m = state();
+  row_[harness::kLossScale] = m.scaler ? m.scaler->scale() : 0.0;
+  row_[harness::kStepCounter] = double(max_step_counter(m));
 }
 
 void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
@@ -302,6 +312,7 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   harness::SummaryCounts counts = harness::summary_counts(uint64_t(row_[kBits]));
   coll_->allreduce_i64(counts.data(), counts.size(), "consensus", step);
   if (harness::summary_flagged(counts)) {
+    fill_training_state();
     std::copy(row_.begin(), row_.end(), rows_.begin() + size_t(rank_) * kRowWidth);
     coll_->allreduce_rows(rows_, "consensus_detail", step);
     detail_ = true;
@@ -315,9 +326,8 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   if (decision.flagged && s_.detectors.replay && decision.detector != "replica") {
     refine(replay(step), &decision);
   }
-  if (decision.flagged && harness::grew_under_raised_lr(rows_, world_, decision.cause)) {
-    decision.cause = "gradient_explosion";  // DESIGN.md: growth under a raised LR
-  }
+  // Training-state drift, or growth under a raised LR (DESIGN.md), named from every rank's row.
+  harness::attribute_training_state(rows_, world_, &decision);
   return decision;
 }
 

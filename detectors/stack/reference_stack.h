@@ -176,6 +176,7 @@ class ReferenceStack {
   void update_scaler(harness::Decision* d, bool* skip);
   void refine(const ReplayResult& mine, harness::Decision* d);
   ModelState state();  // the job's, with the stack's scaler and lr factor
+  void fill_training_state();  // this row's kLossScale and kStepCounter
 
   const harness::Scenario& s_;
   harness::EventLog& log_;

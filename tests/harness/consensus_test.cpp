@@ -402,3 +402,98 @@ TEST(LrRaise, ABlowUpSurfacingAfterARaiseOnAnyRankIsGradientExplosion) {
   }
   EXPECT_FALSE(grew_under_raised_lr(rows, 2, "activation"));  // rank 2 is outside a world of 2
 }
+
+namespace {
+// A [world x kRowWidth] matrix whose ranks all apply LR 1e-3 at step counter 7, no scaler,
+// no raise; `flagged` decision with `cause` on every rank.
+std::vector<double> StateRows(int world) {
+  using namespace nanchaos::harness;
+  std::vector<double> rows(size_t(world) * kRowWidth, 0.0);
+  for (int r = 0; r < world; ++r) {
+    rows[size_t(r) * kRowWidth + kLr] = 1e-3;
+    rows[size_t(r) * kRowWidth + kStepCounter] = 7;
+    rows[size_t(r) * kRowWidth + kLrRaised] = -1;
+  }
+  return rows;
+}
+nanchaos::harness::Decision Flagged(const std::string& cause, std::vector<int64_t> ranks) {
+  nanchaos::harness::Decision d;
+  d.flagged = true;
+  d.detector = "loss";
+  d.cause = cause;
+  d.ranks = std::move(ranks);
+  return d;
+}
+}  // namespace
+
+TEST(TrainingState, TheMinorityDriftedAndATieBlamesTheLargerLrOrCounter) {
+  using namespace nanchaos::harness;
+  auto rows = StateRows(4);
+  EXPECT_TRUE(drifted_ranks(rows, 4).empty());
+  rows[2 * kRowWidth + kLr] = 1.0;  // rank 2's LR factor drifted
+  EXPECT_EQ(drifted_ranks(rows, 4), std::vector<int64_t>{2});
+  // 2 ranks: the tie goes against the larger LR, then the larger step counter, then scale.
+  auto two = StateRows(2);
+  two[0 * kRowWidth + kLr] = 1.0;
+  EXPECT_EQ(drifted_ranks(two, 2), std::vector<int64_t>{0});
+  two = StateRows(2);
+  two[1 * kRowWidth + kStepCounter] = 1e6;
+  EXPECT_EQ(drifted_ranks(two, 2), std::vector<int64_t>{1});
+  // Only the loss scale differs: the replica vote's rule, the lowest rank's group holds.
+  two = StateRows(2);
+  two[0 * kRowWidth + kLossScale] = 65536.0 * 1e4;
+  two[1 * kRowWidth + kLossScale] = 65536.0;
+  EXPECT_EQ(drifted_ranks(two, 2), std::vector<int64_t>{1});
+  // 3 ranks, three different states: the smallest LR holds (one rank each).
+  auto three = StateRows(3);
+  three[0 * kRowWidth + kLr] = 2e-3;
+  three[2 * kRowWidth + kLr] = 5e-3;
+  EXPECT_EQ(drifted_ranks(three, 3), (std::vector<int64_t>{0, 2}));
+}
+
+TEST(TrainingState, DriftNamesReplicaDivergenceAndARaiseNamesGradientExplosion) {
+  using namespace nanchaos::harness;
+  // A loss spike (gradient_explosion) while rank 0's LR differs: the drift is the cause.
+  auto rows = StateRows(2);
+  rows[0 * kRowWidth + kLr] = 1.0;
+  Decision d = Flagged("gradient_explosion", {0, 1});
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.cause, "replica_divergence");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{0});
+  // Data and communication causes stand, drift or not.
+  d = Flagged("data", {1});
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.cause, "data");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+  // States agree, rank 1 raised its LR 3 steps ago: a non-finite activation is the blow-up, and
+  // rank 1 the rank that raised it.
+  rows = StateRows(2);
+  rows[1 * kRowWidth + kLrRaised] = 3;
+  d = Flagged("activation", {0, 1});
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.cause, "gradient_explosion");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+  // Raised 30 steps ago (outside the window): the activation stands; a replica's scaled update
+  // (gradient_explosion) still names the rank that raised.
+  rows[1 * kRowWidth + kLrRaised] = 30;
+  d = Flagged("activation", {0});
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.cause, "activation");
+  d = Flagged("gradient_explosion", {1});
+  d.detector = "replica";
+  rows[1 * kRowWidth + kLrRaised] = -1;
+  rows[0 * kRowWidth + kLrRaised] = 30;
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{0});
+  // Every rank raised (an LR blow-up everywhere): the ranks stay those the detector named.
+  rows[1 * kRowWidth + kLrRaised] = 2;
+  rows[0 * kRowWidth + kLrRaised] = 2;
+  d = Flagged("loss_math", {0, 1});
+  attribute_training_state(rows, 2, &d);
+  EXPECT_EQ(d.cause, "gradient_explosion");
+  EXPECT_EQ(d.ranks, (std::vector<int64_t>{0, 1}));
+  // Not flagged: untouched.
+  Decision clean;
+  attribute_training_state(rows, 2, &clean);
+  EXPECT_EQ(clean.cause, "");
+}
