@@ -10,7 +10,8 @@ namespace {
 // Local gradient-norm spike, from the fused scan's fp64 squared norm (no extra pass). The layer
 // is the parameter whose own squared norm (the scan's per-tensor sums) rose the most against its
 // history (SCENARIO_FORMAT.md "More detectors and recovery"); the finding's code is its index in
-// backward order, -1 when unknown. A global norm alone names nothing (torchtitan 766).
+// backward order, -1 when unknown. A global norm alone names nothing (torchtitan 766). A spike
+// that one parameter holds (spike.h ParamNormHistory::concentrated) is cause `gradient` there.
 class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
  public:
   explicit GradNormSpikeDetector(const harness::Scenario& s)
@@ -27,6 +28,8 @@ class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
       if (idx >= 0 && v.grad_names && size_t(idx) < v.grad_names->size()) {
         layer = (*v.grad_names)[size_t(idx)];
       }
+      // One parameter's spike is a corrupted gradient there (code -(idx + 2)), not an explosion.
+      if (per_param_.concentrated(g.sq_norms, idx)) return Finding{layer, "gradient", -(idx + 2)};
       return Finding{layer, "gradient_explosion", idx};
     }
     per_param_.add(g.sq_norms);  // a spike stays out of the history, as in SpikeWindow
@@ -64,9 +67,11 @@ DetectorInfo grad_norm_spike_detector() {
   info.column = harness::kGradIdx;  // only on finite gradients: never overlaps grad's index
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     // A blow-up before any non-finite value, with the parameter whose norm rose the most on that
-    // rank (-1: none known).
-    d->cause = "gradient_explosion";
-    d->layer = harness::name_at(n.backward, row[harness::kGradIdx]);
+    // rank (-1: none known); a code <= -2 is a spike held by that one parameter (index
+    // -(code + 2)): a corrupted gradient (ParamNormHistory::concentrated).
+    const double code = row[harness::kGradIdx];
+    d->cause = code <= -2 ? "gradient" : "gradient_explosion";
+    d->layer = harness::name_at(n.backward, code <= -2 ? -(code + 2) : code);
   };
   return info;
 }

@@ -8,6 +8,7 @@
 // the loss or the global gradient norm). Torch-free.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -73,6 +74,27 @@ class ParamNormHistory {
       }
     }
     return best;
+  }
+
+  /// Whether a spike is one parameter's, not the model's: parameter `idx` (most_risen's) holds
+  /// at least 99 % of the squared norm `sq` and rose at least 100x more against its history than
+  /// any other parameter did. A learning-rate or loss-landscape blow-up raises the gradients of
+  /// many parameters together; a corrupted gradient element (a flipped exponent bit) raises one.
+  bool concentrated(const std::vector<double>& sq, int idx) const {
+    if (idx < 0 || size_t(idx) >= sq.size() || count_ == 0 || sq.size() != sums_.size()) {
+      return false;
+    }
+    double total = 0, next_ratio = 0;
+    for (size_t i = 0; i < sq.size(); ++i) {
+      if (!std::isfinite(sq[i])) return false;
+      total += sq[i];
+      if (int(i) == idx || !(sq[i] > 0)) continue;
+      const double mean = sums_[i] / double(count_);
+      next_ratio = std::max(next_ratio, mean > 0 ? sq[i] / mean : INFINITY);
+    }
+    const double mean = sums_[size_t(idx)] / double(count_);
+    const double ratio = mean > 0 ? sq[size_t(idx)] / mean : INFINITY;
+    return sq[size_t(idx)] >= 0.99 * total && ratio >= 100.0 * next_ratio;
   }
 
   /// Adds one step's squared norms (all finite). A different parameter count restarts it.

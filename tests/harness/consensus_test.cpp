@@ -328,6 +328,10 @@ TEST(ConsensusCauseRules, GradNormSpikeNamesTheParameterOfTheFirstSpikingRank) {
   EXPECT_EQ(d.ranks, std::vector<int64_t>{2});
   rows[2 * kRowWidth + kGradIdx] = -1;  // no per-parameter history yet: no layer
   EXPECT_EQ(nanchaos::harness::decide(rows, 4, {"head.weight"}, {}).layer, "");
+  rows[2 * kRowWidth + kGradIdx] = -(1 + 2);  // a spike parameter 1 holds alone
+  d = nanchaos::harness::decide(rows, 4, {"head.weight", "layers.1.linear.weight"}, {});
+  EXPECT_EQ(d.cause, "gradient");
+  EXPECT_EQ(d.layer, "layers.1.linear.weight");
 }
 
 TEST(ConsensusCauseRules, SpikeLosesToANonFiniteLossOnAnotherRank) {

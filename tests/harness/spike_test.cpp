@@ -37,6 +37,22 @@ TEST(ParamNormHistory, NamesTheParameterThatRoseTheMostAgainstItsOwnHistory) {
   EXPECT_EQ(h.most_risen({1.0, 1.0}), -1);       // another parameter list
 }
 
+TEST(ParamNormHistory, ASpikeOneParameterHoldsIsConcentrated) {
+  ParamNormHistory h(4);
+  EXPECT_FALSE(h.concentrated({1e20, 1.0}, 0));  // no history yet
+  for (int i = 0; i < 4; ++i) h.add({1.0, 1.0, 1.0});
+  // A flipped exponent bit in parameter 1's gradient: it holds the norm and rose alone.
+  EXPECT_TRUE(h.concentrated({1.0, 1e12, 1.0}, 1));
+  // Every parameter rose together (an LR blow-up): not one parameter's.
+  EXPECT_FALSE(h.concentrated({1e10, 1e12, 1e10}, 1));
+  // It rose alone but holds under 99 % of the norm.
+  EXPECT_FALSE(h.concentrated({1.0, 150.0, 1.0}, 1));
+  // It holds the norm but another parameter rose more than 1/100 as much.
+  EXPECT_FALSE(h.concentrated({1.0, 1e6, 10050.0}, 1));  // 99.005 % of it, 99.5x the other
+  EXPECT_FALSE(h.concentrated({1.0, 1e12, 1.0}, 5));                 // out of range
+  EXPECT_FALSE(h.concentrated({1.0, INFINITY, 1.0}, 1));             // non-finite: grad's
+}
+
 TEST(ParamNormHistory, TheMeanIsOverTheLastWindowSteps) {
   ParamNormHistory h(2);
   h.add({1.0, 1000.0});
