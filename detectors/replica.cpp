@@ -2,10 +2,10 @@
 // buffers, optimizer state and training state (SCENARIO_FORMAT.md "More detectors and
 // recovery"); the ranks outside the majority are flagged, with the cause read from which
 // digests differ (detectors/core/replica.h classify_divergence: `replica_divergence`,
-// `parameter` with the first differing tensor as the layer, or `gradient_explosion`). The only detector that sees finite silent corruption.
-// The exchange is the runner's (two int64 all-gathers, the second only on a divergence); the
-// vote is detectors/core/replica.h. Cost: one pass over the state every replica_every steps
-// (bench/README.md gives the measured ratio).
+// `parameter` with the first differing tensor as the layer, or `gradient_explosion`). The only
+// detector that sees finite silent corruption. The exchange is the runner's (two int64 all-gathers,
+// the second only on a divergence); the vote is detectors/core/replica.h. Cost: one pass over the
+// state every replica_every steps (bench/README.md gives the measured ratio).
 #include "detectors/core/replica.h"
 
 #include "detectors/detector.h"

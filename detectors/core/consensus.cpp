@@ -1,8 +1,8 @@
 #include "detectors/core/consensus.h"
 
 #include <algorithm>
-#include <map>
 #include <array>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -33,8 +33,9 @@ bool summary_flagged(const SummaryCounts& counts) {
 double LrRaise::note(int64_t step, double lr) {
   if (last_lr > 0 && lr >= kFactor * last_lr) raised_step = step;
   last_lr = lr;
-  const int64_t ago = step - raised_step;
-  return raised_step >= 0 && ago >= 0 && ago <= kWindow ? double(ago) : -1.0;
+  // Steps since the last raise, whatever the window (grew_under_raised_lr applies it); -1 before
+  // any raise, or on a step re-executed after a rollback to before it.
+  return raised_step >= 0 && step >= raised_step ? double(step - raised_step) : -1.0;
 }
 
 namespace {
@@ -71,7 +72,9 @@ std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world) {
   if (groups.size() <= 1) return {};
   // The majority: the most ranks; among equals the smaller (LR, step counter), then the group
   // holding the lowest rank (the replica vote's rule).
-  auto key = [](const auto& g) { return std::make_tuple(g.first[0], g.first[1], g.second.front()); };
+  auto key = [](const auto& g) {
+    return std::make_tuple(g.first[0], g.first[1], g.second.front());
+  };
   auto majority = groups.begin();
   for (auto it = std::next(groups.begin()); it != groups.end(); ++it) {
     if (it->second.size() > majority->second.size() ||

@@ -99,7 +99,8 @@ struct LrRaise {
   double last_lr = 0;                     ///< the previous step's applied LR (0: none yet)
   int64_t raised_step = -1;               ///< the last step whose LR was raised (-1: none)
 
-  /// Records `step`'s applied LR; returns the kLrRaised column for it.
+  /// Records `step`'s applied LR; returns the kLrRaised column for it: steps since the last
+  /// raise (any distance; the window is grew_under_raised_lr's), -1 when none.
   double note(int64_t step, double lr);
 };
 

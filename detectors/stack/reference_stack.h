@@ -175,7 +175,7 @@ class ReferenceStack {
   void apply_policy(const harness::Decision& d, bool* skip);
   void update_scaler(harness::Decision* d, bool* skip);
   void refine(const ReplayResult& mine, harness::Decision* d);
-  ModelState state();  // the job's, with the stack's scaler and lr factor
+  ModelState state();          // the job's, with the stack's scaler and lr factor
   void fill_training_state();  // this row's kLossScale and kStepCounter
 
   const harness::Scenario& s_;

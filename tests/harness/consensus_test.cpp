@@ -376,14 +376,15 @@ TEST(ConsensusSummary, OneCountPerDetectorSummedOverRanks) {
 TEST(LrRaise, ATenfoldJumpMarksTheWindowAndScheduleMovesDoNot) {
   using nanchaos::harness::LrRaise;
   LrRaise r;
-  EXPECT_EQ(r.note(0, 1e-3), -1.0);  // no previous LR
-  EXPECT_EQ(r.note(1, 2e-3), -1.0);  // warm-up doubling: a schedule, not a raise
+  EXPECT_EQ(r.note(0, 1e-3), -1.0);    // no previous LR
+  EXPECT_EQ(r.note(1, 2e-3), -1.0);    // warm-up doubling: a schedule, not a raise
   EXPECT_EQ(r.note(2, 1.9e-2), -1.0);  // 9.5x: below the factor
   EXPECT_EQ(r.note(3, 1.9e-1), 0.0);   // 10x: raised at step 3
   EXPECT_EQ(r.note(4, 1e-3), 1.0);     // back to normal; the window runs on
   EXPECT_EQ(r.note(13, 1e-3), 10.0);   // the window's last step
-  EXPECT_EQ(r.note(14, 1e-3), -1.0);   // past it
-  LrRaise from_zero;                    // a warm-up from 0 is no raise
+  EXPECT_EQ(r.note(14, 1e-3), 11.0);   // past it, still known (a replica names that rank)
+  EXPECT_EQ(r.note(2, 1e-3), -1.0);    // re-executed after a rollback to before the raise
+  LrRaise from_zero;                   // a warm-up from 0 is no raise
   EXPECT_EQ(from_zero.note(0, 0.0), -1.0);
   EXPECT_EQ(from_zero.note(1, 1.0), -1.0);
 }
@@ -396,8 +397,8 @@ TEST(LrRaise, ABlowUpSurfacingAfterARaiseOnAnyRankIsGradientExplosion) {
   for (int r = 0; r < 3; ++r) rows[size_t(r) * kRowWidth + kLrRaised] = -1.0;
   EXPECT_FALSE(grew_under_raised_lr(rows, 3, "activation"));
   rows[2 * kRowWidth + kLrRaised] = 4.0;  // rank 2 raised its LR 4 steps ago
-  for (const char* c : {"activation", "loss_math", "gradient", "parameter", "fp16_overflow",
-                        "reduce_overflow"}) {
+  for (const char* c :
+       {"activation", "loss_math", "gradient", "parameter", "fp16_overflow", "reduce_overflow"}) {
     EXPECT_TRUE(grew_under_raised_lr(rows, 3, c)) << c;
   }
   for (const char* c : {"data", "comm_corruption", "hang", "rank_failure", "replica_divergence",

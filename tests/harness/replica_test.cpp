@@ -82,8 +82,8 @@ TEST(ReplicaVote, ClassifyReadsTheCauseFromWhichDigestsDiffer) {
 
 TEST(ReplicaVote, DivergenceCodeRoundTripsThroughADouble) {
   for (int first : {-1, 0, 1, 250}) {
-    for (auto kind : {DivergenceKind::kState, DivergenceKind::kParameter,
-                      DivergenceKind::kUpdate}) {
+    for (auto kind :
+         {DivergenceKind::kState, DivergenceKind::kParameter, DivergenceKind::kUpdate}) {
       const Divergence back = divergence_from_code(double(divergence_code({first, kind})));
       EXPECT_EQ(back.first, first);
       EXPECT_EQ(back.kind, kind);

@@ -48,9 +48,9 @@ TEST(ParamNormHistory, ASpikeOneParameterHoldsIsConcentrated) {
   // It rose alone but holds under 99 % of the norm.
   EXPECT_FALSE(h.concentrated({1.0, 150.0, 1.0}, 1));
   // It holds the norm but another parameter rose more than 1/100 as much.
-  EXPECT_FALSE(h.concentrated({1.0, 1e6, 10050.0}, 1));  // 99.005 % of it, 99.5x the other
-  EXPECT_FALSE(h.concentrated({1.0, 1e12, 1.0}, 5));                 // out of range
-  EXPECT_FALSE(h.concentrated({1.0, INFINITY, 1.0}, 1));             // non-finite: grad's
+  EXPECT_FALSE(h.concentrated({1.0, 1e6, 10050.0}, 1));   // 99.005 % of it, 99.5x the other
+  EXPECT_FALSE(h.concentrated({1.0, 1e12, 1.0}, 5));      // out of range
+  EXPECT_FALSE(h.concentrated({1.0, INFINITY, 1.0}, 1));  // non-finite: grad's
 }
 
 TEST(ParamNormHistory, TheMeanIsOverTheLastWindowSteps) {
