@@ -180,7 +180,7 @@ first_detector = "replica"
 within_steps = 5
 rank = 2
 layer = "layers.1.linear.weight"
-cause = "replica_divergence"
+cause = "parameter"
 recovered = true
 consistent = true
 )",
