@@ -62,7 +62,8 @@ bool grew_under_raised_lr(const std::vector<double>& rows, int world, const std:
   return surfaced(cause) && !raised_within(rows, world, double(LrRaise::kWindow)).empty();
 }
 
-std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world) {
+std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world,
+                                   const std::vector<int64_t>& flagged) {
   using State = std::array<double, 3>;  // LR, step counter, loss scale
   std::map<State, std::vector<int64_t>> groups;
   for (int r = 0; r < world && size_t(r + 1) * kRowWidth <= rows.size(); ++r) {
@@ -70,10 +71,18 @@ std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world) {
     groups[{row[kLr], row[kStepCounter], row[kLossScale]}].push_back(r);
   }
   if (groups.size() <= 1) return {};
-  // The majority: the most ranks; among equals the smaller (LR, step counter), then the group
-  // holding the lowest rank (the replica vote's rule).
-  auto key = [](const auto& g) {
-    return std::make_tuple(g.first[0], g.first[1], g.second.front());
+  // The majority: the most ranks; among equals one without a flagged rank, the smaller
+  // (LR, step counter), then the group holding the lowest rank (the replica vote's rule).
+  const bool some_flagged = !flagged.empty() && flagged.size() < size_t(world);
+  auto holds_flagged = [&](const std::vector<int64_t>& ranks) {
+    if (!some_flagged) return 0;
+    for (int64_t r : ranks) {
+      if (std::find(flagged.begin(), flagged.end(), r) != flagged.end()) return 1;
+    }
+    return 0;
+  };
+  auto key = [&](const auto& g) {
+    return std::make_tuple(holds_flagged(g.second), g.first[0], g.first[1], g.second.front());
   };
   auto majority = groups.begin();
   for (auto it = std::next(groups.begin()); it != groups.end(); ++it) {
@@ -94,7 +103,8 @@ void attribute_training_state(const std::vector<double>& rows, int world, Decisi
   if (!d->flagged) return;
   const bool blow_up = surfaced(d->cause) || d->cause == "gradient_explosion";
   if (blow_up || d->cause == "replica_divergence") {
-    std::vector<int64_t> drifted = drifted_ranks(rows, world);
+    std::vector<int64_t> drifted =
+        drifted_ranks(rows, world, d->detector == "replica" ? std::vector<int64_t>{} : d->ranks);
     if (!drifted.empty()) {
       d->cause = "replica_divergence";
       d->ranks = std::move(drifted);

@@ -106,14 +106,17 @@ struct LrRaise {
 
 /// The ranks whose training state (the kLr, kLossScale, kStepCounter columns) differs from the
 /// majority's; empty when every rank agrees. A tie (2 ranks: no vote says which is right) goes
-/// against the group with the larger LR, then the larger step counter (a scheduler or a counter
-/// stepped too often drifts upward: nanotron 242), then, when only the loss scale differs (it
-/// drifts either way: a rank that backs off alone, or grows alone; pytorch 136009), against the
-/// group without the lowest rank, as the replica vote (replica.h). Ascending.
-std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world);
+/// against the group holding a rank in `flagged` (the ranks a detector fired on, when they are
+/// not every rank: the state that differs is where the symptom showed, e.g. the rank whose
+/// grown loss scale overflowed), then the larger LR, then the larger step counter (a scheduler
+/// or a counter stepped too often drifts upward: nanotron 242), then against the group without
+/// the lowest rank, as the replica vote (replica.h). Ascending.
+std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world,
+                                   const std::vector<int64_t>& flagged = {});
 
 /// Refines a consensus decision with the training-state columns, the same on every rank:
-/// 1. the ranks' training states differ (drifted_ranks) and the cause is a blow-up surfacing
+/// 1. the ranks' training states differ (drifted_ranks; `flagged` = the decision's ranks unless
+///    the detector is `replica`, whose ranks are its own vote) and the cause is a blow-up surfacing
 ///    (grew_under_raised_lr's list), gradient_explosion or replica_divergence: cause
 ///    replica_divergence, ranks = the drifted ones (the state that differs is the fault; what
 ///    it then broke is a consequence);

@@ -449,6 +449,15 @@ TEST(TrainingState, TheMinorityDriftedAndATieBlamesTheLargerLrOrCounter) {
   two[0 * kRowWidth + kLossScale] = 65536.0 * 1e4;
   two[1 * kRowWidth + kLossScale] = 65536.0;
   EXPECT_EQ(drifted_ranks(two, 2), std::vector<int64_t>{1});
+  // A detector fired on rank 0 alone (its grown scale overflowed): the tie goes against it,
+  // before the LR rule; every rank flagged decides nothing.
+  two = StateRows(2);
+  two[0 * kRowWidth + kLossScale] = 65536.0 * 1e4;
+  two[1 * kRowWidth + kLossScale] = 65536.0;
+  EXPECT_EQ(drifted_ranks(two, 2, {0}), std::vector<int64_t>{0});
+  EXPECT_EQ(drifted_ranks(two, 2, {0, 1}), std::vector<int64_t>{1});
+  two[1 * kRowWidth + kLr] = 1.0;  // rank 1's LR is larger too: the flagged rank still decides
+  EXPECT_EQ(drifted_ranks(two, 2, {0}), std::vector<int64_t>{0});
   // 3 ranks, three different states: the smallest LR holds (one rank each).
   auto three = StateRows(3);
   three[0 * kRowWidth + kLr] = 2e-3;
@@ -465,6 +474,19 @@ TEST(TrainingState, DriftNamesReplicaDivergenceAndARaiseNamesGradientExplosion) 
   attribute_training_state(rows, 2, &d);
   EXPECT_EQ(d.cause, "replica_divergence");
   EXPECT_EQ(d.ranks, std::vector<int64_t>{0});
+  // A found_inf on rank 1 alone while only the loss scales differ: rank 1 drifted. A replica
+  // decision's ranks are its vote's, not a symptom: the replica rule holds there.
+  auto scales = StateRows(2);
+  scales[0 * kRowWidth + kLossScale] = 1024.0;
+  scales[1 * kRowWidth + kLossScale] = 1024.0 * 1e4;
+  d = Flagged("fp16_overflow", {1});
+  attribute_training_state(scales, 2, &d);
+  EXPECT_EQ(d.cause, "replica_divergence");
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
+  d = Flagged("replica_divergence", {0});
+  d.detector = "replica";
+  attribute_training_state(scales, 2, &d);
+  EXPECT_EQ(d.ranks, std::vector<int64_t>{1});
   // Data and communication causes stand, drift or not.
   d = Flagged("data", {1});
   attribute_training_state(rows, 2, &d);
