@@ -422,6 +422,8 @@ void ReferenceStack::update_scaler(Decision* d, bool* skip) {
   if (d->detector == "grad") {  // under fp16 a non-finite gradient is the scaler's found_inf
     d->detector = "loss_scale";
     d->cause = "fp16_overflow";
+    // ... unless the training state says why: a drifted scale or LR, or a raised LR.
+    harness::attribute_training_state(rows_, world_, d);
   }
   if (result == LossScaler::Result::kBelowMin) {
     aborting_ = true;
