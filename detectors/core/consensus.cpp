@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -113,7 +114,10 @@ void attribute_training_state(const std::vector<double>& rows, int world, Decisi
   }
   if (grew_under_raised_lr(rows, world, d->cause)) d->cause = "gradient_explosion";
   if (d->cause == "gradient_explosion") {
-    std::vector<int64_t> raised = raised_within(rows, world, 1e300);
+    // Ranks that ever raised their LR (no window: the replica check that finds a scaled update
+    // may come long after the raise).
+    std::vector<int64_t> raised =
+        raised_within(rows, world, std::numeric_limits<double>::infinity());
     if (!raised.empty() && raised.size() < size_t(world)) d->ranks = std::move(raised);
   }
 }
