@@ -75,21 +75,30 @@ Rate make_rate(int64_t k, int64_t n) {
   return r;
 }
 
+const char* to_string(NamedBy b) {
+  switch (b) {
+    case NamedBy::kStack:
+      return "stack";
+    case NamedBy::kHarness:
+      return "harness";
+    case NamedBy::kNone:
+      return nullptr;
+  }
+  return nullptr;
+}
+
 bool layer_matches(const std::string& truth_layer, const std::string& named_layer) {
-  if (truth_layer.empty() || named_layer.empty()) return false;
-  if (truth_layer == named_layer) return true;
-  const std::string& shorter = truth_layer.size() < named_layer.size() ? truth_layer : named_layer;
-  const std::string& longer = truth_layer.size() < named_layer.size() ? named_layer : truth_layer;
-  return longer.compare(0, shorter.size(), shorter) == 0 && longer[shorter.size()] == '.';
+  return !truth_layer.empty() && truth_layer == named_layer;
 }
 
 namespace {
 
 // A crash the stack never reported (the launcher tears the survivors down before their watchdog
-// fires) but the harness's post-mortem explains: the dead ranks, cause rank_failure, named by
-// detector "post-mortem", as torchrun's elastic agent reports the rank that exited. Its step is
-// the last step a survivor entered a collective of; its latency, the fault to the job's end.
-void name_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFault* row) {
+// fires) but the harness's post-mortem explains: the dead ranks, cause rank_failure, detector
+// "post-mortem", as torchrun's elastic agent reports the rank that exited. Its step is the last
+// step a survivor entered a collective of; its latency, the fault to the job's end. This is the
+// harness's knowledge, kept in `harness_named`: it never counts as the stack's detection.
+void explain_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFault* row) {
   const auto pm = judged.extra.find("postmortem");
   if (pm == judged.extra.end() || !pm->is_object() || pm->value("cause", "") != "rank_failure") {
     return;
@@ -107,19 +116,20 @@ void name_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFa
       n.step = std::max(n.step, c["step"].get<int64_t>());
     }
   }
-  row->latency_steps = n.step - truth.step;
+  row->harness_latency_steps = n.step - truth.step;
   if (auto a = judged.extra.find("abort_latency_ms"); a != judged.extra.end() && a->is_number()) {
-    row->latency_ms = a->get<double>();
+    row->harness_latency_ms = a->get<double>();
   }
-  row->rank_ok = n.ranks == truth.ranks;
-  row->cause_ok = n.cause == truth.cause;
-  row->named = std::move(n);
+  row->harness_rank_ok = n.ranks == truth.ranks;
+  row->harness_cause_ok = n.cause == truth.cause;
+  row->harness_named = std::move(n);
 }
 
 }  // namespace
 
 CampaignFault score_fault(int index, const ojson& fault, const std::string& fault_class,
-                          const Truth& truth, const ScenarioResult& judged) {
+                          const Truth& truth, const ScenarioResult& judged,
+                          const ScoringRules& rules) {
   CampaignFault row;
   row.index = index;
   row.fault = fault;
@@ -144,19 +154,22 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
     n.step = d.step;
     n.layer = d.layer;
     n.cause = d.cause;
-    row.latency_steps = d.latency_steps;
-    row.latency_ms = d.latency_ms;
-    row.rank_ok = !truth.ranks.empty() && n.ranks == truth.ranks;
-    if (truth.layer) row.layer_ok = layer_matches(*truth.layer, n.layer);
-    row.cause_ok = n.cause == truth.cause;
-    row.named = std::move(n);
+    if (d.step - truth.step > rules.within_steps) {
+      row.late = std::move(n);  // too late to be this fault's detection
+    } else {
+      row.latency_steps = d.latency_steps;
+      row.latency_ms = d.latency_ms;
+      row.rank_ok = !truth.ranks.empty() && n.ranks == truth.ranks;
+      if (truth.layer) row.layer_ok = layer_matches(*truth.layer, n.layer);
+      row.cause_ok = n.cause == truth.cause;
+      row.named = std::move(n);
+    }
   }
-  if (!row.named) name_dead_rank(judged, truth, &row);
+  if (!row.named && !row.late) explain_dead_rank(judged, truth, &row);
   const bool detected = row.named.has_value();
   if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
     row.outcome = CampaignOutcome::kHang;
-  } else if (judged.outcome == Outcome::kCrashed &&
-             (!detected || row.named->detector == "post-mortem")) {
+  } else if (judged.outcome == Outcome::kCrashed && !detected) {
     row.outcome = CampaignOutcome::kCrash;
   } else {
     switch (judged.fault_outcome) {
@@ -190,7 +203,14 @@ struct Tally {
   ClassSummary s;
   int64_t covered_k = 0, covered_n = 0;
   int64_t rank_k = 0, rank_n = 0, layer_k = 0, layer_n = 0, cause_k = 0, cause_n = 0;
+  int64_t explained_k = 0, explained_n = 0;
+  int64_t h_rank_k = 0, h_rank_n = 0, h_cause_k = 0, h_cause_n = 0;
 
+  static void count(const std::optional<bool>& ok, int64_t& k, int64_t& n) {
+    if (!ok) return;
+    ++n;
+    k += *ok ? 1 : 0;
+  }
   void add(const CampaignFault& f) {
     ++s.faults;
     if (!f.outcome) {
@@ -200,18 +220,20 @@ struct Tally {
     ++s.outcomes[to_string(*f.outcome)];
     s.worst = std::max(s.worst, severity(*f.outcome));
     if (f.named) ++s.detected;
+    if (f.late) ++s.late;
     if (*f.outcome != CampaignOutcome::kMasked) {
       ++covered_n;
       covered_k += f.named ? 1 : 0;
+      if (!f.named) {
+        ++explained_n;
+        explained_k += f.harness_named ? 1 : 0;
+      }
     }
-    auto count = [](const std::optional<bool>& ok, int64_t& k, int64_t& n) {
-      if (!ok) return;
-      ++n;
-      k += *ok ? 1 : 0;
-    };
     count(f.rank_ok, rank_k, rank_n);
     count(f.layer_ok, layer_k, layer_n);
     count(f.cause_ok, cause_k, cause_n);
+    count(f.harness_rank_ok, h_rank_k, h_rank_n);
+    count(f.harness_cause_ok, h_cause_k, h_cause_n);
   }
   ClassSummary finish() {
     for (CampaignOutcome o : campaign_outcomes()) s.outcomes.emplace(to_string(o), 0);
@@ -219,11 +241,29 @@ struct Tally {
     s.rank = make_rate(rank_k, rank_n);
     s.layer = make_rate(layer_k, layer_n);
     s.cause = make_rate(cause_k, cause_n);
+    s.harness_explained = make_rate(explained_k, explained_n);
+    s.harness_rank = make_rate(h_rank_k, h_rank_n);
+    s.harness_cause = make_rate(h_cause_k, h_cause_n);
     return s;
   }
 };
 
 ojson opt_json(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
+
+// What the harness explained, beside the stack's figures (never inside them).
+ojson harness_json(const ClassSummary& s) {
+  return {{"explained", to_json(s.harness_explained)},
+          {"rank", to_json(s.harness_rank)},
+          {"cause", to_json(s.harness_cause)}};
+}
+
+ojson named_json(const Named& n) {
+  return {{"detector", n.detector},
+          {"rank", n.ranks},
+          {"step", n.step},
+          {"layer", n.layer.empty() ? ojson(nullptr) : ojson(n.layer)},
+          {"cause", n.cause.empty() ? ojson(nullptr) : ojson(n.cause)}};
+}
 
 ojson class_json(const ClassSummary& s) {
   ojson j;
@@ -238,6 +278,8 @@ ojson class_json(const ClassSummary& s) {
     outcomes[to_string(o)] = s.outcomes.at(to_string(o));
   j["outcomes"] = outcomes;
   j["worst_outcome"] = s.worst < 0 ? ojson(nullptr) : ojson(s.worst);
+  j["late"] = s.late;
+  j["harness"] = harness_json(s);
   return j;
 }
 
@@ -255,15 +297,17 @@ ojson fault_json(const CampaignFault& f) {
                 {"step", f.truth.step},
                 {"layer", f.truth.layer ? ojson(*f.truth.layer) : ojson(nullptr)},
                 {"cause", f.truth.cause}};
-  if (f.named) {
-    j["named"] = {{"detector", f.named->detector},
-                  {"rank", f.named->ranks},
-                  {"step", f.named->step},
-                  {"layer", f.named->layer.empty() ? ojson(nullptr) : ojson(f.named->layer)},
-                  {"cause", f.named->cause.empty() ? ojson(nullptr) : ojson(f.named->cause)}};
-  } else {
-    j["named"] = nullptr;
+  j["named"] = f.named ? named_json(*f.named) : ojson(nullptr);
+  const char* by = to_string(f.named_by());
+  j["named_by"] = by ? ojson(by) : ojson(nullptr);
+  if (f.harness_named) {
+    ojson h = named_json(*f.harness_named);
+    h["latency_steps"] = f.harness_latency_steps ? ojson(*f.harness_latency_steps) : ojson(nullptr);
+    h["latency_ms"] = opt_json(f.harness_latency_ms);
+    h["correct"] = {{"rank", *f.harness_rank_ok}, {"cause", *f.harness_cause_ok}};
+    j["harness_named"] = h;
   }
+  if (f.late) j["late_detection"] = named_json(*f.late);
   j["outcome"] = f.outcome ? ojson(to_string(*f.outcome)) : ojson(nullptr);
   j["latency_steps"] = f.latency_steps ? ojson(*f.latency_steps) : ojson(nullptr);
   j["latency_ms"] = opt_json(f.latency_ms);
@@ -306,8 +350,8 @@ CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults) {
     by_class[f.fault_class].add(f);
     out.false_positives += f.false_positives;
     if (!f.outcome) continue;
-    // A masked fault nobody named had nothing to name: it is not a miss (coverage leaves it out
-    // too), so it stays out of the confusion matrix instead of counting under "-".
+    // A masked fault the stack did not name had nothing to name: it is not a miss (coverage leaves
+    // it out too), so it stays out of the confusion matrix instead of counting under "-".
     if (*f.outcome == CampaignOutcome::kMasked && !f.named) continue;
     const std::string named_cause = f.named && !f.named->cause.empty() ? f.named->cause : "-";
     ++out.confusion[f.truth.cause][named_cause];
@@ -372,6 +416,10 @@ ojson to_json(const Campaign& c) {
   sum["coverage_counts"] = to_json(s.all.coverage);
   sum["attribution_counts"] = class_json(s.all)["attribution"];
   sum["latency_ms"] = summary_json(s.latency_ms);
+  // Beside the stack's figures: what the harness itself explained (crashes its post-mortem named)
+  // among the faults the stack missed, and the stack's detections too late to count.
+  sum["harness"] = harness_json(s.all);
+  sum["late_detections"] = s.all.late;
   ojson classes = ojson::object();
   for (const auto& [name, cs] : s.by_class) classes[name] = class_json(cs);
   sum["by_class"] = classes;

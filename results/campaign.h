@@ -10,16 +10,24 @@
 //   Campaign c;  c.faults.push_back(row);  c.summary = summarize_campaign(c.faults);
 //   write_campaign_json(c, dir + "/campaign.json");
 //
-// Scoring rules (documented for users in docs/scenario-format.md "Campaigns"):
-//   detected    the stack's first detection exists (the judge's first_detection); a rank the
-//               launcher tore down before any detector fired is not a detection of the stack
-//   outcome     hang: the job hung or deadlocked; crash: the job died with no detection and no
-//               clean abort; else the judge's fault_outcome (masked, detected_recovered,
+// Scoring rules (documented for users in docs/scenario-format.md "Campaigns"). A campaign scores
+// what the stack under test said, never what the harness knows (issue 27):
+//   named       the stack's first detection (the judge's first_detection), when it came within
+//               `within_steps` of the fault's first firing step; a later one is kept as `late`
+//               and is not a detection. A rank the launcher tore down before any detector fired
+//               is not a detection of the stack either: when the harness's post-mortem explains
+//               it (dead ranks, cause rank_failure) the row keeps that as `harness_named`,
+//               reported beside the stack's figures and never inside them.
+//   named_by    "stack" (named), "harness" (only harness_named), null (neither)
+//   outcome     hang: the job hung or deadlocked; crash: the job died and the stack named
+//               nothing; else the judge's fault_outcome (masked, detected_recovered,
 //               detected_unrecovered, silent_corruption)
-//   coverage    detected / faults whose outcome is not masked (errors excluded)
-//   attribution over detected faults whose truth has that field: rank = the named rank set equals
-//               the hit rank set; layer = equal, or one a dot-boundary prefix of the other
-//               ("layers.1.linear" names "layers.1.linear.weight"); cause = equal strings
+//   coverage    faults the stack named / faults whose outcome is not masked (errors excluded)
+//   attribution over faults the stack named whose truth has that field: rank = the named rank
+//               set equals the hit rank set; layer = equal strings (the contract's rule); cause =
+//               equal strings
+//   harness     beside them: of the not-masked faults the stack did not name, how many the
+//               harness explained, and how often its rank and cause were right
 // Intervals: Wilson score 95% (wilson95 in results/stats.h).
 // Nothing here includes torch.
 #pragma once
@@ -64,7 +72,7 @@ struct Truth {
   std::string cause;  ///< data, activation, ... (SCENARIO_FORMAT.md cause list)
 };
 
-/// What the stack named: its first detection.
+/// What named a fault: the stack's first detection, or the harness's post-mortem.
 struct Named {
   std::string detector;
   std::vector<int64_t> ranks;  ///< ascending
@@ -73,23 +81,52 @@ struct Named {
   std::string cause;  ///< "" when the stack named none
 };
 
+/// Who named a fault (campaign.json `named_by`).
+enum class NamedBy { kNone, kStack, kHarness };
+/// "stack", "harness"; nullptr for kNone (JSON null).
+const char* to_string(NamedBy b);
+
 /// One fault of a campaign, scored.
 struct CampaignFault {
   int index = 0;                 ///< 0-based draw index (the folder is faults/<index, 3 digits>)
   nlohmann::ordered_json fault;  ///< the [[fault]] table as drawn (kind, ranks, step, target, ...)
   std::string fault_class;       ///< kind, or kind:where (tensor:activation, batch:inputs, ...)
   Truth truth;
-  std::optional<Named> named;              ///< nullopt: not detected
+  /// The stack's first detection within the window; nullopt: the stack named nothing (in time).
+  /// The only thing coverage and attribution count.
+  std::optional<Named> named;
+  /// The stack's first detection when it came after the window (not a detection).
+  std::optional<Named> late;
+  /// What the harness's post-mortem explains when the stack named nothing: the dead ranks,
+  /// detector "post-mortem", cause rank_failure. Reported beside the stack's figures.
+  std::optional<Named> harness_named;
   std::optional<CampaignOutcome> outcome;  ///< nullopt: the fault could not be measured (error)
   std::string error;                       ///< why outcome is null ("" otherwise)
-  std::optional<int64_t> latency_steps;
-  std::optional<double> latency_ms;
-  int64_t false_positives = 0;  ///< detections before the fault fired
-  // Attribution against the truth; nullopt when not scored (not detected, or no truth field).
+  std::optional<int64_t> latency_steps;    ///< of `named` (steps)
+  std::optional<double> latency_ms;        ///< of `named` (ms)
+  int64_t false_positives = 0;             ///< detections before the fault fired
+  // Attribution of `named` against the truth; nullopt when not scored (the stack named nothing,
+  // or the truth has no such field).
   std::optional<bool> rank_ok, layer_ok, cause_ok;
+  // The same for `harness_named` (reported beside, never in the stack's rates).
+  std::optional<bool> harness_rank_ok, harness_cause_ok;
+  std::optional<int64_t> harness_latency_steps;  ///< the survivors' last step - the fault's step
+  std::optional<double> harness_latency_ms;      ///< the fault to the launcher's exit (ms)
   std::string scenario;  ///< faults/NNN/scenario.toml (relative to the campaign folder)
   std::string rerun;     ///< the command that re-runs this fault alone
   double wall_ms = 0;
+
+  NamedBy named_by() const {
+    return named ? NamedBy::kStack : harness_named ? NamedBy::kHarness : NamedBy::kNone;
+  }
+};
+
+/// How faults are scored. within_steps: the stack's first detection counts when its step is at
+/// most this many steps after the fault's first firing step (`[campaign] detect_within_steps`,
+/// steps; the controller's default is max(10, [detectors].replica_every): the longest a
+/// detector of the reference stack takes by design).
+struct ScoringRules {
+  int64_t within_steps = 10;
 };
 
 /// A rate with its Wilson 95% interval; rate and interval null (nullopt) when n == 0.
@@ -100,11 +137,16 @@ struct Rate {
 };
 Rate make_rate(int64_t k, int64_t n);
 
-/// Per fault class (and the whole campaign): counts, coverage and attribution rates.
+/// Per fault class (and the whole campaign): counts, coverage and attribution rates, all of the
+/// stack's own detections; `harness_*` beside them.
 struct ClassSummary {
-  int64_t faults = 0, errors = 0, detected = 0;
-  std::map<std::string, int64_t> outcomes;  ///< every class name, 0 when none
+  int64_t faults = 0, errors = 0, detected = 0;  ///< detected: named by the stack
+  std::map<std::string, int64_t> outcomes;       ///< every class name, 0 when none
   Rate coverage, rank, layer, cause;
+  /// Of the not-masked faults the stack did not name: how many the harness explained (k of n).
+  Rate harness_explained;
+  Rate harness_rank, harness_cause;  ///< over the harness-explained faults
+  int64_t late = 0;                  ///< faults the stack named only after the window
   int worst = -1;  ///< max severity over the class's measured faults (-1: none measured)
 };
 
@@ -114,10 +156,11 @@ struct CampaignSummary {
   std::optional<Summary> latency_steps;          ///< over detected faults
   std::optional<Summary> latency_ms;
   int64_t false_positives = 0;
-  /// detector -> fault class -> faults it detected first (the heatmap).
+  /// detector -> fault class -> faults it detected first (the heatmap; the stack's detectors).
   std::map<std::string, std::map<std::string, int64_t>> detector_by_class;
-  /// true cause -> named cause ("-" when none was named) -> count (the confusion matrix), over
-  /// measured faults but the masked ones no detection named.
+  /// true cause -> cause the stack named ("-" when it named none, the harness's explanation
+  /// notwithstanding) -> count (the confusion matrix), over measured faults but the masked ones
+  /// the stack did not name.
   std::map<std::string, std::map<std::string, int64_t>> confusion;
 };
 
@@ -137,15 +180,16 @@ struct Campaign {
   nlohmann::json thresholds = nlohmann::json::object();  ///< [campaign] minima and their checks
 };
 
-/// True when `named_layer` names `truth_layer`: equal, or one is a prefix of the other ending at a
-/// '.' ("layers.1.linear" and "layers.1.linear.weight"; not "layers.1" and "layers.10").
+/// True when `named_layer` names `truth_layer`: equal strings, neither empty (the contract's rule
+/// for campaigns: "whose named X equals the truth"; `[expect] layer`'s prefix match is the
+/// scenario judge's, not this).
 bool layer_matches(const std::string& truth_layer, const std::string& named_layer);
 
 /// Scores one fault from the judge's result. `judged.injections` empty (the fault never fired) or
 /// a launch error in `judged.reason` with no outcome makes an error row.
 CampaignFault score_fault(int index, const nlohmann::ordered_json& fault,
                           const std::string& fault_class, const Truth& truth,
-                          const ScenarioResult& judged);
+                          const ScenarioResult& judged, const ScoringRules& rules = {});
 
 /// The summary over `faults` (errors excluded from every rate).
 CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults);

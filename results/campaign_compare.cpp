@@ -22,6 +22,12 @@ std::string rate_text(int64_t k, int64_t n) {
                      100 * ci.hi, k, n);
 }
 
+// "3 / 0, p 0.125" for a paired rate, "-" otherwise.
+std::string paired_text(const CampaignRateDiff& r) {
+  if (!r.paired || !r.compared) return "-";
+  return fmt::format("{} / {}, p {:.3g}", r.worse, r.better, r.p_value);
+}
+
 // {k, n} of one rate, from summary.coverage_counts or summary.attribution_counts.X.
 std::pair<int64_t, int64_t> counts(const json& doc, const std::string& metric,
                                    const std::string& side) {
@@ -34,6 +40,38 @@ std::pair<int64_t, int64_t> counts(const json& doc, const std::string& metric,
         fmt::format("{}: {}: k = {}, n = {} is not a rate", side, metric, k, n));
   }
   return {k, n};
+}
+
+// Whether the stack itself named the fault of `row`. A file written before `named_by` existed
+// (issue 27) put the harness's post-mortem in `named`: that is not the stack's.
+bool stack_named(const json& row) {
+  const auto n = row.find("named");
+  if (n == row.end() || !n->is_object()) return false;
+  if (const auto by = row.find("named_by"); by != row.end()) return *by == "stack";
+  return n->value("detector", "") != "post-mortem";
+}
+
+bool harness_named(const json& row) {
+  if (const auto by = row.find("named_by"); by != row.end()) return *by == "harness";
+  const auto n = row.find("named");
+  return n != row.end() && n->is_object() && n->value("detector", "") == "post-mortem";
+}
+
+// Per fault, the metric's value when it is defined: coverage (not masked: did the stack name
+// it), attribution.X (the stack named X: was it right).
+std::optional<bool> metric_of(const json& row, const std::string& metric) {
+  const auto o = row.find("outcome");
+  if (o == row.end() || !o->is_string()) return std::nullopt;
+  if (metric == "coverage") {
+    if (*o == "masked") return std::nullopt;
+    return stack_named(row);
+  }
+  if (!stack_named(row)) return std::nullopt;
+  const auto c = row.find("correct");
+  if (c == row.end() || !c->is_object()) return std::nullopt;
+  const auto v = c->find(metric.substr(12));
+  if (v == c->end() || !v->is_boolean()) return std::nullopt;
+  return v->get<bool>();
 }
 
 std::optional<CampaignOutcome> outcome_of(const json& row) {
@@ -122,23 +160,6 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
                                     doc->value("faults_requested", json()).dump()));
     }
   }
-  for (const char* metric :
-       {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
-    CampaignRateDiff d;
-    d.metric = metric;
-    std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
-    std::tie(d.fresh_k, d.fresh_n) = counts(fresh, metric, fresh_label);
-    d.compared = d.base_n > 0 && d.fresh_n > 0;
-    if (d.compared) {
-      const Interval a = wilson95(d.base_k, d.base_n), b = wilson95(d.fresh_k, d.fresh_n);
-      d.regressed = b.hi < a.lo;
-      if (d.regressed) {
-        d.detail = fmt::format("{}'s upper bound {:.1f}% is below {}'s lower bound {:.1f}%",
-                               fresh_label, 100 * b.hi, base_label, 100 * a.lo);
-      }
-    }
-    c.rates.push_back(d);
-  }
   const json& fa = base.at("faults");
   const json& fb = fresh.at("faults");
   // Same draws: same seed, and every fault index of both sides is the same table.
@@ -149,6 +170,46 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
     auto it = by_index.find(row.at("index").get<int64_t>());
     c.same_draws =
         c.same_draws && it != by_index.end() && it->second->at("fault") == row.at("fault");
+  }
+  for (const auto& row : fa) c.base_harness += harness_named(row) ? 1 : 0;
+  for (const auto& row : fb) c.fresh_harness += harness_named(row) ? 1 : 0;
+  for (const char* metric :
+       {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
+    CampaignRateDiff d;
+    d.metric = metric;
+    std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
+    std::tie(d.fresh_k, d.fresh_n) = counts(fresh, metric, fresh_label);
+    if (c.same_draws) {
+      d.paired = true;
+      for (const auto& row : fb) {
+        const auto ma = metric_of(*by_index.at(row.at("index").get<int64_t>()), metric);
+        const auto mb = metric_of(row, metric);
+        if (!ma || !mb) continue;
+        ++d.pairs;
+        d.worse += *ma && !*mb ? 1 : 0;
+        d.better += !*ma && *mb ? 1 : 0;
+      }
+      d.compared = d.pairs > 0;
+      d.p_value = mcnemar_exact_p(d.worse, d.better);
+      d.regressed = d.compared && d.p_value <= kPairedAlpha;
+      if (d.regressed) {
+        d.detail = fmt::format(
+            "of {} faults scored on both sides, {} right in {} are wrong in {} and {} the other "
+            "way: one-sided exact McNemar p = {:.3g} <= {}",
+            d.pairs, d.worse, base_label, fresh_label, d.better, d.p_value, kPairedAlpha);
+      }
+    } else {
+      d.compared = d.base_n > 0 && d.fresh_n > 0;
+      if (d.compared) {
+        const Interval a = wilson95(d.base_k, d.base_n), b = wilson95(d.fresh_k, d.fresh_n);
+        d.regressed = b.hi < a.lo;
+        if (d.regressed) {
+          d.detail = fmt::format("{}'s upper bound {:.1f}% is below {}'s lower bound {:.1f}%",
+                                 fresh_label, 100 * b.hi, base_label, 100 * a.lo);
+        }
+      }
+    }
+    c.rates.push_back(d);
   }
   if (c.same_draws) {
     for (const auto& row : fb) {
@@ -194,17 +255,23 @@ std::string format_markdown(const CampaignComparison& c) {
       fmt::format("### nanchaos campaign compare: {} → {}\n\n", c.base_label, c.fresh_label);
   m += c.regressed() ? "**Regression.**\n\n" : "No regression.\n\n";
   for (const auto& n : c.notes) m += fmt::format("Note: {}.\n\n", n);
-  m += "| metric | A | B | |\n|---|---|---|---|\n";
+  m += "| metric | A | B | paired (A right, B wrong / the other way, p) | |\n"
+       "|---|---|---|---|---|\n";
   for (const auto& r : c.rates) {
-    m += fmt::format("| {} | {} | {} | {} |\n", r.metric, rate_text(r.base_k, r.base_n),
-                     rate_text(r.fresh_k, r.fresh_n),
+    m += fmt::format("| {} | {} | {} | {} | {} |\n", r.metric, rate_text(r.base_k, r.base_n),
+                     rate_text(r.fresh_k, r.fresh_n), paired_text(r),
                      !r.compared   ? "not compared"
                      : r.regressed ? "**fell**"
                                    : "ok");
   }
   m += fmt::format(
-      "\nRates: 95% Wilson intervals; a rate regressed when B's upper bound is below A's lower "
-      "bound. Outcomes compared {}: {}.\n",
+      "\nRates count what the stack named (the harness's post-mortem explained {} fault(s) in A, "
+      "{} in B: not in the rates). {} Outcomes compared {}: {}.\n",
+      c.base_harness, c.fresh_harness,
+      c.same_draws ? "Same draws: a rate regressed when the one-sided exact McNemar test on the "
+                     "faults scored on both sides gives p <= 0.05."
+                   : "Different draws: 95% Wilson intervals; a rate regressed when B's upper "
+                     "bound is below A's lower bound.",
       c.same_draws ? "fault by fault (same draws)" : "per fault class (worst outcome)",
       c.faults_compared);
   for (const auto& r : c.rates) {
@@ -218,8 +285,8 @@ std::string format_text(const CampaignComparison& c) {
   std::string t = fmt::format("campaign compare: A = {}, B = {}\n", c.base_label, c.fresh_label);
   for (const auto& n : c.notes) t += "  note: " + n + "\n";
   for (const auto& r : c.rates) {
-    t += fmt::format("  {:<18} A {:<30} B {:<30} {}\n", r.metric, rate_text(r.base_k, r.base_n),
-                     rate_text(r.fresh_k, r.fresh_n),
+    t += fmt::format("  {:<18} A {:<30} B {:<30} {:<22} {}\n", r.metric,
+                     rate_text(r.base_k, r.base_n), rate_text(r.fresh_k, r.fresh_n), paired_text(r),
                      !r.compared   ? "not compared"
                      : r.regressed ? "FELL"
                                    : "ok");
@@ -238,6 +305,11 @@ json format_json(const CampaignComparison& c) {
                      {"base", {{"k", r.base_k}, {"n", r.base_n}}},
                      {"new", {{"k", r.fresh_k}, {"n", r.fresh_n}}},
                      {"compared", r.compared},
+                     {"paired", r.paired ? json({{"pairs", r.pairs},
+                                                 {"worse", r.worse},
+                                                 {"better", r.better},
+                                                 {"p_value", r.p_value}})
+                                         : json(nullptr)},
                      {"regressed", r.regressed},
                      {"detail", r.detail}});
   }
@@ -248,6 +320,7 @@ json format_json(const CampaignComparison& c) {
           {"notes", c.notes},
           {"rates", rates},
           {"outcome_regressions", c.outcome_regressions},
+          {"harness_explained", {{"base", c.base_harness}, {"new", c.fresh_harness}}},
           {"regressed", c.regressed()}};
 }
 

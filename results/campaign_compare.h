@@ -1,16 +1,26 @@
 // `nanchaos compare A/campaign.json B/campaign.json`: is B's stack worse than A's?
 //
 // Regressions (any one makes the exit status 1):
-//   rate     coverage, or the rank, layer or cause attribution rate: B's Wilson 95% upper bound
-//            is below A's Wilson 95% lower bound (the two intervals do not overlap and B is the
-//            lower). Conservative on purpose: two runs of the same stack on different seeds
-//            differ by chance, and non-overlapping 95% intervals mean a difference at roughly
-//            the 0.5% level. A rate with no sample on either side is not compared.
+//   rate     coverage, or the rank, layer or cause attribution rate, counted over what the stack
+//            itself named (campaign.json `named_by` = "stack"; the harness's post-mortem is never
+//            a detection). How depends on the draws:
+//            - same draws (same seed, and fault i is the same table on both sides): paired, the
+//              exact one-sided McNemar test on the faults where the metric is defined on both
+//              sides (coverage: not masked on either; attribution.X: the stack named X on both):
+//              of the discordant faults, `worse` were right in A and wrong in B; a regression
+//              when P(X >= worse | Binomial(worse + better, 1/2)) <= 0.05 (results/stats.h
+//              mcnemar_exact_p). Power at small sizes: 5 faults lost and none gained is
+//              p = 1/32 = 0.031, flagged at any campaign size. The false-alarm rate of two runs
+//              of the same stack is at most 5% per metric by construction (tested by
+//              simulation in tests/results/campaign_test.cpp), lower in practice since the
+//              built-in jobs are deterministic: a fault flips only where timing decides.
+//            - different draws: B's Wilson 95% upper bound is below A's Wilson 95% lower bound
+//              (the intervals do not overlap; conservative, since two seeds of the same stack
+//              differ by chance). A rate with no sample on either side is not compared.
 //   outcome  a fault class moved to a worse outcome (severity in results/campaign.h: masked =
 //            detected_recovered < detected_unrecovered < crash < hang < silent_corruption).
-//            When A and B drew the same faults (same seed, and fault i is the same table on both
-//            sides), per fault: fault i's outcome is worse in B. Otherwise per class: the worst
-//            outcome of the class is worse in B than in A (classes in both).
+//            Same draws, per fault: fault i's outcome is worse in B. Otherwise per class: the
+//            worst outcome of the class is worse in B than in A (classes in both).
 // A fault not measured (error) on either side is not compared. Campaign files are recognised by
 // content (a "faults" array and a "summary" with "coverage_counts"), not by name.
 // Nothing here includes torch; compare_campaigns() is a pure function.
@@ -26,12 +36,20 @@ namespace nanchaos::results {
 /// True when `doc` has the shape of a campaign.json.
 bool is_campaign_json(const nlohmann::json& doc);
 
+/// The one-sided level of the paired test (a regression when p <= this).
+inline constexpr double kPairedAlpha = 0.05;
+
 struct CampaignRateDiff {
   std::string metric;  ///< coverage, attribution.rank, attribution.layer, attribution.cause
-  int64_t base_k = 0, base_n = 0, fresh_k = 0, fresh_n = 0;
-  bool compared = false;  ///< both sides have samples
+  int64_t base_k = 0, base_n = 0, fresh_k = 0, fresh_n = 0;  ///< the summaries' counts
+  bool compared = false;  ///< both sides have samples (paired: some fault defined on both)
+  bool paired = false;    ///< same draws: the McNemar test decided
+  int64_t pairs = 0;      ///< paired: faults where the metric is defined on both sides
+  int64_t worse = 0;      ///< paired: right in A, wrong in B
+  int64_t better = 0;     ///< paired: wrong in A, right in B
+  double p_value = 1;     ///< paired: one-sided exact McNemar p
   bool regressed = false;
-  std::string detail;  ///< "B 62.5% [38.6-81.5] below A 100.0% [83.2-100.0]"
+  std::string detail;  ///< why it regressed, in words
 };
 
 struct CampaignComparison {
@@ -44,6 +62,8 @@ struct CampaignComparison {
   /// What makes the comparison mean less than it seems, printed, not a regression: different
   /// scenario names or seeds, an interrupted side.
   std::vector<std::string> notes;
+  /// Faults only the harness explained (named_by = "harness"), each side: never in the rates.
+  int64_t base_harness = 0, fresh_harness = 0;
   bool regressed() const;
 };
 

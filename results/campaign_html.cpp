@@ -133,7 +133,13 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
     h += fmt::format("<tr><td>{}</td>{}<td class=\"n\">{}/{}</td></tr>\n", name,
                      shaded(pct(*r), r->rate.value_or(0), "60,160,60"), r->k, r->n);
   }
-  h += "</table>\n<table><tr>";
+  h += "</table>\n";
+  h += fmt::format(
+      "<p class=\"legend\">The stack's own figures: a fault counts only when the stack under test "
+      "named it. Beside them: of {} not-masked faults the stack did not name, the harness's "
+      "post-mortem explained {}; {} detection(s) came after the window.</p>\n",
+      a.harness_explained.n, a.harness_explained.k, a.late);
+  h += "<table><tr>";
   for (auto o : campaign_outcomes()) h += fmt::format("<th>{}</th>", to_string(o));
   h += "<th>error</th></tr><tr>";
   for (auto o : campaign_outcomes()) {
@@ -173,8 +179,12 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
         wrong ? " style=\"background:#f2dede\"" : "", f.index, html_escape(f.fault_class),
         html_escape(f.fault.dump()),
         html_escape(f.outcome ? to_string(*f.outcome) : "error: " + f.error),
-        html_escape(f.named ? f.named->detector : "-"), ranks_text(f.truth.ranks),
-        html_escape(f.truth.layer.value_or("-")), html_escape(f.truth.cause),
+        html_escape(f.named           ? f.named->detector
+                    : f.harness_named ? "(harness: " + f.harness_named->detector + ")"
+                    : f.late          ? "(late: " + f.late->detector + ")"
+                                      : "-"),
+        ranks_text(f.truth.ranks), html_escape(f.truth.layer.value_or("-")),
+        html_escape(f.truth.cause),
         f.named ? html_escape(fmt::format("{} / {} / {}", ranks_text(f.named->ranks),
                                           f.named->layer.empty() ? "-" : f.named->layer,
                                           f.named->cause.empty() ? "-" : f.named->cause))

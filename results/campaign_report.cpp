@@ -37,11 +37,19 @@ std::string campaign_markdown(const Campaign& c) {
                                   "the rows below are those.**",
                                   a.faults, c.requested)
                     : "");
+  m += "The stack's own figures: a fault counts as detected only when the stack under test named "
+       "it.\n\n";
   m += "| | rate (95% Wilson interval, k/n) |\n|---|---|\n";
-  m += fmt::format("| coverage (detected / not masked) | {} |\n", pct(a.coverage));
+  m += fmt::format("| coverage (the stack named it / not masked) | {} |\n", pct(a.coverage));
   m += fmt::format("| attribution: rank | {} |\n", pct(a.rank));
   m += fmt::format("| attribution: layer | {} |\n", pct(a.layer));
   m += fmt::format("| attribution: cause | {} |\n\n", pct(a.cause));
+  m += fmt::format(
+      "Beside them, not in them: of the {} not-masked faults the stack did not name, the "
+      "harness's post-mortem explained {} (rank right {}, cause right {}); {} detection(s) "
+      "came later than the window and were not counted.\n\n",
+      a.harness_explained.n, a.harness_explained.k, pct(a.harness_rank), pct(a.harness_cause),
+      a.late);
   m += "| outcome | faults |\n|---|---|\n";
   for (auto o : campaign_outcomes()) {
     m += fmt::format("| {} | {} |\n", to_string(o), a.outcomes.at(to_string(o)));
@@ -96,13 +104,20 @@ std::string campaign_markdown(const Campaign& c) {
                      md_cell(f.named->cause), f.rerun);
   }
   if (!any) m += "None.\n";
-  m += "\n## Undetected faults that were not masked\n\n";
+  m += "\n## Faults the stack did not name that were not masked\n\n";
   any = false;
   for (const auto& f : c.faults) {
     if (!f.outcome || f.named || *f.outcome == CampaignOutcome::kMasked) continue;
     any = true;
-    m += fmt::format("- f{:03} {} (rank {}, step {}): {} — `{}`\n", f.index, fault_text(f),
-                     ranks_cell(f.truth.ranks), f.truth.step, to_string(*f.outcome), f.rerun);
+    std::string why;
+    if (f.late) {
+      why = fmt::format("; named late by {} at step {}", f.late->detector, f.late->step);
+    } else if (f.harness_named) {
+      why = fmt::format("; the harness's post-mortem names rank {} ({})",
+                        ranks_cell(f.harness_named->ranks), f.harness_named->cause);
+    }
+    m += fmt::format("- f{:03} {} (rank {}, step {}): {}{} — `{}`\n", f.index, fault_text(f),
+                     ranks_cell(f.truth.ranks), f.truth.step, to_string(*f.outcome), why, f.rerun);
   }
   if (!any) m += "None.\n";
   return m;
@@ -130,8 +145,8 @@ void write_campaign_junit(const Campaign& c, const std::string& path) {
     }
     k.out += fmt::format("{}: {}\n", line, to_string(*f.outcome));
     if (!f.named && *f.outcome != CampaignOutcome::kMasked) {
-      k.failure +=
-          fmt::format("{}: not detected ({}); re-run: {}\n", line, to_string(*f.outcome), f.rerun);
+      k.failure += fmt::format("{}: not detected by the stack ({}); re-run: {}\n", line,
+                               to_string(*f.outcome), f.rerun);
     } else if (f.cause_ok && !*f.cause_ok) {
       k.failure +=
           fmt::format("{}: cause {} named, {} injected; re-run: {}\n", line,

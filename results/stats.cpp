@@ -173,4 +173,21 @@ json suite_detector_stats(const SuiteReport& r) {
   return out;
 }
 
+double mcnemar_exact_p(int64_t worse, int64_t better) {
+  if (worse < 0 || better < 0) {
+    throw std::invalid_argument("mcnemar_exact_p: counts must be >= 0");
+  }
+  const int64_t n = worse + better;
+  if (n == 0) return 1.0;
+  // Sum of C(n, i) / 2^n for i >= worse, in logs (n may be thousands).
+  const double log_half_n = double(n) * std::log(0.5);
+  double p = 0;
+  for (int64_t i = worse; i <= n; ++i) {
+    const double log_c =
+        std::lgamma(double(n) + 1) - std::lgamma(double(i) + 1) - std::lgamma(double(n - i) + 1);
+    p += std::exp(log_c + log_half_n);
+  }
+  return std::min(1.0, p);
+}
+
 }  // namespace nanchaos::results

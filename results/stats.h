@@ -48,6 +48,15 @@ struct Interval {
 /// those. Throws std::invalid_argument unless 0 <= k <= n and n >= 1.
 Interval wilson95(int64_t k, int64_t n);
 
+/// The exact one-sided McNemar test on paired binary outcomes (Q. McNemar, "Note on the sampling
+/// error of the difference between correlated proportions or percentages", Psychometrika 12,
+/// 1947; the exact form is the sign test on the discordant pairs): of the pairs whose two
+/// outcomes differ, `worse` went from success in A to failure in B and `better` the other way.
+/// Under "A and B are equally good" each discordant pair is worse with probability 1/2, so the
+/// p-value is P(X >= worse) for X ~ Binomial(worse + better, 1/2). 1 when there is no discordant
+/// pair. Throws std::invalid_argument on a negative count.
+double mcnemar_exact_p(int64_t worse, int64_t better);
+
 /// Summary of `samples`; nullopt when there is none. Non-finite samples are dropped (a NaN
 /// latency means "not measured"); throws nothing.
 std::optional<Summary> summarize(const std::vector<double>& samples);

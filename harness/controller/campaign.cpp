@@ -68,6 +68,7 @@ std::string console_summary(const results::Campaign& c, const std::string& out) 
   std::string s = fmt::format("--- campaign {}: {} faults (seed {}), {:.1f} s, {:.1f} faults/min\n",
                               c.name, a.faults, c.seed, c.wall_s,
                               c.wall_s > 0 ? 60.0 * double(a.faults) / c.wall_s : 0.0);
+  s += "  the stack's own figures (what the stack under test named):\n";
   s += rate_line("coverage", a.coverage);
   s += rate_line("attribution rank", a.rank);
   s += rate_line("attribution layer", a.layer);
@@ -77,6 +78,10 @@ std::string console_summary(const results::Campaign& c, const std::string& out) 
     s += fmt::format(" {} {}", to_string(o), a.outcomes.at(to_string(o)));
   }
   s += fmt::format("; errors {}; false positives {}\n", a.errors, c.summary.false_positives);
+  s += fmt::format(
+      "  beside them: the harness's post-mortem explained {} of the {} not-masked faults the "
+      "stack did not name; {} detection(s) after the window\n",
+      a.harness_explained.k, a.harness_explained.n, a.late);
   // An interrupted campaign writes no campaign.html.
   s += fmt::format("reports: {}/campaign.json, campaign.md, campaign.xml{}\n", out,
                    c.interrupted ? "" : ", campaign.html");
@@ -91,12 +96,27 @@ std::string progress_line(const results::CampaignFault& f, int total) {
                         f.named->cause.empty() ? "-" : f.named->cause,
                         f.named->layer.empty() ? "-" : f.named->layer,
                         f.cause_ok && !*f.cause_ok ? ", cause wrong" : "");
+  } else if (f.harness_named) {
+    what += fmt::format(" (stack named nothing; harness post-mortem: rank {})",
+                        fmt::join(f.harness_named->ranks, ","));
+  } else if (f.late) {
+    what += fmt::format(" (named late: {} at step {})", f.late->detector, f.late->step);
   }
   return fmt::format("[{:>4}/{}] f{:03} {:<18} {:<32} step {:<4} {} ({:.1f} s)\n", f.index + 1,
                      total, f.index, f.fault_class, target, f.truth.step, what, f.wall_ms / 1000);
 }
 
 }  // namespace
+
+results::ScoringRules scoring_rules(const Scenario& s) {
+  results::ScoringRules r;
+  const Params& det = s.detectors.params;
+  const int64_t replica_every = det.has("replica_every") ? det.get_int("replica_every") : 10;
+  const Params& c = s.campaign.params;  // detect_within_steps: read by the campaign only
+  r.within_steps = c.has("detect_within_steps") ? c.get_int("detect_within_steps")
+                                                : std::max<int64_t>(10, replica_every);
+  return r;
+}
 
 ojson check_thresholds(const Scenario& s, const results::CampaignSummary& sum) {
   ojson out = ojson::object();
@@ -273,10 +293,11 @@ int run_campaign(const CampaignOptions& o) {
     for (auto& b : split) queue.insert(queue.begin(), Item{std::move(b), true});
   }
   std::atomic<int> launches{0};
+  const results::ScoringRules rules = scoring_rules(base);
   auto record = [&](size_t i, results::ScenarioResult judged) {
     const DrawnFault& d = drawn[i];
     results::CampaignFault row =
-        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged);
+        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules);
     row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
     row.rerun = "nanchaos run " + files[i];
     std::lock_guard<std::mutex> lock(mu);

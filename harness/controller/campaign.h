@@ -47,6 +47,11 @@ struct CampaignOptions {
 /// (nothing detected) fails its minimum. Empty object when the table sets none.
 nlohmann::ordered_json check_thresholds(const Scenario& s, const results::CampaignSummary& sum);
 
+/// How the campaign scores its faults: [campaign] detect_within_steps, or max(10,
+/// [detectors].replica_every) steps when absent (a replica check every N steps may take N steps
+/// to see a corrupted weight).
+results::ScoringRules scoring_rules(const Scenario& s);
+
 /// Runs the campaign. Returns 0 (done, every threshold met), 1 (a [campaign] threshold missed),
 /// 2 (usage or scenario error, a kind invalid for the job, a fault that could not be measured),
 /// or 128 + the signal when SIGINT/SIGTERM stopped it (the caller re-raises, as for run).

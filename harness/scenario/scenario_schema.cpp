@@ -292,6 +292,10 @@ const std::vector<KeySpec>& campaign_keys() {
       Key("min_attribution_cause", K::kFloat,
           "exit 1 when the share of detected faults given the true cause is below this")
           .range(0, 1),
+      Key("detect_within_steps", K::kInt,
+          "a detection counts for a fault only this many steps after it at most (absent: "
+          "max(10, replica_every))")
+          .min(0),
   };
   return keys;
 }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "results/campaign_compare.h"
@@ -49,13 +50,17 @@ TEST(Wilson, SymmetricNeverEmptyAndRejectsBadCounts) {
   EXPECT_THROW(wilson95(-1, 2), std::invalid_argument);
 }
 
-TEST(CampaignScoring, LayerMatchesAtDotBoundariesOnly) {
-  EXPECT_TRUE(layer_matches("layers.1.linear.weight", "layers.1.linear"));
-  EXPECT_TRUE(layer_matches("layers.1.linear", "layers.1.linear.weight"));
+TEST(CampaignScoring, LayerMatchesOnlyWhenEqual) {
+  // The contract's campaign rule: "whose named X equals the truth" (issue 27: a prefix either
+  // way was accepted before, so a module named for a parameter's fault was counted right).
+  EXPECT_FALSE(layer_matches("layers.1.linear.weight", "layers.1.linear"));
+  EXPECT_FALSE(layer_matches("layers.1.linear", "layers.1.linear.weight"));
   EXPECT_TRUE(layer_matches("head", "head"));
+  EXPECT_TRUE(layer_matches("layers.1.linear.weight", "layers.1.linear.weight"));
   EXPECT_FALSE(layer_matches("layers.1", "layers.10"));
   EXPECT_FALSE(layer_matches("layers.1.linear", "layers.2.linear"));
   EXPECT_FALSE(layer_matches("loss", ""));
+  EXPECT_FALSE(layer_matches("", ""));
 }
 
 // The judge's result of a job whose fault fired at `step` on `rank`.
@@ -151,8 +156,8 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   r.first_detection = detection("watchdog", {1}, "grad_allreduce", "hang");
   f = score_fault(0, kFault, "c", t, r);
   EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedUnrecovered);
-  // Crashed, no detection, but the post-mortem names the dead rank: named by "post-mortem" at the
-  // survivors' last step, still the outcome crash.
+  // Crashed, no detection, but the post-mortem names the dead rank: the harness explains it at
+  // the survivors' last step; the stack named nothing, so it is no detection; outcome crash.
   r = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
   r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
   r.extra["last_collective"] = {{"0", {{"step", 10}, {"name", "consensus"}}},
@@ -161,13 +166,18 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   f = score_fault(0, {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}}, "crash",
                   truth({1}, std::nullopt, "rank_failure"), r);
   EXPECT_EQ(*f.outcome, CampaignOutcome::kCrash);
-  ASSERT_TRUE(f.named.has_value());
-  EXPECT_EQ(f.named->detector, "post-mortem");
-  EXPECT_EQ(f.named->step, 10);  // rank 0's, not the dead rank's
-  EXPECT_EQ(f.rank_ok, true);
-  EXPECT_EQ(f.cause_ok, true);
-  EXPECT_EQ(f.latency_steps, 0);
-  EXPECT_EQ(f.latency_ms, 1078.5);
+  EXPECT_FALSE(f.named.has_value());
+  EXPECT_EQ(f.named_by(), NamedBy::kHarness);
+  ASSERT_TRUE(f.harness_named.has_value());
+  EXPECT_EQ(f.harness_named->detector, "post-mortem");
+  EXPECT_EQ(f.harness_named->step, 10);  // rank 0's, not the dead rank's
+  EXPECT_FALSE(f.rank_ok.has_value());   // the stack's attribution: nothing to score
+  EXPECT_FALSE(f.cause_ok.has_value());
+  EXPECT_EQ(f.harness_rank_ok, true);
+  EXPECT_EQ(f.harness_cause_ok, true);
+  EXPECT_FALSE(f.latency_steps.has_value());
+  EXPECT_EQ(f.harness_latency_steps, 0);
+  EXPECT_EQ(f.harness_latency_ms, 1078.5);
   // A hang the post-mortem explains (no watchdog) is not a detection.
   r = judged(FaultOutcome::kHang, Outcome::kHung);
   r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "hang"}};
@@ -181,6 +191,69 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   f = score_fault(0, kFault, "c", t, none);
   EXPECT_FALSE(f.outcome.has_value());
   EXPECT_EQ(f.error, "injection not verified: ...");
+}
+
+// Issue 27's acceptance: a stack that detects nothing scores coverage 0 though the harness's
+// post-mortem explains every crash; the harness's figure is beside it.
+TEST(CampaignScoring, AStackThatNamesNothingScoresZeroThoughTheHarnessExplainsItsCrashes) {
+  std::vector<CampaignFault> rows;
+  for (int i = 0; i < 4; ++i) {
+    ScenarioResult r = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
+    r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
+    rows.push_back(score_fault(i, {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}}, "crash",
+                               truth({1}, std::nullopt, "rank_failure"), r));
+  }
+  rows.push_back(score_fault(4, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                             judged(FaultOutcome::kSilentCorruption)));
+  Campaign c;
+  c.faults = rows;
+  c.summary = summarize_campaign(rows);
+  const ClassSummary& a = c.summary.all;
+  EXPECT_EQ(a.coverage.k, 0);
+  EXPECT_EQ(a.coverage.n, 5);
+  EXPECT_EQ(a.coverage.rate, 0.0);
+  EXPECT_EQ(a.detected, 0);
+  EXPECT_EQ(a.rank.n, 0);
+  EXPECT_EQ(a.cause.n, 0);
+  EXPECT_EQ(a.harness_explained.k, 4);
+  EXPECT_EQ(a.harness_explained.n, 5);
+  EXPECT_EQ(a.harness_rank.k, 4);
+  EXPECT_TRUE(c.summary.detector_by_class.empty());  // post-mortem is no detector of the stack
+  EXPECT_EQ(c.summary.confusion.at("rank_failure").at("-"), 4);
+  const ojson j = to_json(c);
+  EXPECT_EQ(j["summary"]["coverage"], 0.0);
+  EXPECT_EQ(j["summary"]["coverage_counts"]["k"], 0);
+  EXPECT_EQ(j["summary"]["harness"]["explained"]["k"], 4);
+  EXPECT_EQ(j["faults"][0]["named"], nullptr);
+  EXPECT_EQ(j["faults"][0]["named_by"], "harness");
+  EXPECT_EQ(j["faults"][0]["harness_named"]["detector"], "post-mortem");
+  EXPECT_EQ(j["faults"][4]["named_by"], nullptr);
+  // A [campaign] min_coverage cannot be met by the harness's explanations.
+  EXPECT_NE(campaign_markdown(c).find("the harness's post-mortem explained 4"), std::string::npos)
+      << campaign_markdown(c);
+}
+
+TEST(CampaignScoring, ADetectionAfterTheWindowIsNotTheFaults) {
+  // A detection 15 steps after the fault (a later, unrelated check) is no detection of it.
+  ScenarioResult r = judged(FaultOutcome::kDetectedRecovered);
+  r.first_detection = detection("replica", {1}, "layers.1", "activation", 15);
+  const Truth t = truth({1}, "layers.1", "activation");
+  ScoringRules rules;
+  rules.within_steps = 10;
+  auto f = score_fault(0, kFault, "tensor:activation", t, r, rules);
+  EXPECT_FALSE(f.named.has_value());
+  ASSERT_TRUE(f.late.has_value());
+  EXPECT_EQ(f.late->step, 25);
+  EXPECT_FALSE(f.cause_ok.has_value());
+  const CampaignSummary s = summarize_campaign({f});
+  EXPECT_EQ(s.all.coverage.k, 0);
+  EXPECT_EQ(s.all.late, 1);
+  // At the window's edge it counts.
+  rules.within_steps = 15;
+  f = score_fault(0, kFault, "tensor:activation", t, r, rules);
+  ASSERT_TRUE(f.named.has_value());
+  EXPECT_EQ(f.named_by(), NamedBy::kStack);
+  EXPECT_EQ(f.latency_steps, 15);
 }
 
 TEST(CampaignScoring, SummaryRatesCountOnlyWhatTheContractSays) {
@@ -390,6 +463,117 @@ TEST(CampaignCompare, SameDrawsComparedFaultByFault) {
   // Other faults drawn (another kind in every table): per class, and the classes do not meet.
   const auto d = compare_campaigns(a, campaign_file(5, r, "bitflip"));
   EXPECT_FALSE(d.same_draws);
+}
+
+TEST(McNemar, ExactOneSidedPValues) {
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(0, 0), 1.0);
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(5, 0), 1.0 / 32);
+  EXPECT_DOUBLE_EQ(mcnemar_exact_p(4, 0), 1.0 / 16);
+  EXPECT_NEAR(mcnemar_exact_p(3, 1), 5.0 / 16, 1e-12);  // (C(4,3) + C(4,4)) / 2^4
+  EXPECT_NEAR(mcnemar_exact_p(0, 3), 1.0, 1e-12);
+  // Large counts stay finite: 60 of 100 discordant pairs worse, p = 0.0284 (binomial tail).
+  EXPECT_NEAR(mcnemar_exact_p(60, 40), 0.028444, 1e-5);
+  EXPECT_THROW(mcnemar_exact_p(-1, 2), std::invalid_argument);
+}
+
+// Rows by detection: true -> detected_recovered with the right cause, false -> silent.
+std::vector<std::tuple<std::string, std::string, bool>> rows_of(const std::vector<bool>& hit) {
+  std::vector<std::tuple<std::string, std::string, bool>> out;
+  for (bool h : hit) {
+    out.emplace_back("tensor:activation", h ? "detected_recovered" : "silent_corruption", true);
+  }
+  return out;
+}
+
+TEST(CampaignCompare, SameDrawsPairedTestFlagsAStackThatLostFiveFaults) {
+  // At the CI size (12 faults), a stack with one detector removed that misses 5 faults the
+  // baseline caught: Wilson intervals overlap (12/12 [75.8, 100] vs 7/12 [32.0, 80.7]), the
+  // paired test does not (p = 1/32).
+  std::vector<bool> a(12, true), b(12, true);
+  for (int i = 0; i < 5; ++i) b[size_t(2 * i)] = false;
+  const json fa = campaign_file(3, rows_of(a)), fb = campaign_file(3, rows_of(b));
+  const auto c = compare_campaigns(fa, fb);
+  ASSERT_TRUE(c.same_draws);
+  EXPECT_TRUE(c.rates[0].paired);
+  EXPECT_EQ(c.rates[0].pairs, 12);
+  EXPECT_EQ(c.rates[0].worse, 5);
+  EXPECT_EQ(c.rates[0].better, 0);
+  EXPECT_TRUE(c.rates[0].regressed) << format_text(c);
+  EXPECT_NE(format_markdown(c).find("McNemar p = 0.0312"), std::string::npos) << format_markdown(c);
+  // The same counts on different draws: the Wilson rule, which cannot tell.
+  const auto d = compare_campaigns(fa, campaign_file(4, rows_of(b)));
+  EXPECT_FALSE(d.same_draws);
+  EXPECT_FALSE(d.rates[0].regressed) << format_text(d);
+  // Four lost and one gained: p = 6/32 = 0.19, not a rate regression.
+  b[1] = true;
+  b[0] = true;
+  std::vector<bool> a2 = a;
+  a2[11] = false;
+  const auto e = compare_campaigns(campaign_file(3, rows_of(a2)), campaign_file(3, rows_of(b)));
+  EXPECT_EQ(e.rates[0].worse, 4);
+  EXPECT_EQ(e.rates[0].better, 1);
+  EXPECT_FALSE(e.rates[0].regressed) << format_text(e);
+}
+
+TEST(CampaignCompare, PairedTestCountsOnlyWhatTheStackNamed) {
+  // B's stack lost 5 crash faults to the launcher, which the harness's post-mortem explains:
+  // they are misses of B's stack, and compare says so.
+  std::vector<CampaignFault> fa, fb;
+  for (int i = 0; i < 8; ++i) {
+    const ojson fault = {{"kind", "crash"}, {"ranks", {1}}, {"step", 10 + i}};
+    const Truth t = truth({1}, std::nullopt, "rank_failure");
+    ScenarioResult ra = judged(FaultOutcome::kDetectedUnrecovered, Outcome::kAborted);
+    ra.first_detection = detection("watchdog", {1}, "", "rank_failure");
+    fa.push_back(score_fault(i, fault, "crash", t, ra));
+    ScenarioResult rb = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
+    rb.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
+    fb.push_back(score_fault(i, fault, "crash", t, i < 5 ? rb : ra));
+  }
+  auto file = [](const std::vector<CampaignFault>& rows) {
+    Campaign c;
+    c.seed = 9;
+    c.faults = rows;
+    c.summary = summarize_campaign(rows);
+    return json::parse(to_json(c).dump());
+  };
+  const auto c = compare_campaigns(file(fa), file(fb));
+  EXPECT_EQ(c.fresh_harness, 5);
+  EXPECT_EQ(c.rates[0].worse, 5);
+  EXPECT_TRUE(c.rates[0].regressed) << format_text(c);
+  // A file written before named_by: a "post-mortem" in `named` is not the stack's either.
+  json old = file(fb);
+  for (auto& row : old["faults"]) {
+    if (row["named_by"] == "harness") row["named"] = row["harness_named"];
+    row.erase("named_by");
+  }
+  const auto d = compare_campaigns(file(fa), old);
+  EXPECT_EQ(d.rates[0].worse, 5);
+  EXPECT_EQ(d.fresh_harness, 5);
+}
+
+TEST(CampaignCompare, PairedTestFalseAlarmRateAndPowerBySimulation) {
+  // Two campaigns of the same stack on the same draws: each fault is caught on either side with
+  // its own probability (faults differ, runs of one fault differ only by chance). The paired
+  // test may flag at most ~5% of such pairs; a stack that lost 40 points of detection on every
+  // fault must be flagged nearly always at 30 faults.
+  std::mt19937_64 rng(20261203);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int sims = 400, n = 30;
+  int false_alarms = 0, caught = 0;
+  for (int sim = 0; sim < sims; ++sim) {
+    std::vector<bool> a(n), same(n), worse(n);
+    for (int i = 0; i < n; ++i) {
+      const double p = 0.5 + 0.5 * u(rng);
+      a[size_t(i)] = u(rng) < p;
+      same[size_t(i)] = u(rng) < p;
+      worse[size_t(i)] = u(rng) < p - 0.4;
+    }
+    const json fa = campaign_file(1, rows_of(a));
+    false_alarms += compare_campaigns(fa, campaign_file(1, rows_of(same))).rates[0].regressed;
+    caught += compare_campaigns(fa, campaign_file(1, rows_of(worse))).rates[0].regressed;
+  }
+  EXPECT_LE(false_alarms, sims * 7 / 100) << false_alarms << " of " << sims;
+  EXPECT_GE(caught, sims * 9 / 10) << caught << " of " << sims;
 }
 
 TEST(CampaignCompare, NotesDifferentScenariosSeedsAndInterruptedSides) {
