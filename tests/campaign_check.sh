@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The shipped campaign in CI (issue 16): campaigns/mlp-default.toml, 12 faults of seed 1, two
-# launches at a time, compared with the committed baseline results/baselines/campaign-mlp-default.json
-# (same seed, so the same draws: compare goes fault by fault). Then the same campaign against a
-# weakened stack (tests/weakened/campaign-mlp-default-weak.toml: the loss, grad and replica
-# detectors left out) must make compare exit 1, and compare of a campaign with itself must exit 0.
+# The shipped campaign in CI (issues 16, 27): campaigns/mlp-default.toml, 50 faults of the
+# held-out seed 2 (the attribution rules were tuned on seed 1), two launches at a time, compared
+# with the committed baseline results/baselines/campaign-mlp-default.json, a real run of the same
+# campaign (same seed, so the same draws: compare goes fault by fault, and the baseline against
+# this run is two runs of the same stack: the paired test's false alarms). Then:
+#   - a weakened stack (tests/weakened/campaign-mlp-default-weak.toml: loss, grad and replica left
+#     out) misses its [campaign] thresholds (exit 1) and compare flags it (exit 1, outcomes);
+#   - one detector removed (tests/weakened/campaign-mlp-default-no-loss.toml: `loss`) keeps
+#     coverage and every outcome; compare must flag its attribution by the paired test alone;
+#   - compare of a campaign with itself exits 0.
 # Usage: campaign_check.sh NANCHAOS_BINARY SOURCE_DIR OUT_DIR
 set -uo pipefail
 bin=$1 src=$2 out=$3
@@ -11,8 +16,11 @@ rm -rf "$out"
 mkdir -p "$out"
 fail=0
 start=$(date +%s)
-"$bin" campaign "$src/campaigns/mlp-default.toml" --faults 12 --seed 1 --jobs 2 --quiet \
-  --out "$out/base"
+faults=50 seed=2
+campaign() {  # campaign SCENARIO OUT: runs it, prints its exit status
+  "$bin" campaign "$1" --faults "$faults" --seed "$seed" --jobs 2 --quiet --out "$2"
+}
+campaign "$src/campaigns/mlp-default.toml" "$out/base"
 rc=$?
 echo "campaign: exit $rc after $(( $(date +%s) - start )) s"
 [ "$rc" -eq 0 ] || { echo "FAIL: the shipped campaign exited $rc, want 0"; fail=1; }
@@ -28,10 +36,9 @@ cat "$out/vs-baseline.md"
 rc=$?
 [ "$rc" -eq 0 ] || { echo "FAIL: compare of a campaign with itself exited $rc"; fail=1; }
 
-"$bin" campaign "$src/tests/weakened/campaign-mlp-default-weak.toml" --faults 12 --seed 1 \
-  --jobs 2 --quiet --out "$out/weak"
+campaign "$src/tests/weakened/campaign-mlp-default-weak.toml" "$out/weak"
 rc=$?
-# Its [campaign] min_coverage (kept from the shipped scenario) is missed: exit 1.
+# Its [campaign] thresholds (kept from the shipped scenario) are missed: exit 1.
 [ "$rc" -eq 1 ] || { echo "FAIL: the weakened campaign exited $rc, want 1 (threshold missed)"; fail=1; }
 "$bin" compare "$src/results/baselines/campaign-mlp-default.json" "$out/weak/campaign.json" \
   --format md > "$out/vs-weak.md"
@@ -40,5 +47,19 @@ cat "$out/vs-weak.md"
 [ "$rc" -eq 1 ] || { echo "FAIL: compare against the weakened stack exited $rc, want 1"; fail=1; }
 grep -q -- '- \*\*outcome\*\*: f0' "$out/vs-weak.md" ||
   { echo "FAIL: no fault named with a worse outcome"; fail=1; }
+
+campaign "$src/tests/weakened/campaign-mlp-default-no-loss.toml" "$out/no-loss" > /dev/null
+"$bin" compare "$src/results/baselines/campaign-mlp-default.json" "$out/no-loss/campaign.json" \
+  --format md > "$out/vs-no-loss.md"
+rc=$?
+cat "$out/vs-no-loss.md"
+[ "$rc" -eq 1 ] || { echo "FAIL: compare against one detector removed exited $rc, want 1"; fail=1; }
+grep -q -- '- \*\*attribution.cause\*\*: .*McNemar' "$out/vs-no-loss.md" ||
+  { echo "FAIL: the paired test did not flag the cause attribution"; fail=1; }
+if grep -q -- '- \*\*outcome\*\*' "$out/vs-no-loss.md"; then
+  echo "FAIL: an outcome regression with the loss detector removed (the test would not show the"
+  echo "      paired test's power)"
+  fail=1
+fi
 echo "total: $(( $(date +%s) - start )) s"
 exit $fail
