@@ -142,10 +142,9 @@ void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult&
     d.ranks = both;
     return;
   }
-  // The absent ranks are the culprits: those that died (their last words are a `crash`
-  // injection, or the controller saw their process gone, with no exit record, before the raising
-  // rank's exception or before the raising rank's own process went) failed; the others hung (a
-  // hung rank is torn down only after its peers gave up).
+  // The absent ranks are the culprits: those that died (a process watch saw them gone, with no
+  // exit record, before the raising rank's exception or before the raising rank's own process
+  // went) failed; the others hung (a hung rank is torn down only after its peers gave up).
   int64_t raiser_gone = std::numeric_limits<int64_t>::max();
   for (int64_t r : d.ranks) {
     if (auto g = job.rank_gone_us.find(int(r)); g != job.rank_gone_us.end())
@@ -158,7 +157,7 @@ void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult&
     auto g = job.rank_gone_us.find(int(r));
     const bool went_first =
         g != job.rank_gone_us.end() && (g->second < raised_t || g->second < raiser_gone);
-    if (l.last_words_crash || went_first) gone.push_back(r);
+    if (went_first) gone.push_back(r);
   }
   d.ranks = gone.empty() ? absent : gone;
   d.cause = gone.empty() ? "hang" : "rank_failure";

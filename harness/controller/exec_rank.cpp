@@ -23,6 +23,7 @@
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
+#include "harness/evidence/proc_watch.h"
 #include "harness/scenario/scenario.h"
 
 #ifndef NANCHAOS_AGENT_DIR
@@ -194,6 +195,9 @@ int exec_rank(const ExecRankOptions& opts) {
   // started this process; Open MPI's launch thread lives as long as the job). Together with the
   // agent's guard (guard.py) and the launcher's own death signal (job_guard.h), no rank outlives
   // a dead controller, Python or not.
+  // The watch that records when the job's process ended (proc_watch.h): forked here, while this
+  // process is one thread, it outlives the exec and watches the job's own process (same pid).
+  start_exit_watch(gone_record_path(opts.run_dir + "/events", id.rank), id.rank);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(kJobGuardExit);  // it died before prctl
   log::debug("exec-rank {}/{}: exec {}", id.rank, id.world, fmt::join(argv, " "));

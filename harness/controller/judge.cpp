@@ -363,11 +363,15 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
 
   res.outcome = job_outcome(logs, job);
   const Fired fired = collect_injections(logs, job, res);
-  const Postmortem pm = postmortem(s, logs, job, res.outcome);
+  // The post-mortem and the attribution see the processes' ends (the controller's pid watch, the
+  // ranks' own watch across hosts), never the injections: who died is what the processes say.
+  JobResult seen = job;
+  seen.rank_gone_us = ranks_gone_us(logs, job);
+  const Postmortem pm = postmortem(s, logs, seen, res.outcome);
   Judged j;
   j.deadlock = pm.deadlock;
   j.false_positives =
-      judge_detections(s, logs, job, pm.absent, fired.first_fault_step, fired.first_inject_t, res);
+      judge_detections(s, logs, seen, pm.absent, fired.first_fault_step, fired.first_inject_t, res);
 
   judge_end_state(s, logs, j, res);
 

@@ -72,10 +72,11 @@ json find_mismatch(const std::vector<RankEvidence>& logs) {
   return mismatch;
 }
 
-// Dead ranks of a crashed job: the ones that left no exit or abort record and whose process the
-// controller saw disappear first. When every process vanished within one poll (the launcher tore
-// the job down at once), the flight-recorder evidence decides: the dead are those absent from
-// collective #k.
+// Dead ranks of a crashed job: the ones that left no exit or abort record and whose process was
+// seen to disappear first (`job.rank_gone_us`: the controller's pid watch, and the ranks' own
+// watch for ranks on other hosts, ranks_gone_us). When every process vanished within one poll (the
+// launcher tore the job down at once), the flight-recorder evidence decides: the dead are those
+// absent from collective #k.
 std::vector<int64_t> dead_of_crash(const std::vector<RankEvidence>& logs, const JobResult& job,
                                    const std::vector<int64_t>& absent) {
   const int world = int(logs.size());
@@ -90,18 +91,12 @@ std::vector<int64_t> dead_of_crash(const std::vector<RankEvidence>& logs, const 
     if (it != job.rank_gone_us.end()) earliest = std::min(earliest, it->second);
   }
   constexpr int64_t kPollSlackUs = 5000;
-  // Remote ranks have no pid watch: a crash fault as their last words says who died; without
-  // one, they count as gone with the first (the collective record below narrows it down).
-  std::vector<int64_t> remote_crashed;
-  for (int64_t r : silent) {
-    if (job.remote_ranks.count(int(r)) && logs[size_t(r)].last_words_crash)
-      remote_crashed.push_back(r);
-  }
+  // A rank no watch saw end (a remote rank whose watcher left no record) counts as gone with the
+  // first; the collective record below narrows it down.
   for (int64_t r : silent) {
     auto it = job.rank_gone_us.find(int(r));
     if (it == job.rank_gone_us.end() || it->second <= earliest + kPollSlackUs) dead.push_back(r);
   }
-  if (!remote_crashed.empty()) dead = remote_crashed;
   if (dead.size() > 1 && !absent.empty()) {
     std::vector<int64_t> both;
     for (int64_t r : dead) {
@@ -114,7 +109,8 @@ std::vector<int64_t> dead_of_crash(const std::vector<RankEvidence>& logs, const 
 
 // Dead ranks of an aborted job. The watchdog can beat the launcher's teardown of a dead rank (a
 // short collective_timeout_ms): the survivors abort, and the dead are the silent ranks (no exit
-// or abort record) whose process was gone before the first rank logged its abort.
+// or abort record) whose process was gone before the first rank logged its abort (a remote
+// rank's end is its own watch's record).
 std::vector<int64_t> dead_of_abort(const std::vector<RankEvidence>& logs, const JobResult& job) {
   const int world = int(logs.size());
   std::vector<int64_t> dead;
@@ -127,11 +123,7 @@ std::vector<int64_t> dead_of_abort(const std::vector<RankEvidence>& logs, const 
   for (int r = 0; r < world; ++r) {
     if (!logs[r].started || logs[r].exit_code || logs[r].abort) continue;
     auto it = job.rank_gone_us.find(r);
-    if (it != job.rank_gone_us.end() && it->second + kPollUs < first_abort) {
-      dead.push_back(r);
-    } else if (job.remote_ranks.count(r) && logs[size_t(r)].last_words_crash) {
-      dead.push_back(r);  // not pid-watched (another host): its last words decide
-    }
+    if (it != job.rank_gone_us.end() && it->second + kPollUs < first_abort) dead.push_back(r);
   }
   return dead;
 }

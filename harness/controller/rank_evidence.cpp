@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
+#include "harness/evidence/proc_watch.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -103,12 +105,21 @@ RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobR
     if (const auto* other = std::get_if<OtherEvent>(&te)) read_other(e, other->ev, r);
     std::visit(typed, te);
   }
-  if (!events.empty()) {
-    const TypedEvent last = parse_event(events.back());
-    const auto* inj = std::get_if<InjectEvent>(&last);
-    r.last_words_crash = inj && inj->kind == "crash";
+  // The rank's own process watch; a record that cannot be read is no record.
+  std::ifstream gone(gone_record_path(run_dir + "/events", rank));
+  const json g = json::parse(gone, nullptr, /*allow_exceptions=*/false);
+  if (g.is_object() && g.contains("t_us") && g["t_us"].is_number_integer()) {
+    r.gone_us = g["t_us"].get<int64_t>() + r.shift_us.value_or(0);
   }
   return r;
+}
+
+std::map<int, int64_t> ranks_gone_us(const std::vector<RankEvidence>& logs, const JobResult& job) {
+  std::map<int, int64_t> gone = job.rank_gone_us;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    if (logs[r].gone_us && !gone.count(int(r))) gone[int(r)] = *logs[r].gone_us;
+  }
+  return gone;
 }
 
 json clock_offsets_json(const std::vector<RankEvidence>& logs) {

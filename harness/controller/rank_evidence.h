@@ -37,9 +37,9 @@ struct RankEvidence {
   std::optional<AbortEvent> abort;  ///< its last abort
   std::optional<int> exit_code;
   std::optional<int64_t> vm_hwm_kib;  ///< peak RSS the rank logged in its exit event
-  /// Its last event is a `crash` injection: it died there (what decides for a rank the controller
-  /// could not pid-watch).
-  bool last_words_crash = false;
+  /// When its own process watch saw it end (RUN/events/rank-R.gone.json, proc_watch.h), on the
+  /// controller's timeline; what decides for a rank the controller could not pid-watch.
+  std::optional<int64_t> gone_us;
   int64_t last_t = 0;
   int64_t steps_done = 0;                        ///< highest step_end step + 1
   std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
@@ -60,6 +60,11 @@ struct RankEvidence {
 /// Reads RUN/events/rank-R.jsonl (missing: an empty log) and moves a remote rank's times onto
 /// the controller's clock. Throws json::type_error on a field of the wrong type.
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job);
+
+/// When each rank's process was gone: the controller's pid watch (JobResult::rank_gone_us) for
+/// the ranks of its host, the rank's own watch (RankEvidence::gone_us) for the others. A rank
+/// neither saw end is absent from the map.
+std::map<int, int64_t> ranks_gone_us(const std::vector<RankEvidence>& logs, const JobResult& job);
 
 /// report.json `clock_offsets`: per rank that logged a `clock` event, what it measured and the
 /// shift the judge applied (null: its events were left on their own clock).

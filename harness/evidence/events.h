@@ -18,6 +18,8 @@
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
 //         (params_hash/optim_hash: XXH3-64 digests, harness/common/digest.h)
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
+// Beside the log, by the rank's own process watch when its process ended (proc_watch.h):
+//   RUN/events/rank-R.gone.json  {"ev":"gone", rank, pid, t_us}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into
 // space reserved for them (see EventLog):
 //   log_error {path, errno, error, op}    log_dropped {count}  (events lost after log_error)

@@ -9,6 +9,7 @@
 #include "harness/comm/nccl_communicator.h"
 #include "harness/common/cuda_device.h"
 #include "harness/common/job_guard.h"
+#include "harness/evidence/proc_watch.h"
 #include "harness/job/runner.h"
 #include "harness/scenario/scenario.h"
 #include "harness/tensor/torch_compat.h"
@@ -61,6 +62,10 @@ int run_rank(const std::string& scenario_path, const std::string& run_dir,
   // the launcher dies, or the job outlives its deadline (job_guard.h).
   const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
   if (!launcher_rank) launcher_rank = std::getenv("SLURM_PROCID");
+  // First, while this process has one thread: the watch that records when it ended, for the
+  // judge's crash blame where the controller cannot see it (another host; proc_watch.h).
+  const int rank = launcher_rank ? std::atoi(launcher_rank) : 0;
+  start_exit_watch(gone_record_path(run_dir + "/events", rank), rank);
   start_job_guard(fmt::format("nanchaos rank {}", launcher_rank ? launcher_rank : "0"));
   std::unique_ptr<Communicator> comm;
   try {

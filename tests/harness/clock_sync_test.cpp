@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,6 +22,7 @@ namespace {
 
 using nlohmann::json;
 using test_util::kT0;
+namespace fs = std::filesystem;
 
 TEST(ClockSync, LoopbackMeasurementIsNearZeroWithinItsRoundTrip) {
   ClockServer srv;
@@ -100,8 +103,11 @@ class RemoteRun : public test_util::EventLogDir {
   }
 };
 
-TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromTheLog) {
-  RemoteRun d;
+// Two ranks, rank 1 on host "far" whose clock runs 7 s behind; rank 1 dies at 1.02 ms in
+// collective #0 and its own process watch records that (proc_watch.h, on far's clock); rank 0 is
+// torn down by the launcher 300 ms later. `with_inject`: rank 1's log also holds the crash
+// injection (written just before its SIGKILL), which the blame must not need.
+void WriteRemoteCrash(RemoteRun& d, bool with_inject) {
   for (int r = 0; r < 2; ++r) {
     const std::string host = r == 1 ? "far" : "ctl";
     d.at(r, "start", 10, {{"rank", r}, {"world", 2}, {"pid", 5}, {"host", host}});
@@ -116,7 +122,7 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
     d.at(r, "step_begin", 1000, {{"step", 0}});
     d.at(r, "coll_enter", 1010,
          {{"seq", 0}, {"name", "grad_allreduce"}, {"step", 0}, {"count", 4}, {"dtype", "f"}});
-    if (r == 1) {
+    if (r == 1 && with_inject) {
       d.at(r, "inject", 1015,
            {{"fault", 0},
             {"kind", "crash"},
@@ -127,14 +133,13 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
     }
   }
   d.flush();
-  // Rank 1's last line is the crash injection (written just before its SIGKILL); rank 0 was torn
-  // down by the launcher.
-  const Scenario s = load_scenario_string(
-      "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 2\n"
-      "[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n"
-      "[expect]\nrank = 1\ncause = \"rank_failure\"\noutcome = \"crashed\"\n"
-      "abort_within_ms = 1000\n",
-      "remote.toml");
+  std::ofstream(fs::path(d.path()) / "events" / "rank-1.gone.json")
+      << json{{"ev", "gone"}, {"rank", 1}, {"pid", 5}, {"t_us", kT0 + 1020 - RemoteRun::kSkewUs}}
+             .dump()
+      << "\n";
+}
+
+JobResult RemoteCrashJob() {
   JobResult job;
   job.exit_code = 137;
   job.t0_us = kT0;
@@ -143,6 +148,44 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
   job.real_minus_mono_us = 2'000'000;
   job.remote_ranks = {1};
   job.rank_gone_us = {{0, kT0 + 300'000}};  // rank 0 is local and was seen going
+  return job;
+}
+
+const char* kRemoteCrashScenario =
+    "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 2\n"
+    "[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n"
+    "[expect]\nrank = 1\ncause = \"rank_failure\"\noutcome = \"crashed\"\n"
+    "abort_within_ms = 1000\n";
+
+// Issue 27 point 2: the injector's record is not evidence of who died. Without the `inject`
+// event the blame is the same, from the remote rank's own process watch.
+TEST(JudgeRemoteRanks, CrashBlameNeedsNoInjectEvent) {
+  RemoteRun d;
+  WriteRemoteCrash(d, /*with_inject=*/false);
+  const auto r =
+      judge(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(), RemoteCrashJob());
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
+  EXPECT_EQ(r.extra["postmortem"], (json{{"ranks", {1}}, {"cause", "rank_failure"}}));
+  EXPECT_TRUE(r.injections.empty());
+}
+
+// Without the watch's record, and with the injection in the log, nothing says which rank died
+// first: both silent ranks are dead (the injection does not decide).
+TEST(JudgeRemoteRanks, WithoutTheWatchRecordTheInjectionDoesNotDecide) {
+  RemoteRun d;
+  WriteRemoteCrash(d, /*with_inject=*/true);
+  fs::remove(fs::path(d.path()) / "events" / "rank-1.gone.json");
+  const auto r =
+      judge(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(), RemoteCrashJob());
+  EXPECT_EQ(r.extra["dead_ranks"], json::array({0, 1})) << r.extra.dump();
+}
+
+TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromTheWatch) {
+  RemoteRun d;
+  WriteRemoteCrash(d, /*with_inject=*/true);
+  const Scenario s = load_scenario_string(kRemoteCrashScenario, "remote.toml");
+  const JobResult job = RemoteCrashJob();
   const auto r = judge(s, d.path(), job);
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
