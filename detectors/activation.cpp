@@ -1,6 +1,6 @@
 // Detector `activation`: probes module outputs for the first non-finite value.
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -51,7 +51,7 @@ DetectorInfo activation_detector() {
   info.name = "activation";
   info.doc = "probes module outputs for the first non-finite value";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ActivationDetector>();
   };
   info.order = 40;  // module outputs, read once the loss exists

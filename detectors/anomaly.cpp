@@ -1,7 +1,7 @@
 // Detector `anomaly`: autograd anomaly mode in the replay: names the op that produced the first
 // NaN.
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -31,7 +31,7 @@ DetectorInfo anomaly_detector() {
   info.name = "anomaly";
   info.doc = "autograd anomaly mode in the replay: names the op that produced the first NaN";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<AnomalyDetector>();
   };
   info.order = 120;    // anomaly mode's error, last: the replay's costly check

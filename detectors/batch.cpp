@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
-#include "harness/scenario/scenario_schema.h"
+#include "harness/scenario/detector_registry.h"
+#include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -13,7 +13,7 @@ namespace {
 // reductions over the batch per step; the batch is small next to the gradients.
 class BatchDetector final : public DetectorImpl<BatchDetector> {
  public:
-  explicit BatchDetector(const harness::Scenario& s)
+  explicit BatchDetector(const harness::StackConfig& s)
       : DetectorImpl("batch"), max_abs_(s.detectors.max_abs) {
     classes_ =
         s.job.workload == harness::WorkloadKind::kMlp ? s.workload.classes : s.workload.vocab;
@@ -61,7 +61,7 @@ DetectorInfo batch_detector() {
           .above(0),
   };
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<BatchDetector>(s);
   };
   info.order = 30;  // the batch as the model receives it

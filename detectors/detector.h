@@ -19,8 +19,8 @@
 
 #include "detectors/core/consensus.h"
 #include "detectors/core/fused_scan.h"
-#include "harness/scenario/registry.h"
-#include "harness/scenario/scenario.h"
+#include "harness/scenario/detector_registry.h"
+#include "harness/scenario/stack_config.h"
 #include "harness/tensor/batch.h"
 
 namespace nanchaos::detect {

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -31,7 +31,7 @@ DetectorInfo grad_detector() {
   info.name = "grad";
   info.doc = "flags non-finite local gradients in the fused pass that packs the all-reduce buffer";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradDetector>();
   };
   info.order = 70;  // the fused gradient scan

@@ -1,8 +1,8 @@
 // Detector `grad_norm_spike`: flags a gradient-norm z-score spike over a window of recent steps.
 #include "detectors/detector.h"
 #include "detectors/spike.h"
-#include "harness/scenario/registry.h"
-#include "harness/scenario/scenario_schema.h"
+#include "harness/scenario/detector_registry.h"
+#include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 // that one parameter holds (spike.h ParamNormHistory::concentrated) is cause `gradient` there.
 class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
  public:
-  explicit GradNormSpikeDetector(const harness::Scenario& s)
+  explicit GradNormSpikeDetector(const harness::StackConfig& s)
       : DetectorImpl("grad_norm_spike"),
         window_(s.detectors.spike_window, s.detectors.spike_zscore),
         per_param_(s.detectors.spike_window) {}
@@ -60,7 +60,7 @@ DetectorInfo grad_norm_spike_detector() {
           .above(0),
   };
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradNormSpikeDetector>(s);
   };
   info.order = 80;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -31,7 +31,7 @@ DetectorInfo loss_detector() {
   info.name = "loss";
   info.doc = "flags a non-finite local loss";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossDetector>();
   };
   info.order = 50;

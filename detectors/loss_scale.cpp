@@ -1,7 +1,7 @@
 // Detector `loss_scale`: GradScaler found_inf; the scaler probing its range after a growth is a
 // scale_backoff, not a detection.
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -32,7 +32,7 @@ DetectorInfo loss_scale_detector() {
       "GradScaler found_inf; the scaler probing its range after a growth is a scale_backoff, not a "
       "detection";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig&) -> std::unique_ptr<Detector> {
     return std::make_unique<LossScaleDetector>();
   };
   info.order = 90;

@@ -2,14 +2,14 @@
 // spike_window, spike_zscore).
 #include "detectors/detector.h"
 #include "detectors/spike.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
 
 class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector> {
  public:
-  explicit LossSpikeDetector(const harness::Scenario& s)
+  explicit LossSpikeDetector(const harness::StackConfig& s)
       : DetectorImpl("loss_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
   Hook hook() const override { return Hook::kLoss; }
   std::optional<Finding> check(const StepView& v) override {
@@ -33,7 +33,7 @@ DetectorInfo loss_spike_detector() {
   info.doc =
       "flags a loss z-score spike over a window of recent steps (uses spike_window, spike_zscore)";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossSpikeDetector>(s);
   };
   info.order = 60;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -41,7 +41,7 @@ DetectorInfo param_detector() {
   info.name = "param";
   info.doc = "flags non-finite parameters at step start";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ParamDetector>();
   };
   info.order = 10;  // step start: the parameters the step begins from

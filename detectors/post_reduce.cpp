@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -37,7 +37,7 @@ DetectorInfo post_reduce_detector() {
   info.name = "post_reduce";
   info.doc = "flags a non-finite reduced gradient buffer (identical on all ranks)";
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<PostReduceDetector>();
   };
   info.order = 100;  // the reduced buffer, after the gradient all-reduce

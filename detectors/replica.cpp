@@ -9,8 +9,8 @@
 #include "detectors/core/replica.h"
 
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
-#include "harness/scenario/scenario_schema.h"
+#include "harness/scenario/detector_registry.h"
+#include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -63,7 +63,7 @@ DetectorInfo replica_detector() {
           .min(1),
   };
   info.not_implemented = "";
-  info.make = [](const harness::Scenario& s) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
   };
   info.order = 20;                         // step start, after param: the cross-replica digest

@@ -1,7 +1,7 @@
 // Detector `watchdog`: flags a collective that passes its deadline.
 #include "detectors/detector.h"
-#include "harness/scenario/registry.h"
-#include "harness/scenario/scenario_schema.h"
+#include "harness/scenario/detector_registry.h"
+#include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -33,7 +33,7 @@ DetectorInfo watchdog_detector() {
           .min(1),
   };
   info.not_implemented = "";
-  info.make = [](const harness::Scenario&) -> std::unique_ptr<Detector> {
+  info.make = [](const harness::StackConfig&) -> std::unique_ptr<Detector> {
     return std::make_unique<WatchdogDetector>();
   };
   info.order = 110;  // the collective deadline (its detection aborts the job; no attribution)

@@ -28,6 +28,7 @@
 #include "harness/tensor/batch.h"
 #include "harness/tensor/optim_state.h"
 #include "inject/faults.h"
+#include "inject/observe.h"
 
 namespace nanchaos {
 namespace {
@@ -68,6 +69,8 @@ struct Agent::Impl {
   harness::Scenario plan;
   bool dry_run = false;
   std::unique_ptr<harness::EventLog> log;
+  /// observed:* detections, from the log alone (observe.h): never given the plan.
+  std::unique_ptr<inject::Observer> observer;
   std::unique_ptr<inject::Faults> faults;
   int rank = 0, world = 1;
   torch::nn::Module* model = nullptr;            // only to refuse a second, different model
@@ -174,13 +177,7 @@ struct Agent::Impl {
                                 R"("action":"{}","lr":{}}})",
                                 harness::now_us(), step, number(loss).dump(),
                                 updated ? "update" : "skip", number(lr).dump()));
-    if (!updated) {
-      harness::DetectEvent det;
-      det.detector = "observed:skip";
-      det.step = step;
-      det.source = "observed";
-      harness::write_event(*log, det);
-    }
+    observer->end_iteration(step, updated);
     steps_done = step + 1;
   }
 };
@@ -211,6 +208,7 @@ Agent::Agent() {
   impl->rank = env_int("RANK", 0);
   impl->world = env_int("WORLD_SIZE", 1);
   impl->log = std::make_unique<harness::EventLog>(events, /*append=*/true);
+  impl->observer = std::make_unique<inject::Observer>(*impl->log);
   impl->log->write(
       "agent",
       {{"rank", impl->rank}, {"pid", getpid()}, {"agent", "cpp"}, {"torch", TORCH_VERSION}});
@@ -293,6 +291,7 @@ void Agent::begin_step(int64_t step) {
   if (a.open) a.end_iteration();
   if (a.dry_run && step >= 1) {
     a.log->write("dry_run_done", {{"step", step}});
+    a.observer.reset();
     a.log.reset();  // cut to its length
     std::_Exit(0);  // `nanchaos targets` read the names in `start`; nothing else runs
   }
@@ -460,12 +459,7 @@ void Agent::exception(const std::string& message) {
   a.exit_code = 1;
   const std::string msg = message.substr(0, 2000);
   a.log->write("exception", {{"type", "std::exception"}, {"message", msg}, {"step", a.step}});
-  harness::DetectEvent det;
-  det.detector = "observed:exception";
-  det.step = std::max<int64_t>(a.step, 0);
-  det.source = "observed";
-  det.message = msg;
-  harness::write_event(*a.log, det);
+  a.observer->exception(a.step, msg);
 }
 
 void Agent::finish(int exit_code) { close(exit_code, /*digests=*/true); }
@@ -491,6 +485,7 @@ void Agent::close(int exit_code, bool digests) {
   ex.code = a.exit_code;
   ex.vm_hwm_kib = harness::vm_hwm_kib();
   harness::write_event(*a.log, ex);
+  a.observer.reset();
   a.log.reset();
 }
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <tuple>
 
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::harness {
 

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "harness/scenario/scenario.h"
+#include "harness/scenario/stack_config.h"
 
 namespace nanchaos::harness {
 

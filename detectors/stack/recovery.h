@@ -19,7 +19,7 @@
 #include "detectors/core/replica.h"
 #include "detectors/stack/stack_comm.h"
 #include "harness/evidence/events.h"
-#include "harness/scenario/scenario.h"
+#include "harness/scenario/stack_config.h"
 
 namespace nanchaos::detect {
 

@@ -10,7 +10,7 @@
 #include "detectors/stack/anomaly_engine.h"
 #include "harness/common/digest.h"
 #include "harness/evidence/event_types.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 
@@ -26,7 +26,7 @@ using harness::LossScaler;
 using harness::now_us;
 using harness::Policy;
 
-ReferenceStack::ReferenceStack(const harness::Scenario& s, harness::EventLog& log,
+ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog& log,
                                harness::Communicator& comm, JobLayout layout, torch::Device device,
                                int watchdog_exit, std::function<void(int)> write_exit,
                                std::function<ModelState()> state)

@@ -37,7 +37,7 @@
 #include "detectors/stack/stack_comm.h"
 #include "harness/comm/communicator.h"
 #include "harness/evidence/events.h"
-#include "harness/scenario/scenario.h"
+#include "harness/scenario/stack_config.h"
 
 namespace nanchaos::detect {
 
@@ -80,7 +80,7 @@ class ReferenceStack {
   /// Makes the enabled detectors of `s` and the rank's StackComm over `comm`. `state` returns
   /// the job's training state (its scaler and lr_scale fields are filled in by the stack).
   /// `write_exit(code)` writes the job's `exit` event before a watchdog take-down.
-  ReferenceStack(const harness::Scenario& s, harness::EventLog& log, harness::Communicator& comm,
+  ReferenceStack(const harness::StackConfig& s, harness::EventLog& log, harness::Communicator& comm,
                  JobLayout layout, torch::Device device, int watchdog_exit,
                  std::function<void(int)> write_exit, std::function<ModelState()> state);
   ~ReferenceStack();
@@ -178,7 +178,7 @@ class ReferenceStack {
   ModelState state();          // the job's, with the stack's scaler and lr factor
   void fill_training_state();  // this row's kLossScale and kStepCounter
 
-  const harness::Scenario& s_;
+  const harness::StackConfig s_;  ///< its own copy: no faults, no expectations (stack_config.h)
   harness::EventLog& log_;
   JobLayout layout_;
   std::function<ModelState()> job_state_;

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
 
@@ -49,7 +49,7 @@ ProbeSums::First ProbeSums::first_nonfinite(const std::vector<std::string>& modu
   return first;
 }
 
-ReplayChecks::ReplayChecks(const harness::Scenario& s) {
+ReplayChecks::ReplayChecks(const harness::StackConfig& s) {
   for (const auto& name : harness::detector_order()) {
     const auto& info = harness::detectors().at(name);
     if (info.replay && info.make) detectors_.push_back(info.make(s));

@@ -65,7 +65,7 @@ class ProbeSums {
 class ReplayChecks {
  public:
   /// Makes every registered detector with `replay = true` (keys from `s`).
-  explicit ReplayChecks(const harness::Scenario& s);
+  explicit ReplayChecks(const harness::StackConfig& s);
 
   /// Forgets the last replay's findings and resets the detectors.
   void begin();

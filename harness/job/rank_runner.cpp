@@ -84,7 +84,7 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   layout.cuda = cuda_;
   layout.half = half_;
   stack_ = std::make_unique<detect::ReferenceStack>(
-      s_, *log_, *comm_, std::move(layout), device_, kRankExitWatchdog,
+      harness::stack_config(s_), *log_, *comm_, std::move(layout), device_, kRankExitWatchdog,
       [this](int code) { write_exit(code); }, [this] { return model_state(); });
 }
 

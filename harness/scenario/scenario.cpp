@@ -39,6 +39,17 @@ const char* to_string(DType d) {
   return "?";
 }
 
+StackConfig stack_config(const Scenario& s) {
+  StackConfig c;
+  c.file = s.file;
+  c.seed = s.seed;
+  c.job = s.job;
+  c.workload = s.workload;
+  c.detectors = s.detectors;
+  c.recovery = s.recovery;
+  return c;
+}
+
 bool RecoveryConfig::has(Policy p) const {
   return std::find(policy.begin(), policy.end(), p) != policy.end();
 }

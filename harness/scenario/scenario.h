@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/scenario/keys.h"
+#include "harness/scenario/stack_config.h"
 
 namespace nanchaos::harness {
 
@@ -26,58 +27,6 @@ namespace nanchaos::harness {
 class ScenarioError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-enum class Device { kCpu, kCuda };
-enum class Backend { kMpi, kNccl };
-enum class DType { kFp32, kFp16, kBf16 };
-enum class Optimizer { kSgd, kAdam, kAdamW };
-enum class Schedule { kConstant, kCosine };
-enum class Norm { kNone, kBatchNorm, kLayerNorm };
-enum class LossKind { kCrossEntropy, kNaiveLogSoftmax, kMse, kMaskedMse };
-/// kExternal: the user's own training command with the Python agent inside (docs/scenario-format.md
-/// "External jobs"); the job brings its own model and stack.
-enum class WorkloadKind { kMlp, kTransformer, kExternal };
-
-const char* to_string(DType d);
-
-struct JobConfig {
-  WorkloadKind workload = WorkloadKind::kMlp;
-  int64_t steps = 1;
-  int64_t ranks = 2;
-  Device device = Device::kCpu;
-  Backend backend = Backend::kMpi;  ///< nccl by default when device = cuda
-  DType precision = DType::kFp32;
-  DType grad_allreduce_dtype = DType::kFp32;
-  bool grad_predivide = false;
-  int64_t timeout_ms = 120000;  ///< whole-job wall-clock limit (ms)
-  // External jobs only (workload = "external"):
-  std::vector<std::string> command;                      ///< argv, run once per rank
-  std::vector<std::pair<std::string, std::string>> env;  ///< added to every rank, file order
-  int64_t micro_batches = 1;                             ///< root forwards per iteration
-  int64_t attach_timeout_ms = 30000;  ///< launch -> `agent` event deadline, else the job is killed
-  Params params;  ///< the [job] keys as written and defaulted (positions for later checks)
-  bool external() const { return workload == WorkloadKind::kExternal; }
-};
-
-struct WorkloadConfig {
-  int64_t batch_size = 32;
-  int64_t hidden = 128;
-  int64_t layers = 3;
-  int64_t heads = 4;
-  int64_t seq_len = 32;
-  int64_t vocab = 256;
-  int64_t features = 64;
-  int64_t classes = 10;
-  Optimizer optimizer = Optimizer::kAdam;
-  double lr = 1e-3;
-  int64_t warmup_steps = 0;
-  Schedule schedule = Schedule::kConstant;
-  double grad_clip = 0.0;  ///< 0 = off
-  Norm norm = Norm::kNone;
-  LossKind loss = LossKind::kCrossEntropy;
-  bool normalize_inputs = false;
-  Params params;  ///< the [workload] keys as written and defaulted (empty for external jobs)
 };
 
 /// One [[fault]] entry. Common keys are typed fields; kind-specific keys live in `params`
@@ -95,46 +44,6 @@ struct FaultSpec {
 
   /// True when `step` lies in [step, step + repeat) (probability not applied).
   bool in_window(int64_t s) const { return s >= step && (repeat < 0 || s < step + repeat); }
-};
-
-enum class Preset { kDefault, kFull, kNaive, kNone };
-
-struct DetectorConfig {
-  Preset preset = Preset::kDefault;
-  std::vector<std::string> enabled;  ///< resolved list (preset, or the `enabled` override)
-  bool enabled_given = false;        ///< `enabled` written in the file
-  bool consensus = true;             ///< default false for naive
-  bool replay = true;                ///< default false for naive
-  bool replay_given = false;
-  Params params;  ///< detector-declared keys (max_abs, spike_*, collective_timeout_ms)
-  int64_t collective_timeout_ms = 10000;
-  double max_abs = 1e6;
-  int64_t spike_window = 20;
-  double spike_zscore = 6.0;
-};
-
-/// kResync: on a `replica` detection the flagged ranks copy the majority's state (replica.h).
-enum class Policy { kSkipStep, kRollback, kLrBackoff, kAbort, kNone, kResync };
-
-/// [recovery] dynamic loss scaler keys; defaults are torch.cuda.amp.GradScaler's (init 2^16, x2
-/// growth every 2000 clean steps, x0.5 backoff) plus the contract's max 2^24 and min 1. The
-/// scaler itself is the stack's (detectors/core/loss_scaler.h).
-struct ScalerConfig {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;  ///< clean steps
-  double max_scale = 16777216.0;
-  double min_scale = 1.0;
-};
-
-struct RecoveryConfig {
-  std::vector<Policy> policy = {Policy::kSkipStep};
-  int64_t snapshot_every = 10;
-  double lr_backoff_factor = 0.5;
-  int64_t max_consecutive = 5;
-  ScalerConfig scaler;  ///< [recovery] init_scale ... min_scale (detectors/core/loss_scaler.h)
-  bool has(Policy p) const;
 };
 
 /// [expect]: every present key is a check. `params` keeps what was written (and where);
@@ -183,6 +92,10 @@ struct Scenario {
   ExpectConfig expect;
   CampaignConfig campaign;
 };
+
+/// The stack's part of `s` (stack_config.h): everything but the faults, the expectations and the
+/// campaign thresholds.
+StackConfig stack_config(const Scenario& s);
 
 /// Parses and validates one scenario file. Throws ScenarioError.
 Scenario load_scenario(const std::string& path);

@@ -4,7 +4,8 @@
 // [[fault]] and [detectors] are declared in scenario_schema.cpp, the shared helpers below them
 // (describe_expected, scenario_error, check_target, ...) are defined in scenario_checks.cpp;
 // fault kinds and detectors declare their own keys next to their code (inject/<kind>.cpp,
-// detectors/<name>.cpp) with the same builder:
+// detectors/<name>.cpp) with the same builder (key_builder.h, which the detectors include
+// instead of this header):
 //
 //   Key("factor", KeyType::kFloat, "multiplies the learning rate").required().above(0)
 //   Key("bit", KeyType::kInt, "bit of the float32 word to flip").def(30).range(0, 31)
@@ -18,34 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/key_builder.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
-
-/// Fluent builder for a KeySpec; converts implicitly, so a braced list of Key(...) is a
-/// std::vector<KeySpec>.
-class Key {
- public:
-  Key(std::string name, KeyType type, std::string doc);
-  Key& required();
-  Key& def(bool v);
-  Key& def(int v);  ///< stored as double for float keys
-  Key& def(int64_t v);
-  Key& def(double v);
-  Key& def(const char* v);  ///< stored as a one-element array for kStringOrArray
-  Key& def(Value v);
-  Key& min(double v);    ///< value >= v
-  Key& above(double v);  ///< value > v
-  Key& max(double v);    ///< value <= v
-  Key& range(double lo, double hi);
-  Key& choices(std::vector<std::string> c);
-  Key& pattern(std::string regex);
-  operator KeySpec() const { return spec_; }  // NOLINT(google-explicit-constructor)
-
- private:
-  KeySpec spec_;
-};
 
 // Fixed tables, in documentation order.
 const std::vector<KeySpec>& scenario_keys();

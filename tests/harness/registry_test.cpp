@@ -45,7 +45,8 @@ TEST(Registry, EachDetectorAndFaultKindFileRegistersItsName) {
   for (const auto& [name, info] : fault_kinds()) registered_kinds.insert(name);
   EXPECT_EQ(registered_detectors, SourceStems("detectors"));
   std::set<std::string> kind_files = SourceStems("inject");
-  for (const char* machinery : {"injector", "faults", "agent"}) kind_files.erase(machinery);
+  for (const char* machinery : {"injector", "faults", "agent", "observe"})
+    kind_files.erase(machinery);
   EXPECT_EQ(registered_kinds, kind_files);
 }
 
@@ -75,7 +76,7 @@ TEST(Registry, EachBuiltDetectorIsTheClassItsRegistrationNames) {
       EXPECT_FALSE(info.not_implemented.empty()) << name << ": no factory and no reason";
       continue;
     }
-    const auto d = info.make(s);
+    const auto d = info.make(stack_config(s));
     ASSERT_NE(d, nullptr) << name;
     EXPECT_EQ(d->name(), name);
   }

@@ -24,7 +24,8 @@ optimizer's ``step``, DDP's comm hook (one Python call per bucket), the job's ow
 ``torch.distributed`` calls wrapped, two passes over the parameters' version counters and one
 host read of the loss per iteration. Module hooks only on targeted modules; no global module hook.
 
-Modules: the attach rules are ``attach_rules.py``, the activation and gradient
+Modules: the observed:* detections are ``observe.py`` (built without the plan, which reaches only
+the fault modules), the attach rules ``attach_rules.py``, the activation and gradient
 hooks ``fault_hooks.py``, the ``final`` digests and DDP's release at exit ``final.py``; the
 patches that call into the agent are ``_bootstrap.py`` and ``collectives.py``.
 
@@ -49,6 +50,7 @@ from .attach_rules import ambiguity, model_refusal, owners_of, strip_name, unmat
 from .events import EventLog, now_us, num
 from .fault_hooks import install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
+from .observe import Observer
 from .plan import Plan
 
 __all__ = ["Agent", "AttachError"]
@@ -96,7 +98,7 @@ class Agent:
         self._losses: List[torch.Tensor] = []  # this iteration's micro-batch losses (detached)
         self._awaiting_loss = False
         self._loss_seen_micro = False
-        self._last_scale: Optional[float] = None
+        self.observer = Observer(log)  # observed:* detections, from the log alone (observe.py)
         self._lr_used: Optional[float] = None
         self.first_loss: Optional[float] = None
         self.last_loss: Optional[float] = None
@@ -306,15 +308,7 @@ class Agent:
             lr = float(self.optimizers[0].param_groups[0].get("lr", 0.0))
         self.log.write_line(f'{{"ev":"step_end","t_us":{now_us()},"step":{self.step},'
                             f'"loss":{num(loss)},"action":"{action}","lr":{num(lr)}}}')
-        if not updated:
-            self.log.write("detect", detector="observed:skip", step=self.step, layer="", cause="",
-                           source="observed")
-        if scale is not None:
-            if self._last_scale is not None and scale < self._last_scale:
-                self.log.write("detect", detector="observed:scale_backoff", step=self.step,
-                               layer="", cause="", source="observed", scale=scale,
-                               previous_scale=self._last_scale)
-            self._last_scale = scale
+        self.observer.end_iteration(self.step, updated, scale)
         self.steps_done = self.step + 1
 
     def _scale_tensor(self) -> Optional[torch.Tensor]:
@@ -428,8 +422,7 @@ class Agent:
         self.exit_code = 1
         msg = f"{exc_type.__name__}: {exc}"[:2000]
         self.log.write("exception", type=exc_type.__name__, message=msg, step=self.step)
-        self.log.write("detect", detector="observed:exception", step=max(self.step, 0), layer="",
-                       cause="", source="observed", message=msg)
+        self.observer.exception(self.step, msg)
 
     def finish(self) -> None:
         """atexit: the last iteration's step_end, and on a clean exit the digests (``final``)."""
