@@ -191,13 +191,13 @@ int exec_rank(const ExecRankOptions& opts) {
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  // The watch that records when the job's process ended (proc_watch.h): forked here, while this
+  // process is one thread, it outlives the exec and watches the job's own process (same pid).
+  start_exit_watch(gone_record_path(opts.run_dir + "/events", id.rank), id.rank);
   // Kept across the exec: the job's process dies with its launcher (the thread of it that
   // started this process; Open MPI's launch thread lives as long as the job). Together with the
   // agent's guard (guard.py) and the launcher's own death signal (job_guard.h), no rank outlives
   // a dead controller, Python or not.
-  // The watch that records when the job's process ended (proc_watch.h): forked here, while this
-  // process is one thread, it outlives the exec and watches the job's own process (same pid).
-  start_exit_watch(gone_record_path(opts.run_dir + "/events", id.rank), id.rank);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(kJobGuardExit);  // it died before prctl
   log::debug("exec-rank {}/{}: exec {}", id.rank, id.world, fmt::join(argv, " "));
