@@ -25,10 +25,13 @@
 
 nanchaos_torch_setup() {
   local py="$1" info
-  if ! info="$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__)' 2>&1)"; then
-    echo "torch-env: $py cannot import torch: $info" >&2
+  # stdout only: torch may warn on stderr at import (e.g. "Failed to initialize NumPy").
+  if ! info="$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__)); print(torch.__version__)' 2>/tmp/torch-env.$$)"; then
+    echo "torch-env: $py cannot import torch: $(tail -3 /tmp/torch-env.$$)" >&2
+    rm -f /tmp/torch-env.$$
     return 1
   fi
+  rm -f /tmp/torch-env.$$
   NANCHAOS_TORCH_ROOT="$(sed -n 1p <<<"$info")"
   NANCHAOS_TORCH_VERSION="$(sed -n 2p <<<"$info")"
   if [ ! -f "$NANCHAOS_TORCH_ROOT/share/cmake/Torch/TorchConfig.cmake" ]; then
