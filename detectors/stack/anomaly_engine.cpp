@@ -23,7 +23,6 @@ namespace ag = torch::autograd;
 struct TracelessAnomalyMetadata final : ag::AnomalyMetadata {
   void store_stack() override {}
   void print_stack(const std::string&) override {}
-  void assign_parent(const std::shared_ptr<ag::Node>&) override {}
 };
 
 // LibTorch's engine but for the metadata it makes for anomaly mode. Made once and never destroyed
