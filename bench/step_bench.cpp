@@ -32,10 +32,13 @@
 // batch_size 8 per rank, vocab 512, Adam, fp32, one torch thread per rank.
 // Defaults: 4 rounds, each starting one stack later; 16 steps per job with 3 warm-up steps (5 and 1
 // for full/anomaly, which are ~5x slower per step). NANCHAOS_BENCH_QUICK=1: 1 round of 4 steps (3
-// for the slow stacks), 1 warm-up: a smoke run, not figures.
+// for the slow stacks), 1 warm-up: a smoke run, not figures. NANCHAOS_BENCH_ROUNDS=N sets the
+// rounds and NANCHAOS_BENCH_FIRST_ROUND=k the first round's stack order (bench/run.py: one round
+// per repetition, the repetitions interleaved with the other programs).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -79,7 +82,15 @@ Plan plan() {
   Plan p;
   if (cuda_mode()) p = Plan{3, 24, 8, 4, 2};  // GPU steps are ms, job start-up (CUDA, NCCL) is s
   if (nb::quick_mode()) p = Plan{1, 4, 3, 1, 1};
+  if (const char* r = std::getenv("NANCHAOS_BENCH_ROUNDS")) p.rounds = std::max(1, std::atoi(r));
   return p;
+}
+
+// NANCHAOS_BENCH_FIRST_ROUND=k: the stack order of round k first (bench/run.py runs one round per
+// repetition and passes the repetition's index, so the order still rotates across repetitions).
+int first_round() {
+  const char* r = std::getenv("NANCHAOS_BENCH_FIRST_ROUND");
+  return r ? std::max(0, std::atoi(r)) : 0;
 }
 
 // CPU: ~200 ms of compute per step on one thread. GPU: hidden 1024, 16 heads, 4 blocks, seq 256,
@@ -179,7 +190,7 @@ const std::map<std::string, StackTimes>& measure(int ranks) {
     // Each round starts one stack later (none, default, full, anomaly; then default, full, ...), so
     // no stack always runs first after a cold start or right after the slow anomaly jobs.
     for (size_t k = 0; k < std::size(kStacks); ++k) {
-      const char* stack = kStacks[(k + size_t(round)) % std::size(kStacks)];
+      const char* stack = kStacks[(k + size_t(round + first_round())) % std::size(kStacks)];
       const bool slow = std::string(stack) == "full" || std::string(stack) == "anomaly";
       StackTimes t = run_job(dir, stack, ranks, slow ? p.slow_steps : p.steps,
                              slow ? p.slow_warmup : p.warmup);
