@@ -180,7 +180,7 @@ int run_campaign(const CampaignOptions& o) {
     return 2;
   }
   if (command_needs_python(base)) {
-    const PythonInterpreter py = resolve_python();
+    const PythonInterpreter py = resolve_python(base.job.torch);
     if (py.path.empty()) {
       std::cerr << "nanchaos campaign: error: " << py.error << "\n";
       return 2;

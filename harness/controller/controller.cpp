@@ -313,12 +313,12 @@ int run_suite(const RunOptions& opts) {
             : " in PATH");
     return 2;
   }
-  // The interpreter of external jobs run as `python3 ...`: resolved once per suite.
-  PythonInterpreter python;
+  // The interpreters for external jobs run as `python3 ...`: probed once per suite, chosen per
+  // scenario by its [job] torch requirement.
+  std::vector<PythonCandidate> pythons;
   if (std::any_of(scenarios.begin(), scenarios.end(), command_needs_python)) {
-    python = resolve_python();
+    pythons = probe_pythons();
   }
-  launch.python = python.path;
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
   bool write_failed = false;
@@ -372,6 +372,9 @@ int run_suite(const RunOptions& opts) {
     res.trial_count = 0;  // until a trial runs: a skipped or refused scenario has no trials
     auto missing = unimplemented_features(s);
     const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";
+    PythonInterpreter python;
+    if (command_needs_python(s)) python = choose_python(pythons, s.job.torch);
+    launch.python = python.path;
     // A scenario that never runs has no trials: its stats say so (trials 0, no pass rate).
     auto not_run_stats = [](const results::ScenarioResult& r) {
       nlohmann::json st = results::scenario_stats({r});
@@ -385,7 +388,8 @@ int run_suite(const RunOptions& opts) {
       res.reason = no_gpu;
       res.stats = not_run_stats(res);
     } else if (command_needs_python(s) && python.path.empty()) {
-      res.verdict = results::Verdict::kError;
+      // Interpreters with torch, none meeting [job] torch: skipped with what each one has.
+      res.verdict = python.unmet ? results::Verdict::kSkipped : results::Verdict::kError;
       res.reason = python.error;
       res.stats = not_run_stats(res);
     } else if (!missing.empty()) {
@@ -411,6 +415,10 @@ int run_suite(const RunOptions& opts) {
       }
       res.stats = results::scenario_stats(trials);
       if (opts.trials > 1) res.trials = std::move(trials);
+    }
+    if (command_needs_python(s) && !python.path.empty()) {
+      res.extra["python"] = python.path;  // report.json: the interpreter and torch it ran with
+      res.extra["torch"] = python.torch_version;
     }
     if (res.verdict == results::Verdict::kError) usage_error = true;
     report.scenarios.push_back(res);

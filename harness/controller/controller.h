@@ -128,18 +128,37 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                      int64_t attach_timeout_ms = 0,
                      const std::map<std::string, std::string>& extra_env = {});
 
-/// The interpreter that replaces a bare `python`/`python3` command[0] of external jobs,
-/// resolved once per suite: $NANCHAOS_PYTHON if set, else the first of `candidates` (a bare name
-/// is searched in PATH) whose `-c "import torch"` succeeds. `error` (path empty) names what each
-/// candidate said: "no Python interpreter with torch: python3 (/root/.pyenv/shims/python3): No
-/// module named 'torch'; /usr/bin/python3: ...; install Debian's python3-torch
-/// (.ci/install-deps) or set NANCHAOS_PYTHON".
+/// A Python interpreter probed for torch: `python -c "import torch; print(torch.__version__)"`.
+struct PythonCandidate {
+  std::string label;          ///< as tried: "python3 (/usr/bin/python3)", "/opt/v/bin/python"
+  std::string path;           ///< resolved executable ("" when not found)
+  std::string torch_version;  ///< torch.__version__ ("" when torch does not import)
+  std::string why;            ///< why not, when torch_version is "": the import's last line
+};
+
+/// The candidates in the order [job] torch tries them (../shared/SCENARIO_FORMAT.md, "Modern
+/// PyTorch jobs"): each entry of $NANCHAOS_PYTHON (a ':'-separated list), then `candidates` (a
+/// bare name is searched in PATH). Each distinct executable is probed once (a hung import is
+/// killed after 120 s); the same executable under two names is kept once.
+std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candidates = {
+                                               "python3", "/usr/bin/python3"});
+
+/// The interpreter that replaces a bare `python`/`python3` command[0] of an external job.
+/// `error` (path empty) names every candidate and its torch version or why it has none:
+/// "no Python interpreter with torch >=2.4: python3 (/usr/bin/python3): torch 1.13.0a0;
+/// /opt/v/bin/python: No module named 'torch'; ...". `unmet` is true when some interpreter has
+/// torch but none meets the requirement (the scenario is then skipped, not an error).
 struct PythonInterpreter {
   std::string path;
+  std::string torch_version;
   std::string error;
+  bool unmet = false;
 };
-PythonInterpreter resolve_python(const std::vector<std::string>& candidates = {"python3",
-                                                                               "/usr/bin/python3"});
+/// The first of `probed` whose torch meets `torch_requirement` ([job] torch; "" any torch).
+PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
+                                const std::string& torch_requirement);
+/// probe_pythons() then choose_python().
+PythonInterpreter resolve_python(const std::string& torch_requirement = "");
 /// True for an external job whose command[0] is exactly "python" or "python3".
 bool command_needs_python(const Scenario& s);
 

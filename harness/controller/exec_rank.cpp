@@ -123,13 +123,22 @@ int exec_rank(const ExecRankOptions& opts) {
   const std::string events = fmt::format("{}/events/rank-{}.jsonl", opts.run_dir, id.rank);
 
   auto set = [](const char* k, const std::string& v) { setenv(k, v.c_str(), 1); };
-  set("RANK", std::to_string(id.rank));
-  set("WORLD_SIZE", std::to_string(id.world));
-  set("LOCAL_RANK", std::to_string(id.local_rank));
-  set("LOCAL_WORLD_SIZE", std::to_string(id.local_world));
-  const char* addr = env_or_null("NANCHAOS_MASTER_ADDR");
-  set("MASTER_ADDR", addr ? addr : "127.0.0.1");
-  set("MASTER_PORT", std::to_string(opts.master_port));
+  if (s.job.launch == Launch::kPlain) {
+    // [job] launch = "plain" (one rank): none of torchrun's variables, not even inherited ones,
+    // so a script that turns distributed on when RANK is set stays single-process.
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                          "MASTER_PORT"}) {
+      unsetenv(k);
+    }
+  } else {
+    set("RANK", std::to_string(id.rank));
+    set("WORLD_SIZE", std::to_string(id.world));
+    set("LOCAL_RANK", std::to_string(id.local_rank));
+    set("LOCAL_WORLD_SIZE", std::to_string(id.local_world));
+    const char* addr = env_or_null("NANCHAOS_MASTER_ADDR");
+    set("MASTER_ADDR", addr ? addr : "127.0.0.1");
+    set("MASTER_PORT", std::to_string(opts.master_port));
+  }
   set("NANCHAOS_PLAN", plan_text);
   set("NANCHAOS_PLAN_FILE", plan_file);
   set("NANCHAOS_EVENTS", events);

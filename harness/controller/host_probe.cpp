@@ -32,6 +32,7 @@
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
+#include "harness/common/version_req.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/judge.h"
 #include "harness/controller/progress.h"
@@ -110,30 +111,34 @@ bool command_needs_python(const Scenario& s) {
          (s.job.command[0] == "python" || s.job.command[0] == "python3");
 }
 
-PythonInterpreter resolve_python(const std::vector<std::string>& candidates) {
-  PythonInterpreter out;
+std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candidates) {
+  std::vector<std::string> names;
   if (const char* env = std::getenv("NANCHAOS_PYTHON"); env && *env) {
-    out.path = env;
-    return out;
+    std::istringstream list(env);
+    for (std::string e; std::getline(list, e, ':');) {
+      if (!e.empty()) names.push_back(e);
+    }
   }
-  std::vector<std::string> said;
+  names.insert(names.end(), candidates.begin(), candidates.end());
+  std::vector<PythonCandidate> out;
   std::set<std::string> probed;
-  for (const auto& name : candidates) {
-    const std::string full = which(name);
-    const std::string label = name.find('/') == std::string::npos && !full.empty()
-                                  ? fmt::format("{} ({})", name, full)
-                                  : name;
-    if (full.empty()) {
-      said.push_back(name +
-                     (name.find('/') == std::string::npos ? ": not found in PATH" : ": not found"));
+  for (const auto& name : names) {
+    PythonCandidate c;
+    c.path = which(name);
+    c.label = name.find('/') == std::string::npos && !c.path.empty()
+                  ? fmt::format("{} ({})", name, c.path)
+                  : name;
+    if (c.path.empty()) {
+      c.why = name.find('/') == std::string::npos ? "not found in PATH" : "not found";
+      out.push_back(c);
       continue;
     }
-    if (!probed.insert(fs::weakly_canonical(full).string()).second) continue;
-    std::string text, last;
+    if (!probed.insert(fs::weakly_canonical(c.path).string()).second) continue;
+    std::string text;
     int st = -1;
     try {
       SpawnOptions probe;
-      probe.argv = {full, "-c", "import torch"};
+      probe.argv = {c.path, "-c", "import torch; print('nanchaos-torch-version', torch.__version__)"};
       probe.capture_output = true;  // stdout and stderr: the last line says why not
       ChildProcess py = ChildProcess::spawn(probe);
       text = py.read_output(std::chrono::seconds(120));  // then killed: a hung import
@@ -141,20 +146,63 @@ PythonInterpreter resolve_python(const std::vector<std::string>& candidates) {
     } catch (const SpawnError& e) {
       text = e.what();
     }
-    if (st == 0) {
-      out.path = full;
-      return out;
-    }
+    std::string last;
     std::istringstream lines(text);
     for (std::string l; std::getline(lines, l);) {
-      if (l.find_first_not_of(" \t\r") != std::string::npos) last = l;
+      // torch may warn on stderr around the import ("Failed to initialize NumPy"): the version
+      // is the marked line, wherever it lands.
+      if (l.rfind("nanchaos-torch-version ", 0) == 0) {
+        c.torch_version = l.substr(std::string("nanchaos-torch-version ").size());
+      } else if (l.find_first_not_of(" \t\r") != std::string::npos) {
+        last = l;
+      }
     }
-    const std::string prefix = "ModuleNotFoundError: ";
-    if (last.rfind(prefix, 0) == 0) last.erase(0, prefix.size());
-    said.push_back(label + ": " + (last.empty() ? "cannot import torch" : last));
+    if (st != 0 || c.torch_version.empty()) {
+      c.torch_version.clear();
+      const std::string prefix = "ModuleNotFoundError: ";
+      if (last.rfind(prefix, 0) == 0) last.erase(0, prefix.size());
+      c.why = last.empty() ? "cannot import torch" : last;
+    }
+    out.push_back(c);
   }
-  out.error = "no Python interpreter with torch: " + fmt::format("{}", fmt::join(said, "; ")) +
-              "; install Debian's python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON";
   return out;
+}
+
+PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
+                                const std::string& torch_requirement) {
+  PythonInterpreter out;
+  std::string why;
+  const auto req = VersionRequirement::parse(torch_requirement, &why);
+  if (!req) {  // the loader refuses these; a programmatic caller may not
+    out.error = "[job].torch: \"" + torch_requirement + "\" is not a version requirement: " + why;
+    return out;
+  }
+  std::vector<std::string> said;
+  bool any_torch = false;
+  for (const auto& c : probed) {
+    if (!c.torch_version.empty()) {
+      any_torch = true;
+      if (req->satisfied_by(c.torch_version)) {
+        out.path = c.path;
+        out.torch_version = c.torch_version;
+        return out;
+      }
+      said.push_back(c.label + ": torch " + c.torch_version);
+    } else {
+      said.push_back(c.label + ": " + c.why);
+    }
+  }
+  out.unmet = any_torch && !req->any();
+  out.error = fmt::format("no Python interpreter with torch{}: {}",
+                          req->any() ? "" : " " + req->text(), fmt::join(said, "; "));
+  out.error += out.unmet
+                   ? "; list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
+                     "that .ci/torch2-venv makes"
+                   : "; install Debian's python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON";
+  return out;
+}
+
+PythonInterpreter resolve_python(const std::string& torch_requirement) {
+  return choose_python(probe_pythons(), torch_requirement);
 }
 }  // namespace nanchaos::harness

@@ -156,6 +156,18 @@ const std::vector<KeySpec>& job_keys() {
           "loaded; past it the job is killed with the reason")
           .def(30000)
           .min(1),
+      Key("torch", K::kString,
+          "external: a torch version requirement such as \">=2.4\" (clauses >= <= > < == != ~=, "
+          "comma-separated); the job runs with the first interpreter whose torch meets it "
+          "(NANCHAOS_PYTHON, a :-separated list, then PATH's python3, then /usr/bin/python3); "
+          "none: the scenario is skipped, naming each interpreter tried and its torch")
+          .def(""),
+      Key("launch", K::kString,
+          "external: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR "
+          "and MASTER_PORT for every rank; plain sets none of them (the NANCHAOS_* variables "
+          "still) and needs ranks = 1")
+          .def("torchrun")
+          .choices({"torchrun", "plain"}),
   };
   return keys;
 }

@@ -33,6 +33,11 @@ enum class WorkloadKind { kMlp, kTransformer, kExternal };
 
 const char* to_string(DType d);
 
+/// How an external job's ranks are started ([job] launch): torchrun's environment (RANK,
+/// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or none of it (`plain`:
+/// one process, for scripts that turn distributed on when RANK is set, as nanoGPT's train.py).
+enum class Launch { kTorchrun, kPlain };
+
 struct JobConfig {
   WorkloadKind workload = WorkloadKind::kMlp;
   int64_t steps = 1;
@@ -48,6 +53,8 @@ struct JobConfig {
   std::vector<std::pair<std::string, std::string>> env;  ///< added to every rank, file order
   int64_t micro_batches = 1;                             ///< root forwards per iteration
   int64_t attach_timeout_ms = 30000;  ///< launch -> `agent` event deadline, else the job is killed
+  std::string torch;  ///< a torch version requirement (">=2.4"; "" any): picks the interpreter
+  Launch launch = Launch::kTorchrun;
   Params params;  ///< the [job] keys as written and defaulted (positions for later checks)
   bool external() const { return workload == WorkloadKind::kExternal; }
 };

@@ -249,7 +249,9 @@ TEST(ExternalJob, NoInterpreterWithTorchIsOneClearError) {
   const std::string saved_py = old_py ? old_py : "";
   unsetenv("NANCHAOS_PYTHON");
   setenv("PATH", (dir + ":" + old_path).c_str(), 1);
-  const auto got = nanchaos::harness::resolve_python({"python3", dir + "/other-python"});
+  using nanchaos::harness::choose_python;
+  using nanchaos::harness::probe_pythons;
+  const auto got = choose_python(probe_pythons({"python3", dir + "/other-python"}), "");
   setenv("PATH", old_path.c_str(), 1);
   if (old_py) setenv("NANCHAOS_PYTHON", saved_py.c_str(), 1);
   EXPECT_EQ(got.path, "");
@@ -257,9 +259,99 @@ TEST(ExternalJob, NoInterpreterWithTorchIsOneClearError) {
                            "/python3): No module named 'torch'; " + dir +
                            "/other-python: No module named 'torch'; install Debian's "
                            "python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON");
-  EXPECT_EQ(nanchaos::harness::resolve_python({"/nonexistent/python3"}).error,
+  EXPECT_FALSE(got.unmet);  // no torch at all: an error, not a skip
+  EXPECT_EQ(choose_python(probe_pythons({"/nonexistent/python3"}), "").error,
             "no Python interpreter with torch: /nonexistent/python3: not found; install Debian's "
             "python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON");
+}
+
+// [job] torch: NANCHAOS_PYTHON lists interpreters (':'-separated), tried before the defaults; the
+// first whose torch meets the requirement runs the job; none: `unmet`, naming each one's torch.
+TEST(ExternalJob, TorchRequirementPicksTheInterpreterOrNamesEachOnesTorch) {
+  const auto dir = fs::absolute(tmpdir("pythons")).string();
+  // torch warns on stderr around the import on some installs: the marked line is the version.
+  write_file(dir, "py113", "#!/bin/sh\necho 'nanchaos-torch-version 1.13.0a0'\n");
+  write_file(dir, "py215",
+             "#!/bin/sh\necho 'UserWarning: Failed to initialize NumPy' >&2\n"
+             "echo 'nanchaos-torch-version 2.15.0+cu132'\necho 'cpu = _conversion(...)' >&2\n");
+  for (const char* f : {"/py113", "/py215"}) fs::permissions(dir + f, fs::perms::owner_all);
+  const char* old_py = getenv("NANCHAOS_PYTHON");
+  const std::string saved_py = old_py ? old_py : "";
+  setenv("NANCHAOS_PYTHON", (dir + "/py113:" + dir + "/py215").c_str(), 1);
+  const auto probed = nanchaos::harness::probe_pythons({"/nonexistent/python3"});
+  if (old_py) {
+    setenv("NANCHAOS_PYTHON", saved_py.c_str(), 1);
+  } else {
+    unsetenv("NANCHAOS_PYTHON");
+  }
+  ASSERT_EQ(probed.size(), 3u);
+  EXPECT_EQ(probed[1].torch_version, "2.15.0+cu132");
+  using nanchaos::harness::choose_python;
+  EXPECT_EQ(choose_python(probed, "").path, dir + "/py113");  // the first with any torch
+  const auto two = choose_python(probed, ">=2.4");
+  EXPECT_EQ(two.path, dir + "/py215");
+  EXPECT_EQ(two.torch_version, "2.15.0+cu132");
+  EXPECT_EQ(choose_python(probed, ">=1.13,<2").path, dir + "/py113");
+  const auto none = choose_python(probed, ">=3");
+  EXPECT_EQ(none.path, "");
+  EXPECT_TRUE(none.unmet);  // the scenario is skipped with this reason
+  EXPECT_EQ(none.error, "no Python interpreter with torch >=3: " + dir + "/py113: torch 1.13.0a0; " +
+                            dir + "/py215: torch 2.15.0+cu132; /nonexistent/python3: not found; "
+                            "list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
+                            "that .ci/torch2-venv makes");
+}
+
+// [job] launch = "plain": none of torchrun's variables reach the command, not even inherited ones;
+// the NANCHAOS_* variables still do.
+TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
+  const auto dir = tmpdir("plain-in");
+  const auto out = fs::absolute(tmpdir("plain-out")).string();
+  std::string job = "command = [\"sh\", \"-c\", \"env > $NANCHAOS_RUN_DIR/env-plain.txt\"]\n"
+                    "launch = \"plain\"\n";
+  std::string text = head("ext-plain", job);
+  text.replace(text.find("ranks = 2"), 9, "ranks = 1");
+  const auto file = write_file(dir, "plain.toml", text);
+  setenv("RANK", "7", 1);  // inherited by the launcher: must not reach the job
+  auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
+  unsetenv("RANK");
+  EXPECT_EQ(r.code, 2) << r.output;  // sh never loads the agent: error, as for torchrun
+  const auto env = read_env(out + "/ext-plain/env-plain.txt");
+  ASSERT_FALSE(env.empty()) << r.output;
+  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                        "MASTER_PORT"}) {
+    EXPECT_EQ(env.count(k), 0u) << k;
+  }
+  EXPECT_EQ(env.count("NANCHAOS_EVENTS"), 1u);
+  EXPECT_EQ(env.at("NANCHAOS_STEPS"), "3");
+}
+
+// [job] torch: a requirement no interpreter meets skips the scenario with each one's torch; one
+// that is met runs the job with that interpreter, and the report names it and its torch.
+TEST(ExternalJob, TorchRequirementSkipsOrNamesTheInterpreterInTheReport) {
+  if (nanchaos::harness::resolve_python().path.empty()) GTEST_SKIP() << "no Python with torch";
+  const auto dir = tmpdir("torchreq-in");
+  const auto out = fs::absolute(tmpdir("torchreq-out")).string();
+  write_file(dir, "never.toml",
+             head("ext-torch-never", "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=99\"\n"));
+  write_file(dir, "any.toml",
+             head("ext-torch-any", "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=1\"\n"));
+  auto r = run_cmd(kBin + " run " + dir + " --quiet --out " + out);
+  const json rep = read_report(out);
+  json never, any;
+  for (const auto& s : rep["scenarios"]) (s["name"] == "ext-torch-never" ? never : any) = s;
+  EXPECT_EQ(never["verdict"], "skipped") << never.dump();
+  const std::string why = never["reason"];
+  EXPECT_EQ(why.rfind("no Python interpreter with torch >=99: ", 0), 0u) << why;
+  EXPECT_NE(why.find(": torch "), std::string::npos) << why;
+  EXPECT_FALSE(never.contains("python"));
+  // `python3 -c pass` never loads the agent: error, but it ran with the chosen interpreter.
+  EXPECT_EQ(any["verdict"], "error") << any.dump();
+  ASSERT_TRUE(any.contains("python")) << any.dump();
+  EXPECT_EQ(any["torch"].get<std::string>().rfind("1.", 0) == 0 ||
+                any["torch"].get<std::string>().rfind("2.", 0) == 0,
+            true)
+      << any.dump();
+  EXPECT_TRUE(fs::exists(any["python"].get<std::string>()));
 }
 
 TEST(ExternalJob, ExecRankArgvGoesThroughTheLauncher) {

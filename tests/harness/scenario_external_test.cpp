@@ -162,5 +162,31 @@ TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
   EXPECT_EQ(s.faults.size(), 2u);
 }
 
+// [job] torch and launch (../shared/SCENARIO_FORMAT.md, "Modern PyTorch jobs").
+TEST(ScenarioExternal, TorchRequirementAndPlainLaunch) {
+  Scenario d = load_scenario_string(External(kCommand), "x.toml");
+  EXPECT_EQ(d.job.torch, "");
+  EXPECT_EQ(d.job.launch, Launch::kTorchrun);
+  Scenario s = load_scenario_string(
+      External(std::string(kCommand) + "ranks = 1\ntorch = \">=2.4, <3\"\nlaunch = \"plain\"\n"),
+      "x.toml");
+  EXPECT_EQ(s.job.torch, ">=2.4, <3");
+  EXPECT_EQ(s.job.launch, Launch::kPlain);
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "torch = \"2.4\"\n")),
+            "x.toml:7:9: error: [job].torch: \"2.4\" is not a version requirement: clause 1 "
+            "\"2.4\": no comparison operator (expected OP VERSION, OP one of >= <= > < == != ~=, "
+            "VERSION like 2.4; clauses separated by commas, e.g. \">=2.4,<3\")");
+  // plain sets no RANK/WORLD_SIZE: one process only (ranks defaults to 2).
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "launch = \"plain\"\n")),
+            "x.toml:7:10: error: [job].launch: \"plain\" starts one process with none of "
+            "torchrun's variables, so it needs ranks = 1 (ranks is 2)");
+  EXPECT_NE(ErrorOf(External(std::string(kCommand) + "launch = \"srun\"\n")).find("x.toml:7"),
+            std::string::npos);
+  const std::string head = "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 30\n";
+  EXPECT_EQ(ErrorOf(head + "torch = \">=2\"\n"),
+            "x.toml:6:9: error: [job].torch: only for workload = \"external\" (workload is "
+            "\"mlp\")");
+}
+
 }  // namespace
 }  // namespace nanchaos::harness
