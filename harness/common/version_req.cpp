@@ -87,9 +87,11 @@ std::optional<VersionRequirement> VersionRequirement::parse(const std::string& t
       canon += (i ? "." : "") + std::to_string(cl.release[i]);
     }
     if (cl.release.empty() || canon.size() != v.size()) {
-      return fail(v.empty() ? "no version" : "\"" + v + "\" is not a version of dot-separated numbers");
+      return fail(v.empty() ? "no version"
+                            : "\"" + v + "\" is not a version of dot-separated numbers");
     }
-    if (cl.op == "~=" && cl.release.size() < 2) return fail("~= needs at least two numbers (~=2.4)");
+    if (cl.op == "~=" && cl.release.size() < 2)
+      return fail("~= needs at least two numbers (~=2.4)");
     r.clauses_.push_back(std::move(cl));
   }
   if (r.clauses_.empty()) {
@@ -113,8 +115,7 @@ bool VersionRequirement::satisfied_by(const std::string& version) const {
     if (c.op == "==") ok = prefix_equal(v, c.release);
     if (c.op == "!=") ok = !prefix_equal(v, c.release);
     if (c.op == "~=") {
-      ok = cmp >= 0 &&
-           prefix_equal(v, std::vector<long>(c.release.begin(), c.release.end() - 1));
+      ok = cmp >= 0 && prefix_equal(v, std::vector<long>(c.release.begin(), c.release.end() - 1));
     }
     if (!ok) return false;
   }

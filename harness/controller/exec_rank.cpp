@@ -126,8 +126,8 @@ int exec_rank(const ExecRankOptions& opts) {
   if (s.job.launch == Launch::kPlain) {
     // [job] launch = "plain" (one rank): none of torchrun's variables, not even inherited ones,
     // so a script that turns distributed on when RANK is set stays single-process.
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                          "MASTER_PORT"}) {
+    for (const char* k :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
       unsetenv(k);
     }
   } else {

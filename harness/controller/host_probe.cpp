@@ -138,7 +138,8 @@ std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candi
     int st = -1;
     try {
       SpawnOptions probe;
-      probe.argv = {c.path, "-c", "import torch; print('nanchaos-torch-version', torch.__version__)"};
+      probe.argv = {c.path, "-c",
+                    "import torch; print('nanchaos-torch-version', torch.__version__)"};
       probe.capture_output = true;  // stdout and stderr: the last line says why not
       ChildProcess py = ChildProcess::spawn(probe);
       text = py.read_output(std::chrono::seconds(120));  // then killed: a hung import

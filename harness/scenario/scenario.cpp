@@ -112,7 +112,7 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.timeout_ms = p.get_int("timeout_ms");
 
   // External jobs: the command and its environment; the built-in stack's keys are refused.
-  static const std::set<std::string> external_only = {"command", "env", "micro_batches",
+  static const std::set<std::string> external_only = {"command",           "env",   "micro_batches",
                                                       "attach_timeout_ms", "torch", "launch"};
   static const std::set<std::string> builtin_only = {"backend", "precision", "grad_allreduce_dtype",
                                                      "grad_predivide"};
@@ -175,13 +175,15 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.torch = p.get_string("torch");
   std::string why;
   if (!VersionRequirement::parse(j.torch, &why)) {
-    scenario_error(p.pos("torch"), "[job].torch: " + quote(j.torch) + " is not a version requirement: " + why);
+    scenario_error(p.pos("torch"),
+                   "[job].torch: " + quote(j.torch) + " is not a version requirement: " + why);
   }
   j.launch = p.get_string("launch") == "plain" ? Launch::kPlain : Launch::kTorchrun;
   if (j.launch == Launch::kPlain && j.ranks != 1) {
     scenario_error(p.pos("launch"),
                    "[job].launch: \"plain\" starts one process with none of torchrun's variables, "
-                   "so it needs ranks = 1 (ranks is " + std::to_string(j.ranks) + ")");
+                   "so it needs ranks = 1 (ranks is " +
+                       std::to_string(j.ranks) + ")");
   }
   j.params = std::move(p);
 }

@@ -295,8 +295,9 @@ TEST(ExternalJob, TorchRequirementPicksTheInterpreterOrNamesEachOnesTorch) {
   const auto none = choose_python(probed, ">=3");
   EXPECT_EQ(none.path, "");
   EXPECT_TRUE(none.unmet);  // the scenario is skipped with this reason
-  EXPECT_EQ(none.error, "no Python interpreter with torch >=3: " + dir + "/py113: torch 1.13.0a0; " +
-                            dir + "/py215: torch 2.15.0+cu132; /nonexistent/python3: not found; "
+  EXPECT_EQ(none.error, "no Python interpreter with torch >=3: " + dir +
+                            "/py113: torch 1.13.0a0; " + dir +
+                            "/py215: torch 2.15.0+cu132; /nonexistent/python3: not found; "
                             "list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
                             "that .ci/torch2-venv makes");
 }
@@ -306,8 +307,9 @@ TEST(ExternalJob, TorchRequirementPicksTheInterpreterOrNamesEachOnesTorch) {
 TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
   const auto dir = tmpdir("plain-in");
   const auto out = fs::absolute(tmpdir("plain-out")).string();
-  std::string job = "command = [\"sh\", \"-c\", \"env > $NANCHAOS_RUN_DIR/env-plain.txt\"]\n"
-                    "launch = \"plain\"\n";
+  std::string job =
+      "command = [\"sh\", \"-c\", \"env > $NANCHAOS_RUN_DIR/env-plain.txt\"]\n"
+      "launch = \"plain\"\n";
   std::string text = head("ext-plain", job);
   text.replace(text.find("ranks = 2"), 9, "ranks = 1");
   const auto file = write_file(dir, "plain.toml", text);
@@ -317,8 +319,8 @@ TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
   EXPECT_EQ(r.code, 2) << r.output;  // sh never loads the agent: error, as for torchrun
   const auto env = read_env(out + "/ext-plain/env-plain.txt");
   ASSERT_FALSE(env.empty()) << r.output;
-  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                        "MASTER_PORT"}) {
+  for (const char* k :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
     EXPECT_EQ(env.count(k), 0u) << k;
   }
   EXPECT_EQ(env.count("NANCHAOS_EVENTS"), 1u);
@@ -331,8 +333,9 @@ TEST(ExternalJob, TorchRequirementSkipsOrNamesTheInterpreterInTheReport) {
   if (nanchaos::harness::resolve_python().path.empty()) GTEST_SKIP() << "no Python with torch";
   const auto dir = tmpdir("torchreq-in");
   const auto out = fs::absolute(tmpdir("torchreq-out")).string();
-  write_file(dir, "never.toml",
-             head("ext-torch-never", "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=99\"\n"));
+  write_file(
+      dir, "never.toml",
+      head("ext-torch-never", "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=99\"\n"));
   write_file(dir, "any.toml",
              head("ext-torch-any", "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=1\"\n"));
   auto r = run_cmd(kBin + " run " + dir + " --quiet --out " + out);
