@@ -12,7 +12,9 @@ several models and then calls ``nanchaos.attach(model)`` is fine. Several candid
 ``attach`` call, or a ``torch.compile``d root, fail the job at that forward with a message.
 
 Step clock: every ``micro_batches`` training-mode forwards of the model with autograd enabled
-make one iteration; eval-mode and ``no_grad`` forwards never count. Iteration i's ``step_end``
+make one iteration; eval-mode and ``no_grad`` forwards never count, nor does a forward of the
+model nested inside one of its forwards (Lightning 2.x routes ``self(x)`` in ``training_step``
+back through the DDP wrapper). Iteration i's ``step_end``
 is written when iteration i+1 starts (or at exit): ``action`` is ``update`` when some parameter's
 version counter moved since the iteration began (an optimizer really wrote it; PyTorch bumps
 ``Tensor._version`` on every in-place write), else ``skip`` (GradScaler's found_inf, an early
@@ -46,7 +48,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from . import faults as faults_mod
-from .attach_rules import ambiguity, model_refusal, owners_of, strip_name, unmatched_target
+from .attach_rules import (ambiguity, model_refusal, own_type, owners_of, plain_modules,
+                           strip_name, unmatched_activation, unmatched_target)
 from .events import EventLog, now_us, num
 from .fault_hooks import install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
@@ -91,6 +94,7 @@ class Agent:
         self.step = -1
         self.micro = 0
         self._forwards = 0
+        self._model_depth = 0  # the model's forwards in progress (_track_depth)
         self._open = False
         self._params: List[torch.Tensor] = []
         self._named_params: List = []
@@ -108,6 +112,8 @@ class Agent:
         self._coll_seq = itertools.count()  # next() is atomic under the GIL
         self._coll_depth = threading.local()
         self._probes: set = set()
+        self._module_names: List[str] = []
+        self._names_checked = False
         self.exit_code = 0
         self._finished = False
         self._stack_detections: Dict[int, int] = {}
@@ -204,6 +210,7 @@ class Agent:
             self._fail(why)
         self.model = model
         self.attached = True
+        self._track_depth(model)
         for key, (ref, handle) in list(self._candidate_hooks.items()):
             if ref() is not model:
                 handle.remove()
@@ -220,9 +227,10 @@ class Agent:
         self._params = [p for _, p in self._named_params]
         names = [n for n, _ in self._named_params]
         for f in self.faults:
-            why = f.attach_refusal(self) or unmatched_target(f, names, type(model).__name__)
+            why = f.attach_refusal(self) or unmatched_target(f, names, own_type(model))
             if why:
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
+        self._module_names = [n for n, _ in plain_modules(model)]
         install_activation_hooks(self, model)
         if self.ddp is not None:
             from . import collectives
@@ -231,11 +239,26 @@ class Agent:
         self.log.write(
             "start", rank=self.rank, world=self.world, pid=os.getpid(), host=socket.gethostname(),
             external=True, agent="python", torch=torch.__version__, python=sys.executable,
-            modules=[strip_name(n) for n, _ in model.named_modules() if n],
+            modules=self._module_names,
             parameters=[n for n, _ in self._named_params],
             optimizer=[type(o).__name__ for o in self.optimizers],
             scaler=type(self.scaler).__name__ if self.scaler is not None else None,
             ddp=self.ddp is not None, micro_batches=self.micro_batches)
+
+    def _track_depth(self, model) -> None:
+        """Counts the model's forwards in progress, so that a forward of the model nested in
+        another (Lightning 2.x's ``_ForwardRedirection`` sends the ``self(x)`` inside
+        ``training_step`` back through DDP and its wrapper) is not a second micro-batch."""
+
+        def leave(module, args, out):
+            if module is self.model and self._model_depth > 0:
+                self._model_depth -= 1
+            return None
+
+        try:  # torch >= 2.0: also after a forward that raised
+            model.register_forward_hook(leave, always_call=True)
+        except TypeError:
+            model.register_forward_hook(leave)
 
     def _maybe_add_optimizer(self, opt) -> None:
         if any(o is opt for o in self.optimizers) or self.model is None:
@@ -251,10 +274,16 @@ class Agent:
     # ------------------------------------------------------------------------------------------
     # the step clock
     def _pre_forward(self, module, args):
+        if module is self.model:
+            self._model_depth += 1
+            if self._model_depth > 1:
+                return None  # a nested forward of the model: part of the outer one
         if not module.training or not torch.is_grad_enabled():
             return None
         if not self.attached:
             self._resolve(module)
+            if module is self.model:
+                self._model_depth = 1
         if module is not self.model:
             return None
         self._forwards += 1
@@ -294,7 +323,21 @@ class Agent:
                 f.on_parameters(self, self._named_params)
         self._version0 = sum(p._version for p in self._params)
 
+    def _check_activation_names(self) -> None:
+        """Once, at the first optimizer step (or the end of iteration 0 when the job steps no
+        optimizer the agent saw): every activation: target names a module or a probe."""
+        if self._names_checked:
+            return
+        self._names_checked = True
+        for f in self.faults:
+            why = unmatched_activation(f, self._module_names, sorted(self._probes),
+                                       own_type(self.model))
+            if why:
+                self._open = False  # no step_end for an iteration the job never finishes
+                self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
+
     def _end_iteration(self) -> None:
+        self._check_activation_names()
         self._open = False
         updated = sum(p._version for p in self._params) != self._version0
         loss, scale = self._read_loss_and_scale()
@@ -365,6 +408,7 @@ class Agent:
         """Returns the lrs to restore after the step (lr faults), or None."""
         if not self._open or not any(o is opt for o in self.optimizers):
             return None
+        self._check_activation_names()
         restore = None
         if "lr" in self.needs:
             factor = 1.0

@@ -9,9 +9,17 @@ calls these at the first training-mode forward; each refusal below becomes an ``
 event and an ``agent.AttachError`` raised into the job (it must fail at start, never run
 unobserved).
 
-Names: parameter and module names are ``named_parameters()`` / ``named_modules()`` names with a
-``torch.compile`` wrapper's ``_orig_mod.`` prefix removed (``strip_name``); DDP's ``module.``
-prefix never appears because the agent attaches to the wrapped module.
+Names (docs/scenario-format.md "Modern PyTorch jobs"): parameter and module names are
+``named_parameters()`` / ``named_modules()`` names with every wrapper's component removed
+(``strip_name``): DDP's ``module.`` (leading only: the agent attaches to the wrapped module, so it
+appears only when a job wraps twice), and anywhere in the name ``torch.compile``'s ``_orig_mod.``,
+Lightning's ``_forward_module.`` (its ``_LightningModuleWrapperBase`` sits between DDP and the
+``LightningModule``), FSDP1's ``_fsdp_wrapped_module.`` and activation checkpointing's
+``_checkpoint_wrapped_module.`` (the components PyTorch's own ``clean_tensor_name`` removes for
+FSDP state dicts). A wrapper and the module it wraps then share one name; the inner module is
+the one hooked (``plain_modules``). A target written with a wrapper component, or naming nothing,
+is refused before the job's first optimizer step with the nearest plain names
+(``unmatched_target`` at attach, ``unmatched_activation`` at the first optimizer step).
 """
 
 from __future__ import annotations
@@ -29,12 +37,57 @@ from . import faults as faults_mod
 COMPILED_TYPES = ("OptimizedModule",)
 
 
+#: Module names wrappers insert, removed anywhere in a name (torch.compile's OptimizedModule,
+#: Lightning's _LightningModuleWrapperBase, FSDP1's FullyShardedDataParallel, checkpoint_wrapper).
+INNER_WRAPPERS = ("_orig_mod", "_forward_module", "_fsdp_wrapped_module",
+                  "_checkpoint_wrapped_module")
+#: Removed only while leading: DDP's (and DataParallel's) attribute for the wrapped module; a
+#: model's own submodule may well be called ``module``.
+LEADING_WRAPPERS = ("module",) + INNER_WRAPPERS
+
+
 def strip_name(name: str) -> str:
-    """``name`` without the ``_orig_mod.`` prefix a compiled submodule adds."""
-    for prefix in ("_orig_mod.",):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
+    """``name`` (a dotted ``named_modules``/``named_parameters`` name) without wrapper components:
+    ``_forward_module.net._orig_mod.0.weight`` -> ``net.0.weight``; ``module.head`` -> ``head``;
+    a wrapper itself (``_forward_module``) -> ``""``."""
+    parts = name.split(".") if name else []
+    i = 0
+    while i < len(parts) and parts[i] in LEADING_WRAPPERS:
+        i += 1
+    return ".".join(p for p in parts[i:] if p not in INNER_WRAPPERS)
+
+
+def wrapper_in(pattern: str) -> Optional[str]:
+    """The wrapper component a target pattern carries (``"_forward_module"``), or None."""
+    parts = pattern.split(".")
+    if parts and parts[0] in LEADING_WRAPPERS:
+        return parts[0]
+    return next((p for p in parts if p in INNER_WRAPPERS), None)
+
+
+def own_type(model: torch.nn.Module) -> str:
+    """The class name of the user's model under wrapper modules (``LightningModule`` subclass,
+    not ``_LightningModuleWrapperBase``), for messages."""
+    seen = 0
+    while seen < 8:
+        inner = next((m for n, m in model.named_children() if n in LEADING_WRAPPERS), None)
+        if inner is None:
+            break
+        model, seen = inner, seen + 1
+    return type(model).__name__
+
+
+def plain_modules(model: torch.nn.Module) -> List[tuple]:
+    """``(plain name, module)`` for every named submodule of ``model``, one per plain name: where a
+    wrapper and the module it wraps share a name the innermost (the last in ``named_modules``'
+    pre-order) is kept, so a hook runs once; wrappers whose name strips to ``""`` are dropped."""
+    out: dict = {}
+    for name, mod in model.named_modules():
+        plain = strip_name(name)
+        if plain:
+            out.pop(plain, None)
+            out[plain] = mod
+    return list(out.items())
 
 
 def owners_of(opt) -> List[torch.nn.Module]:
@@ -94,21 +147,42 @@ def model_refusal(model: torch.nn.Module) -> Optional[str]:
     return None
 
 
+def _names_nothing(where: str, pattern: str, names: Sequence[str], what: str) -> str:
+    hint = ""
+    wrapper = wrapper_in(pattern)
+    if wrapper:
+        hint = f"; target names are the model's own, without the wrapper's `{wrapper}.`"
+    near = difflib.get_close_matches(strip_name(pattern), list(names), n=3)
+    if near:
+        hint += "; did you mean " + ", ".join(f"{where}:{n}" for n in near) + "?"
+    return f"target {where}:{pattern} matches no {what}{hint} (`nanchaos targets` lists them)"
+
+
 def unmatched_target(fault: Any, names: Sequence[str], model_type: str) -> Optional[str]:
     """A parameter:/gradient: target that names no parameter of the model (``names``, stripped)
-    is refused now, with the nearest names, instead of a whole run ending in "injection not
-    verified". (activation: targets may be probes that only appear in the forward, so they are
-    not.) ``model_type`` is the model's class name, for the message."""
+    is refused at attach, with the nearest names, instead of a whole run ending in "injection not
+    verified"; so is an activation: target written with a wrapper component (its misspellings
+    wait for ``unmatched_activation``: a probe only appears in the forward). ``model_type`` is the
+    model's class name, for the message."""
     where = getattr(fault, "where", None)
+    if where == "activation" and wrapper_in(fault.pattern):
+        return _names_nothing(where, fault.pattern, [], f"module of {model_type}")
     if where not in ("parameter", "gradient"):
         return None
     if any(faults_mod.match_target(fault.pattern, n) for n in names):
         return None
-    hint = ""
-    if fault.pattern.startswith("module."):
-        hint = "; target names have no DDP `module.` prefix"
-    near = difflib.get_close_matches(fault.pattern.replace("module.", "", 1), list(names), n=3)
-    if near:
-        hint += "; did you mean " + ", ".join(f"{where}:{n}" for n in near) + "?"
-    return (f"target {where}:{fault.pattern} matches no parameter of "
-            f"{model_type}{hint} (`nanchaos targets` lists them)")
+    return _names_nothing(where, fault.pattern, names, f"parameter of {model_type}")
+
+
+def unmatched_activation(fault: Any, modules: Sequence[str], probes: Sequence[str],
+                         model_type: str) -> Optional[str]:
+    """An activation: target that matches none of the model's plain module names nor a probe
+    the job called by the end of its first iteration's forwards (the agent asks at the first
+    optimizer step, before it applies): refused with the nearest of both."""
+    if getattr(fault, "where", None) != "activation":
+        return None
+    names = list(modules) + [p for p in probes if p not in modules]
+    if any(faults_mod.match_target(fault.pattern, n) for n in names):
+        return None
+    return _names_nothing("activation", fault.pattern, names,
+                          f"module of {model_type} nor a probe the job called in iteration 0")

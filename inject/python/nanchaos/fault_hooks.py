@@ -5,8 +5,9 @@ matching faults' ``on_activation(agent, name, out)`` / ``on_gradient(agent, name
 order and hands PyTorch the last fault's result, or None (PyTorch's "unchanged") when no fault
 replaced the tensor, so a clean iteration costs one Python call and no copy.
 
-* Activation hooks are ``register_forward_hook``s on the attached model's modules whose stripped
-  name matches a target; they act only inside an open iteration, on training-mode forwards with
+* Activation hooks are ``register_forward_hook``s on the attached model's modules whose plain
+  name (``attach_rules.plain_modules``: wrappers stripped, the innermost of a wrapper chain)
+  matches a target; they act only inside an open iteration, on training-mode forwards with
   autograd enabled (the same forwards the step clock counts). ``out`` is whatever the module
   returned (any shape, floating dtype, or a structure a fault knows).
 * Gradient hooks are ``Tensor.register_hook``s on matching parameters, installed as soon as a
@@ -26,7 +27,7 @@ from typing import Any, Callable, List
 import torch
 
 from . import faults as faults_mod
-from .attach_rules import strip_name
+from .attach_rules import plain_modules, strip_name
 
 
 def install_gradient_hooks(agent: Any, module: torch.nn.Module) -> None:
@@ -43,9 +44,8 @@ def install_activation_hooks(agent: Any, model: torch.nn.Module) -> None:
     """Hooks every module of the attached ``model`` that an activation fault targets."""
     act = [f for f in agent.faults if "activation" in f.needs]
     if act:
-        for name, mod in model.named_modules():
-            name = strip_name(name)
-            hits = [f for f in act if name and faults_mod.match_target(f.pattern, name)]
+        for name, mod in plain_modules(model):
+            hits = [f for f in act if faults_mod.match_target(f.pattern, name)]
             if hits:
                 mod.register_forward_hook(_activation_hook(agent, name, hits))
 

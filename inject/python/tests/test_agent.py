@@ -445,7 +445,7 @@ def test_a_parameter_target_that_names_nothing_is_refused_at_attach_with_the_nea
     assert job.codes == [1]
     reason = job.of(0, "attach_error")[0]["reason"]
     assert "matches no parameter of Net" in reason
-    assert "no DDP `module.` prefix" in reason and "gradient:head.weight" in reason
+    assert "without the wrapper's `module.`" in reason and "gradient:head.weight" in reason
     assert job.of(0, "step_end") == []
 
 
