@@ -194,15 +194,35 @@ def _wrap_init(cls, callback) -> None:
 def _wrap_loss(a, orig):
     import torch
 
+    per_item = orig.__name__ in ("cross_entropy", "nll_loss")
+
     @functools.wraps(orig)
     def loss_fn(*args, **kwargs):
         out = orig(*args, **kwargs)
         if (a._awaiting_loss and isinstance(out, torch.Tensor) and out.dim() == 0
                 and torch.is_grad_enabled()):
-            out = a.on_loss_value(out)
+            items = _summed_items(args, kwargs) if per_item else None
+            out = a.on_loss_value(out, items)
         return out
 
     return loss_fn
+
+
+def _summed_items(args, kwargs):
+    """For ``cross_entropy``/``nll_loss(..., reduction="sum")`` (HF transformers' causal-LM loss,
+    which divides by the batch's token count afterwards): the number of targets that count (not
+    ``ignore_index``, default -100), as a tensor on the target's device (no host sync), so the
+    recorded loss is the per-token mean the job then computes; None for a mean loss."""
+    import torch
+
+    if kwargs.get("reduction") != "sum":
+        return None
+    target = kwargs.get("target", args[1] if len(args) > 1 else None)
+    if not isinstance(target, torch.Tensor):
+        return None
+    if target.is_floating_point():  # class probabilities: one item per row
+        return torch.tensor(max(1, target.numel() // max(1, target.shape[-1])), device=target.device)
+    return (target != kwargs.get("ignore_index", -100)).sum().clamp(min=1)
 
 
 def _wrap_step(a, opt) -> None:

@@ -14,11 +14,12 @@ several models and then calls ``nanchaos.attach(model)`` is fine. Several candid
 Step clock: every ``micro_batches`` training-mode forwards of the model with autograd enabled
 make one iteration; eval-mode and ``no_grad`` forwards never count, nor does a forward of the
 model nested inside one of its forwards (Lightning 2.x routes ``self(x)`` in ``training_step``
-back through the DDP wrapper). Iteration i's ``step_end``
-is written when iteration i+1 starts (or at exit): ``action`` is ``update`` when some parameter's
-version counter moved since the iteration began (an optimizer really wrote it; PyTorch bumps
-``Tensor._version`` on every in-place write), else ``skip`` (GradScaler's found_inf, an early
-``continue``, a hand-written check: ``observed:skip``).
+back through the DDP wrapper). Iteration i's ``step_end`` is written when iteration i+1 starts
+(or at exit): ``action`` is ``update`` when some parameter's version counter moved since the
+iteration began (an optimizer really wrote it; PyTorch bumps ``Tensor._version`` on every
+in-place write) or, for ``fused=True`` optimizers, whose kernels write without bumping it, when
+the optimizer's step count moved (``_fused_steps``); else ``skip`` (GradScaler's found_inf, an
+early ``continue``, a hand-written check: ``observed:skip``).
 
 Cost on the clean path (checked on torch 1.13 and written for 2.x): a forward pre-hook on the
 model, a wrapper around ``torch.nn.functional`` losses, ``torch.autograd.backward`` and the
@@ -99,6 +100,7 @@ class Agent:
         self._params: List[torch.Tensor] = []
         self._named_params: List = []
         self._version0 = 0
+        self._fused0: List[float] = []
         self._losses: List[torch.Tensor] = []  # this iteration's micro-batch losses (detached)
         self._awaiting_loss = False
         self._loss_seen_micro = False
@@ -322,6 +324,22 @@ class Agent:
             for f in self.faults:
                 f.on_parameters(self, self._named_params)
         self._version0 = sum(p._version for p in self._params)
+        self._fused0 = self._fused_steps()
+
+    def _fused_steps(self) -> List[float]:
+        """The optimizer's own step count (``state[p]["step"]``) of the first parameter of each
+        ``fused=True`` param group: fused kernels (``torch._fused_adamw_``, HF Trainer's default
+        optimizer since torch 2.8) write parameters without bumping ``Tensor._version``, so for
+        them an update is a step count that moved (a skipped step - no gradients, or a
+        GradScaler's found_inf, which the fused kernel takes back - leaves it). One scalar read
+        per fused group per iteration (a device sync when the count lives on a GPU)."""
+        out = []
+        for opt in self.optimizers:
+            for g in opt.param_groups:
+                if g.get("fused") and g["params"]:
+                    step = opt.state.get(g["params"][0], {}).get("step", 0)
+                    out.append(float(step))
+        return out
 
     def _check_activation_names(self) -> None:
         """Once, at the first optimizer step (or the end of iteration 0 when the job steps no
@@ -339,7 +357,8 @@ class Agent:
     def _end_iteration(self) -> None:
         self._check_activation_names()
         self._open = False
-        updated = sum(p._version for p in self._params) != self._version0
+        updated = (sum(p._version for p in self._params) != self._version0
+                   or self._fused_steps() != self._fused0)
         loss, scale = self._read_loss_and_scale()
         if loss is not None:
             if self.first_loss is None:
@@ -379,13 +398,15 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------
     # loss, backward, optimizer step (called from the patched functions)
-    def on_loss_value(self, loss: torch.Tensor) -> torch.Tensor:
-        """A ``torch.nn.functional`` loss returned ``loss`` (a scalar) after a training forward."""
+    def on_loss_value(self, loss: torch.Tensor, items=None) -> torch.Tensor:
+        """A ``torch.nn.functional`` loss returned ``loss`` (a scalar) after a training forward;
+        ``items`` (a count tensor) when it was a ``reduction="sum"`` loss: the recorded value is
+        then the per-item mean."""
         self._awaiting_loss = False
         if "loss" in self.needs and self._open:
             for f in self.faults:
                 loss = f.on_loss(self, loss)
-        self._record_loss(loss.detach())
+        self._record_loss(loss.detach() if items is None else loss.detach() / items)
         self._loss_seen_micro = True
         return loss
 

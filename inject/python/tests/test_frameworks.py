@@ -77,3 +77,58 @@ def test_lightning_ddp_clean_run_updates_every_step(tmp_path):
     assert_clean(job, 8, 2)
     start = job.of(0, "start")[0]
     assert "layers.0.linear" in start["modules"] and "head.weight" in start["parameters"]
+
+
+def fused_adamw_on_cpu() -> bool:
+    import torch
+
+    try:
+        p = torch.nn.Parameter(torch.zeros(2))
+        p.grad = torch.ones(2)
+        torch.optim.AdamW([p], fused=True).step()
+        return True
+    except (RuntimeError, TypeError):
+        return False
+
+
+# HF Trainer's default optimizer since torch 2.8 is AdamW(fused=True), whose kernel writes the
+# parameters without bumping their version counters; its causal-LM loss is a reduction="sum"
+# cross-entropy divided by the token count afterwards. A step whose gradients were dropped
+# (set_to_none) is a real skip.
+FUSED_LOOP = HEADER + textwrap.dedent('''
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    for step in range(STEPS):
+        x = torch.randn(16, 8); y = torch.randint(0, 4, (16,))
+        y[:4] = -100
+        loss = F.cross_entropy(model(x), y, reduction="sum") / (y != -100).sum()
+        loss.backward()
+        if step == 3:
+            opt.zero_grad(set_to_none=True)  # the job's own skip
+        opt.step()
+        opt.zero_grad()
+        print("loss", step, float(loss))
+''')
+
+
+@pytest.mark.skipif(not fused_adamw_on_cpu(), reason="this torch has no fused AdamW on CPU")
+def test_fused_adamw_updates_and_a_dropped_step_are_told_apart_and_sum_losses_are_per_item(tmp_path):
+    job = run_ranks(tmp_path, FUSED_LOOP, plan(steps=6), world=1)
+    assert job.codes == [0], job.outputs
+    assert steps_of(job, 0) == [(i, "skip" if i == 3 else "update") for i in range(6)]
+    printed = [float(l.split()[2]) for l in job.outputs[0].splitlines() if l.startswith("loss ")]
+    recorded = [e["loss"] for e in job.of(0, "step_end")]
+    assert recorded == pytest.approx(printed, rel=1e-5)
+
+
+@pytest.mark.skipif(not (has("transformers") and has("accelerate")),
+                    reason="transformers and accelerate are not installed for this Python")
+def test_hf_trainer_ddp_clean_run_updates_every_step(tmp_path):
+    script = open(os.path.join(EXAMPLES, "train_hf_trainer.py"), encoding="utf-8").read()
+    env = {"PYTHONPATH": os.pathsep.join([AGENT_DIR, EXAMPLES, os.environ.get("PYTHONPATH", "")])}
+    job = run_ranks(tmp_path, script, plan(steps=6), world=2,
+                    args=["--stack", "skip", "--max-steps", "6"], env=env, timeout=240)
+    assert_clean(job, 6, 2)
+    losses = [e["loss"] for e in job.of(0, "step_end")]
+    assert 3.0 < losses[0] < 6.0, losses  # per token (ln 96 = 4.56), not the token sum
+    assert "transformer.h.0.attn.c_attn" in job.of(0, "start")[0]["modules"]
