@@ -105,7 +105,7 @@ int cmd_targets_external(const nanchaos::harness::Scenario& s, const std::string
   ctx.launcher = default_launcher();
   ctx.self_exe = self;
   if (command_needs_python(s)) {
-    auto interp = resolve_python(s.job.torch);
+    auto interp = resolve_python(s.job.torch, s.job.python_packages);
     if (interp.path.empty()) {
       std::cerr << "nanchaos targets: error: " << interp.error << "\n";
       return 2;

@@ -122,4 +122,53 @@ bool VersionRequirement::satisfied_by(const std::string& version) const {
   return true;
 }
 
+std::string normalized_package_name(const std::string& name) {
+  std::string out;
+  for (const char ch : name) {
+    if (ch == '-' || ch == '_' || ch == '.') {
+      if (out.empty() || out.back() != '-') out += '-';
+    } else {
+      out += char(std::tolower(static_cast<unsigned char>(ch)));
+    }
+  }
+  return out;
+}
+
+std::optional<PackageRequirement> PackageRequirement::parse(const std::string& text,
+                                                            std::string* why) {
+  PackageRequirement p;
+  p.text = trim(text);
+  auto fail = [&](const std::string& what) {
+    if (why) *why = what;
+    return std::nullopt;
+  };
+  const auto name_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+  };
+  size_t n = 0;
+  while (n < p.text.size() && name_char(p.text[n])) ++n;
+  p.name = p.text.substr(0, n);
+  const std::string usage =
+      " (expected a distribution name of letters, digits, -, _ and ., optionally followed by a "
+      "version requirement, e.g. \"lightning>=2.0\")";
+  if (p.name.empty()) {
+    return fail(p.text.empty() ? "empty" + usage : "no distribution name" + usage);
+  }
+  if (!std::isalnum(static_cast<unsigned char>(p.name.front())) ||
+      !std::isalnum(static_cast<unsigned char>(p.name.back()))) {
+    return fail("\"" + p.name + "\" must start and end with a letter or digit" + usage);
+  }
+  const std::string rest = trim(p.text.substr(n));
+  if (!rest.empty() && std::string("<>=!~").find(rest.front()) == std::string::npos) {
+    return fail("after the name \"" + p.name + "\": \"" + rest + "\" is not a version requirement" +
+                usage);
+  }
+  std::string vwhy;
+  auto v = VersionRequirement::parse(rest, &vwhy);
+  if (!v) return fail("after the name \"" + p.name + "\": " + vwhy);
+  p.version = std::move(*v);
+  p.key = normalized_package_name(p.name);
+  return p;
+}
+
 }  // namespace nanchaos

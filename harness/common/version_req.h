@@ -1,5 +1,5 @@
-// Version requirements such as `>=2.4` or `>=1.13,<2`, for `[job] torch` (which interpreter runs an
-// external job). Torch-free.
+// Version requirements such as `>=2.4` or `>=1.13,<2`, for `[job] torch` and `[job]
+// python_packages` (which interpreter runs an external job). Torch-free.
 #pragma once
 
 #include <optional>
@@ -37,6 +37,27 @@ class VersionRequirement {
   std::string text_;
   std::vector<Clause> clauses_;
 };
+
+/// One entry of `[job] python_packages`: a Python distribution name, optionally followed by a
+/// VersionRequirement ("lightning>=2.0", "accelerate >= 0.26, <1", "transformers").
+/// The name is letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit (PEP
+/// 508); names compare as pip does, case-insensitively with runs of `-`, `_`, `.` equivalent
+/// (normalized_package_name). Extras (`name[extra]`), markers (`; python_version...`) and URLs are
+/// not accepted.
+struct PackageRequirement {
+  std::string name;            ///< as written ("Lightning")
+  std::string key;             ///< normalized_package_name(name) ("lightning")
+  VersionRequirement version;  ///< any() when no requirement follows the name
+  std::string text;            ///< the entry, trimmed
+
+  /// The requirement, or nullopt with *why set when `text` is not one, e.g. for "lightning 2":
+  /// "after the name \"lightning\": clause 1 \"2\": no comparison operator (...)".
+  static std::optional<PackageRequirement> parse(const std::string& text, std::string* why);
+};
+
+/// pip's name comparison key (PEP 503): lower case, each run of `-`, `_`, `.` one `-`
+/// ("Pytorch_Lightning" -> "pytorch-lightning").
+std::string normalized_package_name(const std::string& name);
 
 /// The leading release numbers of a version string ("2.15.0+cu132" -> {2, 15, 0}; "1.13.0a0" ->
 /// {1, 13, 0}); empty when it does not start with a digit.

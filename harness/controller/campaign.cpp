@@ -180,7 +180,7 @@ int run_campaign(const CampaignOptions& o) {
     return 2;
   }
   if (command_needs_python(base)) {
-    const PythonInterpreter py = resolve_python(base.job.torch);
+    const PythonInterpreter py = resolve_python(base.job.torch, base.job.python_packages);
     if (py.path.empty()) {
       std::cerr << "nanchaos campaign: error: " << py.error << "\n";
       return 2;

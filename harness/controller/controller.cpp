@@ -313,11 +313,16 @@ int run_suite(const RunOptions& opts) {
             : " in PATH");
     return 2;
   }
-  // The interpreters for external jobs run as `python3 ...`: probed once per suite, chosen per
-  // scenario by its [job] torch requirement.
+  // The interpreters for external jobs run as `python3 ...`: probed once per suite (for every
+  // package any scenario lists), chosen per scenario by its [job] torch and python_packages.
   std::vector<PythonCandidate> pythons;
   if (std::any_of(scenarios.begin(), scenarios.end(), command_needs_python)) {
-    pythons = probe_pythons();
+    std::vector<std::string> packages;
+    for (const auto& s : scenarios) {
+      if (!command_needs_python(s)) continue;
+      packages.insert(packages.end(), s.job.python_packages.begin(), s.job.python_packages.end());
+    }
+    pythons = probe_pythons(default_python_candidates(), packages);
   }
   if (!opts.quiet) std::cout << results::console_header() << std::flush;
 
@@ -373,7 +378,8 @@ int run_suite(const RunOptions& opts) {
     auto missing = unimplemented_features(s);
     const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";
     PythonInterpreter python;
-    if (command_needs_python(s)) python = choose_python(pythons, s.job.torch);
+    if (command_needs_python(s))
+      python = choose_python(pythons, s.job.torch, s.job.python_packages);
     launch.python = python.path;
     // A scenario that never runs has no trials: its stats say so (trials 0, no pass rate).
     auto not_run_stats = [](const results::ScenarioResult& r) {
@@ -388,7 +394,8 @@ int run_suite(const RunOptions& opts) {
       res.reason = no_gpu;
       res.stats = not_run_stats(res);
     } else if (command_needs_python(s) && python.path.empty()) {
-      // Interpreters with torch, none meeting [job] torch: skipped with what each one has.
+      // Interpreters with torch, none meeting [job] torch and python_packages: skipped with what
+      // each one has.
       res.verdict = python.unmet ? results::Verdict::kSkipped : results::Verdict::kError;
       res.reason = python.error;
       res.stats = not_run_stats(res);
@@ -419,6 +426,11 @@ int run_suite(const RunOptions& opts) {
     if (command_needs_python(s) && !python.path.empty()) {
       res.extra["python"] = python.path;  // report.json: the interpreter and torch it ran with
       res.extra["torch"] = python.torch_version;
+      if (!s.job.python_packages.empty()) {  // the listed packages' versions it ran with
+        nlohmann::json versions = nlohmann::json::object();
+        for (const auto& [name, version] : python.packages) versions[name] = version;
+        res.extra["python_packages"] = versions;
+      }
     }
     if (res.verdict == results::Verdict::kError) usage_error = true;
     report.scenarios.push_back(res);

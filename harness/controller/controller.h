@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/controller/host_limits.h"
@@ -128,37 +129,60 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                      int64_t attach_timeout_ms = 0,
                      const std::map<std::string, std::string>& extra_env = {});
 
-/// A Python interpreter probed for torch: `python -c "import torch; print(torch.__version__)"`.
+/// A Python interpreter probed for torch and packages, in one run: `python -c "<probe>" NAME...`
+/// prints `nanchaos-package NAME VERSION` (`nanchaos-package NAME` when not installed) for each
+/// package name, read with importlib.metadata.version (nothing is imported), then imports torch
+/// and prints its version.
 struct PythonCandidate {
   std::string label;          ///< as tried: "python3 (/usr/bin/python3)", "/opt/v/bin/python"
   std::string path;           ///< resolved executable ("" when not found)
   std::string torch_version;  ///< torch.__version__ ("" when torch does not import)
   std::string why;            ///< why not, when torch_version is "": the import's last line
+  /// normalized_package_name -> installed version ("" when not installed), for each name probed.
+  std::map<std::string, std::string> packages;
 };
+
+/// The default interpreter candidates after $NANCHAOS_PYTHON: {"python3", "/usr/bin/python3"}.
+const std::vector<std::string>& default_python_candidates();
 
 /// The candidates in the order [job] torch tries them (../shared/SCENARIO_FORMAT.md, "Modern
 /// PyTorch jobs"): each entry of $NANCHAOS_PYTHON (a ':'-separated list), then `candidates` (a
 /// bare name is searched in PATH). Each distinct executable is probed once (a hung import is
 /// killed after 120 s); the same executable under two names is kept once.
-std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candidates = {
-                                               "python3", "/usr/bin/python3"});
+/// `packages`: [job] python_packages entries of every scenario that will choose from the result
+/// ("lightning>=2.0", "transformers"); the distinct names (pip-normalized) are probed in the same
+/// run, and malformed entries are skipped (the loader refuses them).
+std::vector<PythonCandidate> probe_pythons(
+    const std::vector<std::string>& candidates = default_python_candidates(),
+    const std::vector<std::string>& packages = {});
 
 /// The interpreter that replaces a bare `python`/`python3` command[0] of an external job.
 /// `error` (path empty) names every candidate and its torch version or why it has none:
 /// "no Python interpreter with torch >=2.4: python3 (/usr/bin/python3): torch 1.13.0a0;
-/// /opt/v/bin/python: No module named 'torch'; ...". `unmet` is true when some interpreter has
-/// torch but none meets the requirement (the scenario is then skipped, not an error).
+/// /opt/v/bin/python: No module named 'torch'; ...". With [job] python_packages each candidate
+/// with torch also lists every package's version or its absence: "no Python interpreter with
+/// torch >=2.4 and lightning>=2.0, transformers: python3 (/usr/bin/python3): torch 1.13.0a0, no
+/// lightning, no transformers; /opt/v/bin/python: torch 2.5.1, lightning 2.6.6, no transformers;
+/// ...". `unmet` is true when some interpreter has torch but none meets the requirements (the
+/// scenario is then skipped, not an error).
 struct PythonInterpreter {
   std::string path;
   std::string torch_version;
+  /// Each [job] python_packages entry's name as written and the chosen interpreter's version of
+  /// it, in the scenario's order (empty when path is "").
+  std::vector<std::pair<std::string, std::string>> packages;
   std::string error;
   bool unmet = false;
 };
-/// The first of `probed` whose torch meets `torch_requirement` ([job] torch; "" any torch).
+/// The first of `probed` whose torch meets `torch_requirement` ([job] torch; "" any torch) and
+/// that has every one of `packages` ([job] python_packages) at a version meeting its requirement.
+/// A package `probed` lacks an entry for counts as not installed.
 PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
-                                const std::string& torch_requirement);
-/// probe_pythons() then choose_python().
-PythonInterpreter resolve_python(const std::string& torch_requirement = "");
+                                const std::string& torch_requirement,
+                                const std::vector<std::string>& packages = {});
+/// probe_pythons(default_python_candidates(), packages) then choose_python().
+PythonInterpreter resolve_python(const std::string& torch_requirement = "",
+                                 const std::vector<std::string>& packages = {});
 /// True for an external job whose command[0] is exactly "python" or "python3".
 bool command_needs_python(const Scenario& s);
 

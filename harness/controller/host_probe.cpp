@@ -111,7 +111,33 @@ bool command_needs_python(const Scenario& s) {
          (s.job.command[0] == "python" || s.job.command[0] == "python3");
 }
 
-std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candidates) {
+const std::vector<std::string>& default_python_candidates() {
+  static const std::vector<std::string> kCandidates = {"python3", "/usr/bin/python3"};
+  return kCandidates;
+}
+
+namespace {
+
+// Run as `python -c kProbe NAME...`: package versions from their metadata first (importing
+// lightning alone takes seconds), then torch, whose import failing ends the run with the reason
+// as its last line. importlib.metadata is Python 3.8+; an older one reports every package missing.
+constexpr const char* kProbe =
+    "import sys\n"
+    "try:\n"
+    "    from importlib.metadata import version\n"
+    "except ImportError:\n"
+    "    version = None\n"
+    "for n in sys.argv[1:]:\n"
+    "    try:\n"
+    "        print('nanchaos-package', n, version(n))\n"
+    "    except Exception:\n"
+    "        print('nanchaos-package', n)\n"
+    "import torch; print('nanchaos-torch-version', torch.__version__)\n";
+
+}  // namespace
+
+std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candidates,
+                                           const std::vector<std::string>& packages) {
   std::vector<std::string> names;
   if (const char* env = std::getenv("NANCHAOS_PYTHON"); env && *env) {
     std::istringstream list(env);
@@ -120,6 +146,14 @@ std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candi
     }
   }
   names.insert(names.end(), candidates.begin(), candidates.end());
+  // Each distinct distribution once, spelt as first written (importlib.metadata normalizes too).
+  std::vector<std::string> package_names;
+  std::set<std::string> package_keys;
+  for (const auto& entry : packages) {
+    if (const auto req = PackageRequirement::parse(entry, nullptr)) {
+      if (package_keys.insert(req->key).second) package_names.push_back(req->name);
+    }
+  }
   std::vector<PythonCandidate> out;
   std::set<std::string> probed;
   for (const auto& name : names) {
@@ -138,8 +172,8 @@ std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candi
     int st = -1;
     try {
       SpawnOptions probe;
-      probe.argv = {c.path, "-c",
-                    "import torch; print('nanchaos-torch-version', torch.__version__)"};
+      probe.argv = {c.path, "-c", kProbe};
+      probe.argv.insert(probe.argv.end(), package_names.begin(), package_names.end());
       probe.capture_output = true;  // stdout and stderr: the last line says why not
       ChildProcess py = ChildProcess::spawn(probe);
       text = py.read_output(std::chrono::seconds(120));  // then killed: a hung import
@@ -149,11 +183,18 @@ std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candi
     }
     std::string last;
     std::istringstream lines(text);
+    const std::string torch_mark = "nanchaos-torch-version ", package_mark = "nanchaos-package ";
     for (std::string l; std::getline(lines, l);) {
       // torch may warn on stderr around the import ("Failed to initialize NumPy"): the version
       // is the marked line, wherever it lands.
-      if (l.rfind("nanchaos-torch-version ", 0) == 0) {
-        c.torch_version = l.substr(std::string("nanchaos-torch-version ").size());
+      if (l.rfind(torch_mark, 0) == 0) {
+        c.torch_version = l.substr(torch_mark.size());
+      } else if (l.rfind(package_mark, 0) == 0) {
+        const std::string rest = l.substr(package_mark.size());
+        const auto sp = rest.find(' ');
+        std::string version = sp == std::string::npos ? "" : rest.substr(sp + 1);
+        if (version == "None") version.clear();  // a distribution without a Version field
+        c.packages[normalized_package_name(rest.substr(0, sp))] = version;
       } else if (l.find_first_not_of(" \t\r") != std::string::npos) {
         last = l;
       }
@@ -170,7 +211,8 @@ std::vector<PythonCandidate> probe_pythons(const std::vector<std::string>& candi
 }
 
 PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
-                                const std::string& torch_requirement) {
+                                const std::string& torch_requirement,
+                                const std::vector<std::string>& packages) {
   PythonInterpreter out;
   std::string why;
   const auto req = VersionRequirement::parse(torch_requirement, &why);
@@ -178,24 +220,52 @@ PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
     out.error = "[job].torch: \"" + torch_requirement + "\" is not a version requirement: " + why;
     return out;
   }
+  std::vector<PackageRequirement> wanted;
+  std::vector<std::string> wanted_text;
+  for (const auto& entry : packages) {
+    auto p = PackageRequirement::parse(entry, &why);
+    if (!p) {
+      out.error = "[job].python_packages: \"" + entry + "\" is not a package requirement: " + why;
+      return out;
+    }
+    wanted_text.push_back(p->text);
+    wanted.push_back(std::move(*p));
+  }
   std::vector<std::string> said;
   bool any_torch = false;
   for (const auto& c : probed) {
-    if (!c.torch_version.empty()) {
-      any_torch = true;
-      if (req->satisfied_by(c.torch_version)) {
-        out.path = c.path;
-        out.torch_version = c.torch_version;
-        return out;
-      }
-      said.push_back(c.label + ": torch " + c.torch_version);
-    } else {
+    if (c.torch_version.empty()) {
       said.push_back(c.label + ": " + c.why);
+      continue;
     }
+    any_torch = true;
+    bool ok = req->satisfied_by(c.torch_version);
+    std::vector<std::string> has = {"torch " + c.torch_version};
+    std::vector<std::pair<std::string, std::string>> versions;
+    for (const auto& p : wanted) {
+      const auto it = c.packages.find(p.key);
+      const std::string version = it == c.packages.end() ? "" : it->second;
+      if (version.empty()) {
+        has.push_back("no " + p.name);
+        ok = false;
+        continue;
+      }
+      has.push_back(p.name + " " + version);
+      ok = ok && p.version.satisfied_by(version);
+      versions.emplace_back(p.name, version);
+    }
+    if (ok) {
+      out.path = c.path;
+      out.torch_version = c.torch_version;
+      out.packages = std::move(versions);
+      return out;
+    }
+    said.push_back(fmt::format("{}: {}", c.label, fmt::join(has, ", ")));
   }
-  out.unmet = any_torch && !req->any();
-  out.error = fmt::format("no Python interpreter with torch{}: {}",
-                          req->any() ? "" : " " + req->text(), fmt::join(said, "; "));
+  out.unmet = any_torch && !(req->any() && wanted.empty());
+  std::string needs = req->any() ? "" : " " + req->text();
+  if (!wanted.empty()) needs += fmt::format(" and {}", fmt::join(wanted_text, ", "));
+  out.error = fmt::format("no Python interpreter with torch{}: {}", needs, fmt::join(said, "; "));
   out.error += out.unmet
                    ? "; list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
                      "that .ci/torch2-venv makes"
@@ -203,7 +273,9 @@ PythonInterpreter choose_python(const std::vector<PythonCandidate>& probed,
   return out;
 }
 
-PythonInterpreter resolve_python(const std::string& torch_requirement) {
-  return choose_python(probe_pythons(), torch_requirement);
+PythonInterpreter resolve_python(const std::string& torch_requirement,
+                                 const std::vector<std::string>& packages) {
+  return choose_python(probe_pythons(default_python_candidates(), packages), torch_requirement,
+                       packages);
 }
 }  // namespace nanchaos::harness

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -112,8 +113,8 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.timeout_ms = p.get_int("timeout_ms");
 
   // External jobs: the command and its environment; the built-in stack's keys are refused.
-  static const std::set<std::string> external_only = {"command",           "env",   "micro_batches",
-                                                      "attach_timeout_ms", "torch", "launch"};
+  static const std::set<std::string> external_only = {
+      "command", "env", "micro_batches", "attach_timeout_ms", "torch", "python_packages", "launch"};
   static const std::set<std::string> builtin_only = {"backend", "precision", "grad_allreduce_dtype",
                                                      "grad_predivide"};
   for (const auto& [k, n] : in_file_order(*t)) {
@@ -177,6 +178,26 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   if (!VersionRequirement::parse(j.torch, &why)) {
     scenario_error(p.pos("torch"),
                    "[job].torch: " + quote(j.torch) + " is not a version requirement: " + why);
+  }
+  j.python_packages = p.get_strings("python_packages");
+  if (p.given("python_packages")) {
+    const toml::array* entries = (*t)["python_packages"].as_array();
+    std::map<std::string, size_t> seen;  // normalized name -> index
+    for (size_t i = 0; i < j.python_packages.size(); ++i) {
+      const SourcePos where =
+          entries && i < entries->size() ? at((*entries)[i]) : p.pos("python_packages");
+      const std::string label = "[job].python_packages[" + std::to_string(i) + "]: ";
+      const auto req = PackageRequirement::parse(j.python_packages[i], &why);
+      if (!req) {
+        scenario_error(
+            where, label + quote(j.python_packages[i]) + " is not a package requirement: " + why);
+      }
+      const auto [it, fresh] = seen.emplace(req->key, i);
+      if (!fresh) {
+        scenario_error(where, label + quote(req->name) + " is already listed at [" +
+                                  std::to_string(it->second) + "]; give each package once");
+      }
+    }
   }
   j.launch = p.get_string("launch") == "plain" ? Launch::kPlain : Launch::kTorchrun;
   if (j.launch == Launch::kPlain && j.ranks != 1) {

@@ -162,6 +162,13 @@ const std::vector<KeySpec>& job_keys() {
           "(NANCHAOS_PYTHON, a :-separated list, then PATH's python3, then /usr/bin/python3); "
           "none: the scenario is skipped, naming each interpreter tried and its torch")
           .def(""),
+      Key("python_packages", K::kStringArray,
+          "external: Python distributions the interpreter must have, each a name with an "
+          "optional version requirement (\"lightning>=2.0\", \"transformers\"; names compare "
+          "as pip's); the job runs with the first interpreter whose torch meets [job] torch and "
+          "that has every one (importlib.metadata, nothing imported); none: the scenario is "
+          "skipped, naming what each interpreter lacks")
+          .def(Value(std::vector<std::string>{})),
       Key("launch", K::kString,
           "external: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR "
           "and MASTER_PORT for every rank; plain sets none of them (the NANCHAOS_* variables "

@@ -54,6 +54,9 @@ struct JobConfig {
   int64_t micro_batches = 1;                             ///< root forwards per iteration
   int64_t attach_timeout_ms = 30000;  ///< launch -> `agent` event deadline, else the job is killed
   std::string torch;  ///< a torch version requirement (">=2.4"; "" any): picks the interpreter
+  /// Python distributions the interpreter must have, each a PackageRequirement as written
+  /// ("lightning>=2.0", "transformers"; validated at load): picks the interpreter with `torch`.
+  std::vector<std::string> python_packages;
   Launch launch = Launch::kTorchrun;
   Params params;  ///< the [job] keys as written and defaulted (positions for later checks)
   bool external() const { return workload == WorkloadKind::kExternal; }

@@ -9,10 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/controller/controller.h"
 #include "harness/scenario/scenario.h"
@@ -300,6 +303,153 @@ TEST(ExternalJob, TorchRequirementPicksTheInterpreterOrNamesEachOnesTorch) {
                             "/py215: torch 2.15.0+cu132; /nonexistent/python3: not found; "
                             "list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
                             "that .ci/torch2-venv makes");
+}
+
+// A fake interpreter for the probe: `PY -c PROBE NAME...` answers each package NAME from
+// `installed` ("lightning 2.6.6\ntransformers 4.46.0", the name as pip spells it) and logs the
+// names it was asked for to LOG; any other run (the job itself) just exits.
+std::string fake_python(const std::string& torch, const std::string& installed,
+                        const std::string& log) {
+  return "#!/bin/sh\n[ \"$1\" = -c ] && [ \"$2\" != pass ] || exit 0\nshift 2\necho \"probe: $*\" "
+         ">> " +
+         log + "\nfor n in \"$@\"; do\n  v=$(printf '%s\\n' '" + installed +
+         "' | awk -v n=\"$n\" 'tolower($1) == tolower(n) { print $2 }')\n"
+         "  echo \"nanchaos-package $n${v:+ $v}\"\ndone\necho 'nanchaos-torch-version " +
+         torch + "'\n";
+}
+
+// [job] python_packages: the first interpreter whose torch meets [job] torch and that has every
+// package at a version meeting its requirement; none: `unmet`, naming what each one has.
+TEST(ExternalJob, PythonPackagesPickTheInterpreterOrNameWhatEachLacks) {
+  const auto dir = fs::absolute(tmpdir("pkg-pythons")).string();
+  write_file(dir, "py113", fake_python("1.13.0a0", "", dir + "/log113"));
+  write_file(dir, "py25", fake_python("2.5.1", "lightning 2.6.6", dir + "/log25"));
+  write_file(dir, "py26",
+             fake_python("2.6.0", "lightning 1.9.5\ntransformers 4.46.0", dir + "/log26"));
+  for (const char* f : {"/py113", "/py25", "/py26"}) fs::permissions(dir + f, fs::perms::owner_all);
+  const char* old_py = getenv("NANCHAOS_PYTHON");
+  const std::string saved_py = old_py ? old_py : "";
+  setenv("NANCHAOS_PYTHON", (dir + "/py113:" + dir + "/py25:" + dir + "/py26").c_str(), 1);
+  // Each name once, spelt as first written; a malformed entry is not probed.
+  const auto probed = nanchaos::harness::probe_pythons(
+      {"/nonexistent/python3"},
+      {"lightning>=2.0", "transformers", "Lightning", "not a package!", "accelerate"});
+  if (old_py) {
+    setenv("NANCHAOS_PYTHON", saved_py.c_str(), 1);
+  } else {
+    unsetenv("NANCHAOS_PYTHON");
+  }
+  ASSERT_EQ(probed.size(), 4u);
+  std::ifstream log(dir + "/log25");
+  std::string asked((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(asked, "probe: lightning transformers accelerate\n");  // one run per interpreter
+  EXPECT_EQ(probed[1].torch_version, "2.5.1");
+  EXPECT_EQ(probed[1].packages,
+            (std::map<std::string, std::string>{
+                {"lightning", "2.6.6"}, {"transformers", ""}, {"accelerate", ""}}));
+  EXPECT_EQ(probed[2].packages.at("transformers"), "4.46.0");
+
+  using nanchaos::harness::choose_python;
+  const auto light = choose_python(probed, ">=2.4", {"lightning>=2.0"});
+  EXPECT_EQ(light.path, dir + "/py25");
+  EXPECT_EQ(light.torch_version, "2.5.1");
+  EXPECT_EQ(light.packages,
+            (std::vector<std::pair<std::string, std::string>>{{"lightning", "2.6.6"}}));
+  // pip's name comparison; the report keeps the scenario's spelling.
+  EXPECT_EQ(choose_python(probed, "", {"Lightning>=2"}).packages,
+            (std::vector<std::pair<std::string, std::string>>{{"Lightning", "2.6.6"}}));
+  // Any torch, but transformers: py113 and py25 lack it.
+  const auto tf = choose_python(probed, "", {"transformers"});
+  EXPECT_EQ(tf.path, dir + "/py26");
+  EXPECT_EQ(tf.packages,
+            (std::vector<std::pair<std::string, std::string>>{{"transformers", "4.46.0"}}));
+  // py26 has both, but lightning 1.9.5; py25 has lightning 2.6.6 but no transformers.
+  const auto both = choose_python(probed, ">=2.4", {"lightning>=2.0", "transformers"});
+  EXPECT_EQ(both.path, "");
+  EXPECT_TRUE(both.packages.empty());
+  EXPECT_TRUE(both.unmet);  // skipped, not an error
+  EXPECT_EQ(both.error,
+            "no Python interpreter with torch >=2.4 and lightning>=2.0, transformers: " + dir +
+                "/py113: torch 1.13.0a0, no lightning, no transformers; " + dir +
+                "/py25: torch 2.5.1, lightning 2.6.6, no transformers; " + dir +
+                "/py26: torch 2.6.0, lightning 1.9.5, transformers 4.46.0; /nonexistent/python3: "
+                "not found; list one in NANCHAOS_PYTHON (':'-separated), e.g. the torch 2.x venv "
+                "that .ci/torch2-venv makes");
+  // A version requirement on a package that is installed but too old everywhere.
+  const auto old = choose_python(probed, "", {"lightning>=2.7"});
+  EXPECT_EQ(old.path, "");
+  EXPECT_TRUE(old.unmet);
+  EXPECT_EQ(old.error.rfind("no Python interpreter with torch and lightning>=2.7: " + dir +
+                                "/py113: torch 1.13.0a0, no lightning; " + dir +
+                                "/py25: torch 2.5.1, lightning 2.6.6; " + dir +
+                                "/py26: torch 2.6.0, lightning 1.9.5; ",
+                            0),
+            0u)
+      << old.error;
+  // A package the probe was not asked about counts as missing; with no torch anywhere it is an
+  // error as before.
+  EXPECT_NE(choose_python(probed, "", {"numpy"}).error.find("/py26: torch 2.6.0, no numpy;"),
+            std::string::npos);
+  const auto no_torch =
+      choose_python(nanchaos::harness::probe_pythons({"/nonexistent/python3"}), "", {"lightning"});
+  EXPECT_FALSE(no_torch.unmet);
+  EXPECT_EQ(no_torch.error,
+            "no Python interpreter with torch and lightning: /nonexistent/python3: not found; "
+            "install Debian's python3-torch (.ci/install-deps) or set NANCHAOS_PYTHON");
+  EXPECT_EQ(
+      choose_python(probed, "", {"lightning 2"})
+          .error.rfind("[job].python_packages: \"lightning 2\" is not a package requirement: ", 0),
+      0u);
+}
+
+// [job] python_packages end to end: one probe per suite for the packages of all its scenarios;
+// a scenario whose packages no interpreter has is skipped with what each has, one that is met runs
+// with that interpreter, and report.json gives the versions of its packages.
+TEST(ExternalJob, PythonPackagesSkipOrGoIntoTheReport) {
+  const auto dir = fs::absolute(tmpdir("pkg-in")).string();
+  const auto out = fs::absolute(tmpdir("pkg-out")).string();
+  write_file(dir, "py25", fake_python("2.5.1", "lightning 2.6.6", dir + "/log25"));
+  write_file(dir, "py26", fake_python("2.6.0", "transformers 4.46.0", dir + "/log26"));
+  for (const char* f : {"/py25", "/py26"}) fs::permissions(dir + f, fs::perms::owner_all);
+  write_file(dir, "light.toml",
+             head("ext-pkg-light",
+                  "command = [\"python3\", \"-c\", \"pass\"]\ntorch = \">=2.4\"\n"
+                  "python_packages = [\"lightning>=2.0\"]\n"));
+  write_file(dir, "never.toml",
+             head("ext-pkg-never",
+                  "command = [\"python3\", \"-c\", \"pass\"]\n"
+                  "python_packages = [\"transformers>=99\"]\n"));
+  const char* old_py = getenv("NANCHAOS_PYTHON");
+  const std::string saved_py = old_py ? old_py : "";
+  setenv("NANCHAOS_PYTHON", (dir + "/py25:" + dir + "/py26").c_str(), 1);
+  auto r =
+      run_cmd(kBin + " run " + dir + "/light.toml " + dir + "/never.toml --quiet --out " + out);
+  if (old_py) {
+    setenv("NANCHAOS_PYTHON", saved_py.c_str(), 1);
+  } else {
+    unsetenv("NANCHAOS_PYTHON");
+  }
+  std::ifstream log(dir + "/log25");
+  std::string asked((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(asked, "probe: lightning transformers\n") << r.output;  // once, for the whole suite
+  const json rep = read_report(out);
+  json light, never;
+  for (const auto& s : rep["scenarios"]) (s["name"] == "ext-pkg-light" ? light : never) = s;
+  EXPECT_EQ(never["verdict"], "skipped") << never.dump();
+  const std::string why = never["reason"];
+  EXPECT_EQ(why.rfind("no Python interpreter with torch and transformers>=99: " + dir +
+                          "/py25: torch 2.5.1, no transformers; " + dir +
+                          "/py26: torch 2.6.0, transformers 4.46.0; ",
+                      0),
+            0u)
+      << why;
+  EXPECT_FALSE(never.contains("python"));
+  EXPECT_FALSE(never.contains("python_packages"));
+  // The fake interpreter never loads the agent: error, but it ran with py25.
+  EXPECT_EQ(light["verdict"], "error") << light.dump();
+  EXPECT_EQ(light["python"], dir + "/py25") << light.dump();
+  EXPECT_EQ(light["torch"], "2.5.1");
+  EXPECT_EQ(light["python_packages"], json({{"lightning", "2.6.6"}})) << light.dump();
 }
 
 // [job] launch = "plain": none of torchrun's variables reach the command, not even inherited ones;

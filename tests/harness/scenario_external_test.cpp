@@ -188,5 +188,59 @@ TEST(ScenarioExternal, TorchRequirementAndPlainLaunch) {
             "\"mlp\")");
 }
 
+// [job] python_packages: names with optional requirements, each entry checked at load with its
+// own line:col; only for external jobs.
+TEST(ScenarioExternal, PythonPackagesAreCheckedAtLoad) {
+  EXPECT_TRUE(load_scenario_string(External(kCommand), "x.toml").job.python_packages.empty());
+  Scenario s = load_scenario_string(
+      External(
+          std::string(kCommand) +
+          "python_packages = [\"lightning>=2.0\", \"transformers\", \"accelerate >= 0.26, <1\","
+          " \"Pytorch_Lightning~=2.1\"]\n"),
+      "x.toml");
+  EXPECT_EQ(s.job.python_packages,
+            (std::vector<std::string>{"lightning>=2.0", "transformers", "accelerate >= 0.26, <1",
+                                      "Pytorch_Lightning~=2.1"}));
+  // Line 7 is python_packages; the column is the bad entry's.
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) +
+                             "python_packages = [\"lightning>=2.0\", \"transformers 4\"]\n")),
+            "x.toml:7:38: error: [job].python_packages[1]: \"transformers 4\" is not a package "
+            "requirement: after the name \"transformers\": \"4\" is not a version requirement "
+            "(expected a distribution name of letters, digits, -, _ and ., optionally followed "
+            "by a version requirement, e.g. \"lightning>=2.0\")");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "python_packages = [\"lightning>=2.x\"]\n")),
+            "x.toml:7:20: error: [job].python_packages[0]: \"lightning>=2.x\" is not a package "
+            "requirement: after the name \"lightning\": clause 1 \">=2.x\": \"2.x\" is not a "
+            "version of dot-separated numbers (expected OP VERSION, OP one of >= <= > < == != "
+            "~=, VERSION like 2.4; clauses separated by commas, e.g. \">=2.4,<3\")");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "python_packages = [\">=2\"]\n")),
+            "x.toml:7:20: error: [job].python_packages[0]: \">=2\" is not a package requirement: "
+            "no distribution name (expected a distribution name of letters, digits, -, _ and ., "
+            "optionally followed by a version requirement, e.g. \"lightning>=2.0\")");
+  EXPECT_EQ(
+      ErrorOf(External(std::string(kCommand) + "python_packages = [\"lightning[pytorch]\"]\n")),
+      "x.toml:7:20: error: [job].python_packages[0]: \"lightning[pytorch]\" is not a package "
+      "requirement: after the name \"lightning\": \"[pytorch]\" is not a version requirement "
+      "(expected a distribution name of letters, digits, -, _ and ., optionally followed by a "
+      "version requirement, e.g. \"lightning>=2.0\")");
+  EXPECT_EQ(ErrorOf(External(std::string(kCommand) + "python_packages = [\"\"]\n")),
+            "x.toml:7:20: error: [job].python_packages[0]: \"\" is not a package requirement: "
+            "empty (expected a distribution name of letters, digits, -, _ and ., optionally "
+            "followed by a version requirement, e.g. \"lightning>=2.0\")");
+  // pip's name comparison: pytorch-lightning and Pytorch_Lightning are one distribution.
+  EXPECT_EQ(
+      ErrorOf(External(std::string(kCommand) +
+                       "python_packages = [\"pytorch-lightning\", \"Pytorch_Lightning>=2\"]\n")),
+      "x.toml:7:41: error: [job].python_packages[1]: \"Pytorch_Lightning\" is already "
+      "listed at [0]; give each package once");
+  EXPECT_NE(ErrorOf(External(std::string(kCommand) + "python_packages = \"lightning\"\n"))
+                .find("x.toml:7"),
+            std::string::npos);
+  const std::string head = "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 30\n";
+  EXPECT_EQ(ErrorOf(head + "python_packages = [\"lightning\"]\n"),
+            "x.toml:6:19: error: [job].python_packages: only for workload = \"external\" "
+            "(workload is \"mlp\")");
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

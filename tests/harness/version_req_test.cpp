@@ -62,5 +62,32 @@ TEST(VersionRequirement, ReleaseNumbers) {
   EXPECT_TRUE(release_numbers("v2").empty());
 }
 
+// [job] python_packages entries: a name, then an optional requirement; names compare as pip's.
+TEST(PackageRequirement, NameThenAnOptionalRequirement) {
+  std::string why;
+  auto p = PackageRequirement::parse(" lightning >= 2.0, <3 ", &why);
+  ASSERT_TRUE(p.has_value()) << why;
+  EXPECT_EQ(p->name, "lightning");
+  EXPECT_EQ(p->key, "lightning");
+  EXPECT_EQ(p->text, "lightning >= 2.0, <3");
+  EXPECT_TRUE(p->version.satisfied_by("2.6.6"));
+  EXPECT_FALSE(p->version.satisfied_by("1.9.5"));
+  EXPECT_FALSE(p->version.satisfied_by("3.0.0"));
+  auto bare = PackageRequirement::parse("Pytorch_Lightning", &why);
+  ASSERT_TRUE(bare.has_value()) << why;
+  EXPECT_TRUE(bare->version.any());
+  EXPECT_EQ(bare->key, "pytorch-lightning");
+  EXPECT_EQ(normalized_package_name("Foo.__Bar-baz"), "foo-bar-baz");
+  EXPECT_EQ(normalized_package_name("pytorch-lightning"),
+            normalized_package_name("PyTorch.Lightning"));
+  for (const char* bad :
+       {"", ">=2", "-lightning", "lightning-", "lightning 2", "lightning[pytorch]",
+        "lightning>=2.x", "lightning; python_version>'3'"}) {
+    EXPECT_FALSE(PackageRequirement::parse(bad, &why).has_value()) << bad;
+  }
+  PackageRequirement::parse("lightning>=2,<<3", &why);
+  EXPECT_EQ(why.rfind("after the name \"lightning\": clause 2 \"<<3\"", 0), 0u) << why;
+}
+
 }  // namespace
 }  // namespace nanchaos
