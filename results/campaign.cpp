@@ -145,8 +145,34 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
     row.error = judged.reason.empty() ? "the fault never fired" : judged.reason;
     return row;
   }
-  if (judged.first_detection) {
-    const Detection& d = *judged.first_detection;
+  // The judge may put the flight recorder's `collective_mismatch` first (the earliest
+  // evidence); it is the harness's reading, so the stack is scored on its own first detection
+  // after it, and the mismatch is kept beside, in harness_named.
+  const Detection* first = judged.first_detection ? &*judged.first_detection : nullptr;
+  std::optional<Detection> own;
+  if (first && first->detector == "collective_mismatch") {
+    Named m;
+    m.detector = first->detector;
+    m.ranks = first->ranks;
+    std::sort(m.ranks.begin(), m.ranks.end());
+    m.step = first->step;
+    row.harness_latency_steps = m.step - truth.step;
+    row.harness_latency_ms = first->latency_ms;
+    row.harness_rank_ok = m.ranks == truth.ranks;
+    row.harness_cause_ok = m.cause == truth.cause;
+    row.harness_named = std::move(m);
+    first = nullptr;
+    for (const auto& d : judged.detections) {
+      if (d.detector == "collective_mismatch" || d.step < judged.first_detection->step) continue;
+      own = d;
+      own->latency_steps = d.step - truth.step;
+      own->latency_ms.reset();  // the judge times only its first detection
+      first = &*own;
+      break;
+    }
+  }
+  if (first) {
+    const Detection& d = *first;
     Named n;
     n.detector = d.detector;
     n.ranks = d.ranks;
@@ -165,7 +191,7 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
       row.named = std::move(n);
     }
   }
-  if (!row.named && !row.late) explain_dead_rank(judged, truth, &row);
+  if (!row.named && !row.late && !row.harness_named) explain_dead_rank(judged, truth, &row);
   const bool detected = row.named.has_value();
   if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
     row.outcome = CampaignOutcome::kHang;

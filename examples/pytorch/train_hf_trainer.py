@@ -28,7 +28,9 @@ Run without the harness (one process per rank, torchrun's environment, gloo on C
     python3 -m torch.distributed.run --nproc_per_node 2 train_hf_trainer.py --stack skip
 
 ``--max-steps`` optimizer steps (default 20), ``--pg-timeout-s`` the process group timeout
-(``TrainingArguments.ddp_timeout``, default 10 s), ``--print-digest`` prints ``digest rank R
+(default 10 s; ``TrainingArguments.ddp_timeout``, which transformers 5.24 passes on only for
+GPU runs: with ``use_cpu=True`` Accelerate's gloo group got torch's 30-minute default, so on CPU
+the script creates the group itself first and Accelerate keeps it), ``--print-digest`` prints ``digest rank R
 <blake2b of the parameters>`` at the end. Needs ``transformers`` and ``accelerate`` (checked
 with transformers 5.24 and accelerate 1.16 on torch 2.15).
 """
@@ -36,6 +38,7 @@ with transformers 5.24 and accelerate 1.16 on torch 2.15).
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import tempfile
 
@@ -114,6 +117,8 @@ def main() -> None:
                         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout_s))
     out = tempfile.mkdtemp(prefix="hf-trainer-")
     training_args = TrainingArguments(
         output_dir=out, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,

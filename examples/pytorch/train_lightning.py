@@ -11,12 +11,16 @@ Stacks (``--stack``), all in ``training_step``, Lightning's place for them:
 ========  =================================================================================
 none      nothing: a NaN on one rank reaches every rank's parameters through the all-reduce
 synced    the loss's finiteness is ``self.all_gather``ed; when any rank's is non-finite every
-          rank returns ``None`` (Lightning's "skip this batch" in automatic optimization:
-          no backward, no optimizer step), the rank that saw it calls
+          rank drops its gradients in ``on_before_optimizer_step`` (``zero_grad(set_to_none=
+          True)``: the optimizer step then leaves every parameter and its momentum as they
+          were, GradScaler's skip done by hand), the rank that saw it calls
           ``report_detection("nan_check", cause="loss_math")`` and all call
-          ``report_decision("skip_step")``
-skip      the rank that sees a non-finite loss returns ``None`` alone; Lightning documents
-          that this hangs under DDP (the other ranks wait in the gradient all-reduce)
+          ``report_decision("skip_step")``. Returning ``None`` instead, Lightning's "skip this
+          batch", is refused under DDP since Lightning 2.1 ("Skipping the training_step by
+          returning None in distributed training is not supported")
+skip      the rank that sees a non-finite loss returns ``None`` alone and reports nothing:
+          Lightning 2.0 then hangs (the other ranks wait in the gradient all-reduce), 2.1 and
+          later raise the error above on that rank
 ========  =================================================================================
 
 Run without the harness (one process per rank, torchrun's environment, gloo on CPU)::
@@ -77,20 +81,23 @@ class Classifier(L.LightningModule):
         if stack == "none":
             return loss
         bad_here = not bool(torch.isfinite(loss.detach()))
-        if stack == "skip":
-            if bad_here:
-                nanchaos.report_detection("nan_check", cause="loss_math")
-                return None
-            return loss
-        # synced: every rank learns whether any rank's loss is non-finite.
+        if stack == "skip":  # the one-liner seen in many LightningModules; reports nothing
+            return None if bad_here else loss
+        # synced: every rank learns whether any rank's loss is non-finite; the step is then
+        # skipped on every rank together (on_before_optimizer_step).
         flags = self.all_gather(torch.tensor(float(bad_here)))
-        if bool(flags.max() > 0):
+        self._skip_step = bool(flags.max() > 0)
+        if self._skip_step:
             if bad_here:
                 nanchaos.report_detection("nan_check", cause="loss_math")
             nanchaos.report_decision("skip_step")
-            return None
-        self.log("train_loss", loss, prog_bar=False)
+        else:
+            self.log("train_loss", loss, prog_bar=False)
         return loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        if getattr(self, "_skip_step", False):
+            optimizer.zero_grad(set_to_none=True)  # SGD skips parameters without a gradient
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)

@@ -133,13 +133,30 @@ void fill_layer(const std::vector<RankEvidence>& logs, Detection& d) {
 // observed:exception: the rank whose own process-group timeout fired is not the culprit; the
 // one that stopped (absent from collective #k) is.
 void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult& job,
-                         const std::vector<int64_t>& absent, int64_t raised_t, Detection& d) {
+                         const Postmortem& pm, int64_t raised_t, Detection& d) {
+  const std::vector<int64_t>& absent = pm.absent;
   std::vector<int64_t> both;
   for (int64_t r : d.ranks) {
     if (contains(absent, r)) both.push_back(r);
   }
   if (!both.empty()) {
     d.ranks = both;
+    // An absent rank that raised only after a peer had given up on it (the peer's wait in the
+    // gap collective failed first: a SIGTERM handler's last collective, a closed connection)
+    // was stalled, not failing on its own: cause hang.
+    int64_t gave_up = std::numeric_limits<int64_t>::max();
+    for (const auto& l : logs) {
+      if (auto f = l.coll_failed_t.find(pm.first_gap_seq); f != l.coll_failed_t.end())
+        gave_up = std::min(gave_up, f->second);
+    }
+    const bool after = std::all_of(both.begin(), both.end(), [&](int64_t r) {
+      for (const auto& ev : logs[size_t(r)].stack_events) {
+        const auto* e = std::get_if<DetectEvent>(&ev);
+        if (e && e->detector == d.detector && e->step == d.step) return e->t_us > gave_up;
+      }
+      return false;
+    });
+    if (after) d.cause = "hang";
     return;
   }
   // The absent ranks are the culprits: those that died (a process watch saw them gone, with no
@@ -165,12 +182,12 @@ void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult&
 
 // External jobs: the stack's action per step, the flight-recorder attribution, and the order.
 void attribute_external(const std::vector<RankEvidence>& logs, const JobResult& job,
-                        const std::vector<int64_t>& absent, Ledger& l,
-                        std::vector<Detection>& dets) {
+                        const Postmortem& pm, Ledger& l, std::vector<Detection>& dets) {
+  const std::vector<int64_t>& absent = pm.absent;
   for (auto& d : dets) {
     if (auto a = l.stack_action.find(d.step); a != l.stack_action.end()) d.action = a->second;
     if (d.detector == "observed:exception" && !absent.empty()) {
-      attribute_exception(logs, job, absent, l.earliest_t[{d.step, d.detector}], d);
+      attribute_exception(logs, job, pm, l.earliest_t[{d.step, d.detector}], d);
     }
     // The job's own watchdog (a stack detection with cause `hang`) fires on the ranks that
     // waited; the ranks absent from the collective are the hung ones (DESIGN.md: rank = the
@@ -193,12 +210,36 @@ void attribute_external(const std::vector<RankEvidence>& logs, const JobResult& 
                    [&](const Detection& a, const Detection& b) { return order(a) < order(b); });
 }
 
+// The earliest evidence first (../shared/SCENARIO_FORMAT.md "Modern PyTorch jobs"): ranks that
+// entered one collective number at different steps, ops or sizes, visible before any detection
+// was reported, are the first detection: `collective_mismatch`, the ranks that diverged, the
+// step of the divergence. It is the flight recorder's reading, not the stack's word: campaigns
+// count it beside the stack's detections (results/campaign.cpp), never as one.
+void add_collective_mismatch(const Postmortem& pm, Ledger& l, std::vector<Detection>& dets) {
+  if (pm.mismatch.is_null() || pm.mismatch_ranks.empty()) return;
+  for (const auto& d : dets) {
+    const auto t = l.earliest_t.find({d.step, d.detector});
+    if (d.step < pm.mismatch_step) return;  // an earlier step's detection came first
+    if (t != l.earliest_t.end() && t->second <= pm.mismatch_t_us) return;
+  }
+  Detection m;
+  m.detector = "collective_mismatch";
+  m.ranks = pm.mismatch_ranks;
+  m.step = pm.mismatch_step;
+  l.earliest_t[{m.step, m.detector}] = pm.mismatch_t_us;
+  l.first_detect_t[m.step] =
+      std::min(l.first_detect_t.count(m.step) ? l.first_detect_t[m.step] : pm.mismatch_t_us,
+               pm.mismatch_t_us);
+  dets.insert(dets.begin(), m);
+}
+
 }  // namespace
 
 int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& logs,
-                         const JobResult& job, const std::vector<int64_t>& absent,
+                         const JobResult& job, const Postmortem& pm,
                          std::optional<int64_t> first_fault_step,
                          std::optional<int64_t> first_inject_t, results::ScenarioResult& res) {
+  const std::vector<int64_t>& absent = pm.absent;
   Ledger l = collect(s, logs, absent);
   for (auto& [key, d] : l.by_step) {
     std::sort(d.ranks.begin(), d.ranks.end());
@@ -206,7 +247,8 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
     res.detections.push_back(d);
   }
   if (s.job.external()) {
-    attribute_external(logs, job, absent, l, res.detections);
+    attribute_external(logs, job, pm, l, res.detections);
+    add_collective_mismatch(pm, l, res.detections);
   } else {
     std::stable_sort(res.detections.begin(), res.detections.end(),
                      [](const Detection& a, const Detection& b) { return a.step < b.step; });
@@ -214,7 +256,8 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
   int64_t false_positives = 0;
   for (auto& d : res.detections) {
     if (!first_fault_step || d.step < *first_fault_step) {
-      ++false_positives;
+      // The flight recorder's reading is no false positive of the stack.
+      if (d.detector != "collective_mismatch") ++false_positives;
       continue;
     }
     if (res.first_detection) continue;

@@ -350,7 +350,13 @@ void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, J
   }
   j.recovered = res.outcome == Outcome::kCompleted && res.steps_completed == s.job.steps &&
                 eval_finite && params_finite;
-  j.detected = res.first_detection.has_value();
+  // What the fault did is scored on the stack's word: the flight recorder's
+  // collective_mismatch, first in the list when it came first, is the harness's reading.
+  const auto& first = res.first_detection;
+  j.detected =
+      first && std::any_of(res.detections.begin(), res.detections.end(), [&](const auto& d) {
+        return d.detector != "collective_mismatch" && d.step >= first->step;
+      });
 }
 
 results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
@@ -371,7 +377,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   Judged j;
   j.deadlock = pm.deadlock;
   j.false_positives =
-      judge_detections(s, logs, seen, pm.absent, fired.first_fault_step, fired.first_inject_t, res);
+      judge_detections(s, logs, seen, pm, fired.first_fault_step, fired.first_inject_t, res);
 
   judge_end_state(s, logs, j, res);
 

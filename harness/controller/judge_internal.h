@@ -24,8 +24,15 @@ struct Postmortem {
   int64_t first_gap_seq = -1;         ///< the first collective some ranks entered and others not
   std::vector<int64_t> absent;        ///< the ranks missing from it
   nlohmann::json mismatch = nullptr;  ///< one collective number entered at different steps/names
-  std::vector<int64_t> dead;          ///< crashed or aborted jobs: the ranks that died
-  bool deadlock = false;  ///< a rank waited in a collective past collective_timeout_ms + 1 s
+  /// The first mismatch as evidence (mismatch not null): the ranks that diverged (the minority
+  /// of the (step, op, size) groups; on a tie the group furthest ahead, which skipped a
+  /// collective), the earliest step among the entries, and when the disagreement became
+  /// visible (us: the first entry that differed from an earlier one).
+  std::vector<int64_t> mismatch_ranks;
+  int64_t mismatch_step = -1;
+  int64_t mismatch_t_us = 0;
+  std::vector<int64_t> dead;  ///< crashed or aborted jobs: the ranks that died
+  bool deadlock = false;      ///< a rank waited in a collective past collective_timeout_ms + 1 s
   double longest_wait_ms = 0;
 };
 
@@ -35,9 +42,12 @@ Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
 
 /// Fills `res.detections` (sorted) and `res.first_detection` (with its latencies) from the
 /// ranks' detect and decision events; returns the false positives (detections before the first
-/// fault step, or with no fault at all). `absent` is Postmortem::absent.
+/// fault step, or with no fault at all). `pm` gives the ranks absent from the first collective
+/// gap and, for external jobs, the first collective mismatch: when it became visible before
+/// every other detection it is the first one (`collective_mismatch`, the diverged ranks, the
+/// step; ../shared/SCENARIO_FORMAT.md "Modern PyTorch jobs": the earliest evidence first).
 int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& logs,
-                         const JobResult& job, const std::vector<int64_t>& absent,
+                         const JobResult& job, const Postmortem& pm,
                          std::optional<int64_t> first_fault_step,
                          std::optional<int64_t> first_inject_t, results::ScenarioResult& res);
 

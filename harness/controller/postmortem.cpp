@@ -2,7 +2,9 @@
 // processes ended, say about absent, dead and deadlocked ranks (the flight-recorder evidence).
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "harness/controller/judge_internal.h"
 
@@ -10,6 +12,22 @@ namespace nanchaos::harness {
 namespace {
 
 using nlohmann::json;
+
+// A rank's entry of collective #k that came after a peer had already left #k with an error
+// (its process-group timeout fired, its connection closed) took no part in it: the peer gave
+// up waiting for this rank. The flight recorder counts it absent from #k (a stalled rank that
+// a framework's SIGTERM handler revives for one last collective, Lightning's, is still the one
+// the others waited for), and its entry is no disagreement on #k.
+bool late_entry(const std::vector<RankEvidence>& logs, size_t r, int64_t k) {
+  const auto it = logs[r].coll_enter.find(k);
+  if (it == logs[r].coll_enter.end()) return false;
+  for (size_t q = 0; q < logs.size(); ++q) {
+    if (q == r || !logs[q].coll_enter.count(k)) continue;
+    const auto failed = logs[q].coll_failed_t.find(k);
+    if (failed != logs[q].coll_failed_t.end() && it->second.t_us > failed->second) return true;
+  }
+  return false;
+}
 
 // The first collective some ranks entered and others never did, and those others. Only sequence
 // numbers some rank entered can be a gap (one no rank entered is not): walking 0..max seq instead
@@ -25,7 +43,7 @@ void find_first_gap(const std::vector<RankEvidence>& logs, Postmortem& pm) {
   for (int64_t k : seqs) {
     std::vector<int64_t> missing;
     for (int r = 0; r < world; ++r) {
-      if (!logs[r].coll_enter.count(k)) missing.push_back(r);
+      if (!logs[r].coll_enter.count(k) || late_entry(logs, size_t(r), k)) missing.push_back(r);
     }
     if (!missing.empty() && int(missing.size()) < world) {
       pm.first_gap_seq = k;
@@ -45,31 +63,71 @@ void find_first_gap(const std::vector<RankEvidence>& logs, Postmortem& pm) {
   }
 }
 
-// Sequence mismatch: the same collective number entered at different steps or names.
-json find_mismatch(const std::vector<RankEvidence>& logs) {
-  json mismatch = nullptr;
-  for (int64_t k = 0; mismatch.is_null(); ++k) {
-    std::set<std::pair<int64_t, std::string>> seen;
+// Sequence mismatch: the same collective number entered at different steps, ops or sizes (late
+// entries left out). Fills pm.mismatch and, from the first one, the evidence fields.
+void find_mismatch(const std::vector<RankEvidence>& logs, Postmortem& pm) {
+  struct Entry {
+    int64_t rank, step, t_us, count;
+    std::string name;
+    auto key() const { return std::make_tuple(step, name, count); }
+  };
+  for (int64_t k = 0;; ++k) {
+    std::vector<Entry> entries;
     bool any = false;
-    for (const auto& l : logs) {
-      auto it = l.coll_enter.find(k);
-      if (it == l.coll_enter.end()) continue;
+    for (size_t r = 0; r < logs.size(); ++r) {
+      auto it = logs[r].coll_enter.find(k);
+      if (it == logs[r].coll_enter.end()) continue;
       any = true;
-      seen.insert({it->second.step, it->second.name});
+      if (late_entry(logs, r, k)) continue;
+      entries.push_back({int64_t(r), it->second.step, it->second.t_us,
+                         it->second.count.value_or(-1), it->second.name});
     }
-    if (!any) break;
-    if (seen.size() > 1) {
-      json ranks = json::array();
-      for (size_t r = 0; r < logs.size(); ++r) {
-        auto it = logs[r].coll_enter.find(k);
-        if (it != logs[r].coll_enter.end()) {
-          ranks.push_back({{"rank", int(r)}, {"step", it->second.step}, {"name", it->second.name}});
-        }
+    if (!any) return;
+    std::map<std::tuple<int64_t, std::string, int64_t>, std::vector<int64_t>> groups;
+    for (const auto& e : entries) groups[e.key()].push_back(e.rank);
+    if (groups.size() < 2) continue;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& e : entries) {
+      ranks.push_back({{"rank", e.rank}, {"step", e.step}, {"name", e.name}});
+      if (e.count >= 0) ranks.back()["count"] = e.count;
+    }
+    // Diverged: the smallest group; on a tie the one furthest ahead (a rank that skipped a
+    // collective meets its peers' earlier one), else every rank outside the lowest rank's group.
+    auto rank_of = [](const auto& g) {  // smaller first: fewer members, then further ahead
+      return std::make_pair(g.second.size(), -std::get<0>(g.first));
+    };
+    const auto best =
+        std::min_element(groups.begin(), groups.end(),
+                         [&](const auto& a, const auto& b) { return rank_of(a) < rank_of(b); });
+    const bool tie = std::count_if(groups.begin(), groups.end(),
+                                   [&](const auto& g) { return rank_of(g) == rank_of(*best); }) > 1;
+    pm.mismatch_ranks.clear();
+    if (tie) {
+      const auto& lowest =
+          *std::min_element(entries.begin(), entries.end(),
+                            [](const Entry& a, const Entry& b) { return a.rank < b.rank; });
+      for (const auto& e : entries) {
+        if (e.key() != lowest.key()) pm.mismatch_ranks.push_back(e.rank);
       }
-      mismatch = {{"seq", k}, {"ranks", ranks}};
+    } else {
+      pm.mismatch_ranks = best->second;
     }
+    std::sort(pm.mismatch_ranks.begin(), pm.mismatch_ranks.end());
+    pm.mismatch_step = std::numeric_limits<int64_t>::max();
+    for (const auto& e : entries) pm.mismatch_step = std::min(pm.mismatch_step, e.step);
+    // Visible once an entry differs from one already made.
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.t_us < b.t_us; });
+    for (const auto& e : entries) {
+      if (e.key() != entries.front().key()) {
+        pm.mismatch_t_us = e.t_us;
+        break;
+      }
+    }
+    pm.mismatch = {
+        {"seq", k}, {"ranks", ranks}, {"diverged", pm.mismatch_ranks}, {"step", pm.mismatch_step}};
+    return;
   }
-  return mismatch;
 }
 
 // Dead ranks of a crashed job: the ones that left no exit or abort record and whose process was
@@ -134,7 +192,7 @@ Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
                       const JobResult& job, results::Outcome outcome) {
   Postmortem pm;
   find_first_gap(logs, pm);
-  pm.mismatch = find_mismatch(logs);
+  find_mismatch(logs, pm);
   if (outcome == results::Outcome::kCrashed) {
     pm.dead = dead_of_crash(logs, job, pm.absent);
   } else if (outcome == results::Outcome::kAborted) {

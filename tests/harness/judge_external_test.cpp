@@ -278,6 +278,144 @@ TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
   EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
+// Rank 1 skips its step-2 update without telling rank 0 (Lightning's `return None`): its step-3
+// bucket all-reduce meets rank 0's step-2 one as collective #2, and rank 0 later waits in #3
+// until its process-group timeout. The flight recorder saw ranks disagree at step 2 long before
+// the timeout: the first detection is that collective_mismatch (rank 1, step 2), not the hang.
+TEST(JudgeExternal, ASkippedCollectiveIsFirstReportedAsACollectiveMismatch) {
+  RunDir d("skip-coll");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) {
+      const int64_t t = 1000 + s * 1000;
+      if (r == 1 && s == 2) {
+        d.inject(r, 2, t + 5);
+        d.ev(r, "step_begin", t, {{"step", s}});
+        d.ev(r, "step_end", t + 30, {{"step", s}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "skip"}});
+        continue;
+      }
+      if (r == 0 && s == 3) {
+        d.ev(r, "step_begin", t, {{"step", s}});
+        d.coll(r, seq, s, t + 10, false);
+        break;
+      }
+      d.step(r, s, t, &seq);
+    }
+    if (r == 1) {
+      d.final_ok(r, 4, 9000);
+      continue;
+    }
+    d.ev(r, "exception", 1'004'100,
+         {{"type", "DistBackendError"},
+          {"message", "Watchdog caught collective operation timeout"}});
+    d.ev(r, "detect", 1'004'100,
+         {{"detector", "observed:exception"},
+          {"step", 3},
+          {"layer", ""},
+          {"cause", "exception"},
+          {"source", "observed"}});
+    d.ev(r, "exit", 1'004'300, {{"code", 1}});
+  }
+  d.flush();
+  const auto res = judge(Load(std::string(kTensorFault) +
+                              "[expect]\nfirst_detector = \"collective_mismatch\"\nrank = 1\n"
+                              "within_steps = 0\noutcome = \"crashed\"\n"),
+                         d.path(), Job(1, 1'500'000));
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->detector, "collective_mismatch");
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.first_detection->step, 2);
+  EXPECT_EQ(res.first_detection->latency_steps, 0);
+  EXPECT_EQ(res.extra["collective_mismatch"]["seq"], 2);
+  EXPECT_EQ(res.extra["collective_mismatch"]["diverged"], json::array({1}));
+  // The stack's own word came later (rank 0's exception at step 3): it is still in the list,
+  // and what the fault did is scored on it, not on the harness's reading.
+  ASSERT_EQ(res.detections.size(), 2u);
+  EXPECT_EQ(res.detections[1].detector, "observed:exception");
+  EXPECT_EQ(res.fault_outcome, results::FaultOutcome::kDetectedUnrecovered);
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
+}
+
+// The same run without the job's exception: the harness's mismatch alone is no detection of the
+// stack, so the fault is not `detected_*`.
+TEST(JudgeExternal, ACollectiveMismatchAloneIsNotTheStacksDetection) {
+  RunDir d("skip-coll-quiet");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) {
+      if (r == 1 && s == 2) {
+        d.inject(r, 2, 3005);
+        d.ev(r, "step_begin", 3000, {{"step", s}});
+        d.ev(r, "step_end", 3030, {{"step", s}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "skip"}});
+        continue;
+      }
+      if (r == 1 && s == 3) {  // rank 1 ran one all-reduce short: its peer gets the last one
+        d.step(r, s, 1000 + s * 1000, &seq);
+        continue;
+      }
+      d.step(r, s, 1000 + s * 1000, &seq);
+    }
+    d.final_ok(r, 4, 9000);
+  }
+  d.flush();
+  const auto res =
+      judge(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d.path(), Job());
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->detector, "collective_mismatch");
+  EXPECT_EQ(res.extra["false_positives"], 0);
+  EXPECT_NE(res.fault_outcome, results::FaultOutcome::kDetectedRecovered);
+  EXPECT_NE(res.fault_outcome, results::FaultOutcome::kDetectedUnrecovered);
+}
+
+// Rank 1 stalls before its step-1 all-reduce; rank 0 gives up on collective #1 with an error.
+// A SIGTERM handler then revives rank 1 for one last broadcast (Lightning's), which the agent
+// records as collective #1 too. That late entry took no part in #1: rank 1 is still the absent
+// rank, its entry is no collective mismatch, and since it raised only after rank 0 gave up on
+// it, the cause is hang.
+TEST(JudgeExternal, AnEntryAfterThePeerGaveUpCountsAsAbsent) {
+  RunDir d("late-entry");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 1) {
+      d.inject(r, 1, 2050, "hang");
+      d.ev(r, "coll_enter", 1'003'000,
+           {{"seq", seq}, {"name", "broadcast"}, {"count", 1}, {"dtype", "int64"}, {"step", 1}});
+      d.ev(r, "coll_leave", 1'003'100, {{"seq", seq}, {"name", "broadcast"}, {"status", "error"}});
+    } else {
+      d.coll(r, seq, 1, 2100, false);
+      d.ev(r, "coll_leave", 1'002'100,
+           {{"seq", seq}, {"name", "grad_allreduce"}, {"status", "error"}});
+    }
+    d.ev(r, "exception", 1'003'200 + r,
+         {{"type", "DistBackendError"},
+          {"message", "Watchdog caught collective operation timeout"}});
+    d.ev(r, "detect", 1'003'200 + r,
+         {{"detector", "observed:exception"},
+          {"step", 1},
+          {"layer", ""},
+          {"cause", "exception"},
+          {"source", "observed"}});
+    d.ev(r, "exit", 1'003'300, {{"code", 1}});
+  }
+  d.flush();
+  const auto res =
+      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+                 "[detectors]\ncollective_timeout_ms = 1000\n"
+                 "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\n"),
+            d.path(), Job(1, 1'500'000));
+  EXPECT_EQ(res.extra["absent_ranks"], json::array({1}));
+  EXPECT_TRUE(res.extra["collective_mismatch"].is_null()) << res.extra["collective_mismatch"];
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
+  EXPECT_EQ(res.first_detection->cause, "hang");  // it raised only after rank 0 gave up on it
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
+}
+
 TEST(JudgeExternal, AttachErrorIsTheSetupReason) {
   RunDir d("attach-error");
   d.start(0, 2);

@@ -193,6 +193,38 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   EXPECT_EQ(f.error, "injection not verified: ...");
 }
 
+// The judge puts the flight recorder's collective_mismatch first when it came first (an external
+// job's rank skipped a collective); the stack is scored on its own detection after it, and the
+// mismatch is the harness's, beside it.
+TEST(CampaignScoring, ACollectiveMismatchFirstIsTheHarnessesAndTheStackIsScoredOnItsOwn) {
+  ScenarioResult r = judged(FaultOutcome::kDetectedUnrecovered, Outcome::kCrashed);
+  r.first_detection = detection("collective_mismatch", {1}, "", "", 0);
+  r.detections = {*r.first_detection, detection("observed:exception", {0}, "", "exception", 1)};
+  auto f = score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), r);
+  ASSERT_TRUE(f.harness_named.has_value());
+  EXPECT_EQ(f.harness_named->detector, "collective_mismatch");
+  EXPECT_EQ(f.harness_rank_ok, true);
+  EXPECT_EQ(f.harness_latency_steps, 0);
+  ASSERT_TRUE(f.named.has_value());
+  EXPECT_EQ(f.named->detector, "observed:exception");
+  EXPECT_EQ(f.rank_ok, false);  // the stack blamed rank 0
+  EXPECT_EQ(f.latency_steps, 1);
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kDetectedUnrecovered);
+  // With nothing from the stack, the row is no detection at all.
+  r = judged(FaultOutcome::kSilentCorruption);
+  r.first_detection = detection("collective_mismatch", {1}, "", "", 0);
+  r.detections = {*r.first_detection};
+  f = score_fault(0, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), r);
+  EXPECT_FALSE(f.named.has_value());
+  EXPECT_EQ(f.named_by(), NamedBy::kHarness);
+  EXPECT_EQ(*f.outcome, CampaignOutcome::kSilentCorruption);
+  Campaign c;
+  c.faults = {f};
+  c.summary = summarize_campaign(c.faults);
+  EXPECT_EQ(c.summary.all.coverage.k, 0);
+  EXPECT_TRUE(c.summary.detector_by_class.empty());
+}
+
 // Issue 27's acceptance: a stack that detects nothing scores coverage 0 though the harness's
 // post-mortem explains every crash; the harness's figure is beside it.
 TEST(CampaignScoring, AStackThatNamesNothingScoresZeroThoughTheHarnessExplainsItsCrashes) {

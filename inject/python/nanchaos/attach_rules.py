@@ -99,10 +99,10 @@ def owners_of(opt) -> List[torch.nn.Module]:
         return []
     owners = []
     for obj in gc.get_objects():
-        try:
-            if not isinstance(obj, torch.nn.Module):
-                continue
-        except ReferenceError:
+        # type(), not isinstance(): isinstance reads obj.__class__, which a few module-level
+        # objects compute (torch.distributed.reduce_op warns that it is deprecated, a dead
+        # weakref proxy raises ReferenceError).
+        if not issubclass(type(obj), torch.nn.Module):
             continue
         have = {id(p) for p in obj.parameters()}
         if want <= have:
