@@ -136,7 +136,16 @@ def _patch(a) -> None:
         t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
         if isinstance(t, torch.Tensor) and t.dim() == 0:
             a.on_backward(t)
-        return orig_backward(tensors, *args, **kwargs)
+        seq = a.before_backward()
+        if seq is None:
+            return orig_backward(tensors, *args, **kwargs)
+        try:
+            out = orig_backward(tensors, *args, **kwargs)
+        except BaseException:
+            a.coll_leave(seq, "grad_allreduce", "error")
+            raise
+        a.coll_leave(seq, "grad_allreduce")
+        return out
 
     torch.autograd.backward = backward
 

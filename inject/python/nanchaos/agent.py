@@ -21,10 +21,10 @@ in-place write) or, for ``fused=True`` optimizers, whose kernels write without b
 the optimizer's step count moved (``_fused_steps``); else ``skip`` (GradScaler's found_inf, an
 early ``continue``, a hand-written check: ``observed:skip``).
 
-Cost on the clean path (checked on torch 1.13 and written for 2.x): a forward pre-hook on the
-model, a wrapper around ``torch.nn.functional`` losses, ``torch.autograd.backward`` and the
-optimizer's ``step``, DDP's comm hook (one Python call per bucket), the job's own
-``torch.distributed`` calls wrapped, two passes over the parameters' version counters and one
+Cost on the clean path (measured on torch 1.13 and 2.15, bench/agent_overhead.py): a forward
+pre-hook on the model, a wrapper around ``torch.nn.functional`` losses, ``torch.autograd.backward``
+and the optimizer's ``step``, the job's own ``torch.distributed`` calls wrapped (and its comm hook,
+when it registers one; the agent registers its own only for bucket faults), two passes over the parameters' version counters and one
 host read of the loss per iteration. Module hooks only on targeted modules; no global module hook.
 
 Modules: the observed:* detections are ``observe.py`` (built without the plan, which reaches only
@@ -110,6 +110,9 @@ class Agent:
         self.last_loss: Optional[float] = None
         self.steps_done = 0
         self._bucket_in_iter = 0
+        self._sync_backward = False  # the model's last forward will all-reduce in its backward
+        self._grad_numel = 0
+        self._grad_dtype = ""
         # Collectives (a flight recorder): one sequence number per collective, in call order.
         self._coll_seq = itertools.count()  # next() is atomic under the GIL
         self._coll_depth = threading.local()
@@ -127,9 +130,12 @@ class Agent:
         self.log.write("inject", fault=fault, kind=kind, step=self.step, target=target,
                        detail=detail, replay=False)
 
-    def coll_enter(self, name: str, count: int = 0, dtype: str = "", bucket=None) -> int:
+    def coll_enter(self, name: str, count: int = 0, dtype: str = "", bucket=None,
+                   span: str = "") -> int:
         seq = next(self._coll_seq)
         extra = "" if bucket is None else f',"bucket":{bucket}'
+        if span:
+            extra += f',"span":"{span}"'
         self.log.write_line(
             f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},"name":"{name}","count":{count},'
             f'"dtype":"{dtype}","step":{self.step}{extra}}}')
@@ -235,9 +241,13 @@ class Agent:
         self._module_names = [n for n, _ in plain_modules(model)]
         install_activation_hooks(self, model)
         if self.ddp is not None:
-            from . import collectives
+            grads = [p for p in self._params if p.requires_grad]
+            self._grad_numel = sum(p.numel() for p in grads)
+            self._grad_dtype = str(grads[0].dtype).replace("torch.", "") if grads else ""
+            if "bucket" in self.needs:  # bucket faults: in the comm hook (collectives.py)
+                from . import collectives
 
-            collectives.ensure_comm_hook(self, self.ddp)
+                collectives.ensure_comm_hook(self, self.ddp)
         self.log.write(
             "start", rank=self.rank, world=self.world, pid=os.getpid(), host=socket.gethostname(),
             external=True, agent="python", torch=torch.__version__, python=sys.executable,
@@ -288,6 +298,11 @@ class Agent:
                 self._model_depth = 1
         if module is not self.model:
             return None
+        ddp = self.ddp
+        # DDP reads require_backward_grad_sync in this forward (no_sync() clears it): the
+        # backward of this forward all-reduces the gradients.
+        self._sync_backward = (ddp is not None and ddp.require_backward_grad_sync
+                               and not getattr(ddp, "_nanchaos_hooked", False))
         self._forwards += 1
         micro = (self._forwards - 1) % self.micro_batches
         if micro == 0:
@@ -306,17 +321,20 @@ class Agent:
         return None
 
     def _begin_iteration(self, i: int) -> None:
-        if self._open:
-            self._end_iteration()
         if self.plan.dry_run and i >= 1:
+            if self._open:
+                self._end_iteration()
             self.log.write("dry_run_done", step=i)
             self.log.close()
             os._exit(0)
+        if self._open:
+            self._end_iteration(next_step=i)  # writes step_begin too
+        else:
+            self.log.write_line(f'{{"ev":"step_begin","t_us":{now_us()},"step":{i}}}')
         self.step = i
         self._open = True
         self._bucket_in_iter = 0
         self._lr_used = None
-        self.log.write_line(f'{{"ev":"step_begin","t_us":{now_us()},"step":{i}}}')
         if "step_start" in self.needs:
             for f in self.faults:
                 f.on_step_start(self)
@@ -354,8 +372,12 @@ class Agent:
                 self._open = False  # no step_end for an iteration the job never finishes
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
 
-    def _end_iteration(self) -> None:
-        self._check_activation_names()
+    def _end_iteration(self, next_step: Optional[int] = None) -> None:
+        """Writes iteration ``self.step``'s ``step_end`` (and the observer's detections), then,
+        when ``next_step`` is given, that iteration's ``step_begin`` at the same time: one write
+        for both when the observer has nothing to add (the common case)."""
+        if not self._names_checked:
+            self._check_activation_names()
         self._open = False
         updated = (sum(p._version for p in self._params) != self._version0
                    or self._fused_steps() != self._fused0)
@@ -368,9 +390,18 @@ class Agent:
         lr = self._lr_used
         if lr is None and self.optimizers:
             lr = float(self.optimizers[0].param_groups[0].get("lr", 0.0))
-        self.log.write_line(f'{{"ev":"step_end","t_us":{now_us()},"step":{self.step},'
-                            f'"loss":{num(loss)},"action":"{action}","lr":{num(lr)}}}')
+        t = now_us()
+        end = (f'{{"ev":"step_end","t_us":{t},"step":{self.step},"loss":{num(loss)},'
+               f'"action":"{action}","lr":{num(lr)}}}')
+        begin = "" if next_step is None else f'{{"ev":"step_begin","t_us":{t},"step":{next_step}}}'
+        if begin and not self.observer.will_report(updated, scale):
+            self.log.write_line(end + "\n" + begin)
+            begin = ""
+        else:
+            self.log.write_line(end)
         self.observer.end_iteration(self.step, updated, scale)
+        if begin:
+            self.log.write_line(begin)
         self.steps_done = self.step + 1
 
     def _scale_tensor(self) -> Optional[torch.Tensor]:
@@ -421,6 +452,21 @@ class Agent:
         if scale_t is not None and scale_t.device == value.device:
             value = value / scale_t
         self._record_loss(value)
+
+    def before_backward(self) -> Optional[int]:
+        """``backward()`` begins. When it is the backward of a DDP forward that syncs gradients
+        and no comm hook logs the buckets (the clean path: the agent registers its hook only for
+        bucket faults, since a Python comm hook costs every step ~0.1 ms of GIL round trips on
+        torch 2.x, measured), the whole backward is logged as one collective: ``coll_enter
+        grad_allreduce`` (``span`` "backward", ``count`` the elements of every gradient) now,
+        and the caller logs ``coll_leave`` when backward returns (DDP waits for every bucket's
+        all-reduce before backward returns) or raises (status ``error``: a peer's timeout).
+        Returns the collective's sequence number, or None when this backward logs nothing."""
+        if not self._sync_backward:
+            return None
+        self._sync_backward = False
+        return self.coll_enter("grad_allreduce", count=self._grad_numel, dtype=self._grad_dtype,
+                               span="backward")
 
     def _record_loss(self, value: torch.Tensor) -> None:
         self._losses.append(value)  # no copy, no sync: read once at the iteration's end

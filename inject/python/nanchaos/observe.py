@@ -33,6 +33,11 @@ class Observer:
         self.log = log
         self._last_scale: Optional[float] = None
 
+    def will_report(self, updated: bool, scale: Optional[float]) -> bool:
+        """Whether ``end_iteration`` with these arguments writes a detection."""
+        return not updated or (scale is not None and self._last_scale is not None
+                               and scale < self._last_scale)
+
     def end_iteration(self, step: int, updated: bool, scale: Optional[float]) -> None:
         """Iteration ``step`` ended; ``updated``: some parameter was written during it;
         ``scale``: the attached GradScaler's scale read at its end (None: no scaler)."""

@@ -104,6 +104,43 @@ def test_clean_ddp_run_attaches_logs_every_step_and_ends_with_equal_digests(tmp_
         assert {e["seq"] for e in job.of(r, "coll_leave")} == set(range(6))
 
 
+def test_without_bucket_faults_the_gradient_all_reduce_is_logged_around_backward(tmp_path):
+    # No bucket fault planned: the agent registers no comm hook (a Python hook costs every step
+    # ~0.1 ms on torch 2.x); each backward of a syncing DDP forward is one grad_allreduce that
+    # spans the backward. no_sync() micro-batches all-reduce nothing and log nothing. A backward
+    # whose all-reduce fails (the peer died) leaves it with status error.
+    script = HEADER + textwrap.dedent('''
+        import datetime
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+        model = DDP(Net())
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(dist.get_rank())
+        for step in range(4):
+            if step == 3 and dist.get_rank() == 1:
+                os._exit(9)
+            for micro in range(2):
+                x = torch.randn(8, 8, generator=g); y = torch.randint(0, 4, (8,), generator=g)
+                if micro == 0:
+                    with model.no_sync():
+                        (F.cross_entropy(model(x), y) / 2).backward()
+                else:
+                    (F.cross_entropy(model(x), y) / 2).backward()
+            opt.step(); opt.zero_grad()
+            print("hook", model._nanchaos_hooked)
+    ''')
+    job = run_ranks(tmp_path, script, plan(steps=4, micro_batches=2), timeout=60)
+    assert job.codes[1] == 9 and job.codes[0] != 0, job.outputs
+    assert "hook False" in job.outputs[0]
+    n_grads = (8 * 16 + 16) + (16 * 16 + 16) + (16 * 4 + 4)
+    for r in range(2):
+        enters = job.of(r, "coll_enter")
+        assert [(e["seq"], e["name"], e["step"], e["span"], e["count"]) for e in enters] == [
+            (s, "grad_allreduce", s, "backward", n_grads) for s in range(3 if r else 4)]
+    assert [(e["seq"], e["status"]) for e in job.of(1, "coll_leave")] == [(s, "ok") for s in range(3)]
+    assert [(e["seq"], e["status"]) for e in job.of(0, "coll_leave")] == [
+        (0, "ok"), (1, "ok"), (2, "ok"), (3, "error")]
+
+
 def test_step_clock_ignores_eval_and_no_grad_forwards_and_counts_micro_batches(tmp_path):
     script = HEADER + textwrap.dedent('''
         model = Net()
