@@ -181,7 +181,8 @@ def _install_timers() -> Dict[str, list]:
         return w
 
     for name in ("_pre_forward", "_begin_iteration", "_end_iteration", "on_loss_value",
-                 "on_backward", "before_optimizer_step", "after_optimizer_step", "on_bucket",
+                 "before_backward", "after_backward", "before_optimizer_step",
+                 "after_optimizer_step", "on_bucket",
                  "coll_enter", "coll_leave", "_read_loss_and_scale"):
         setattr(a, name, timed("Agent." + name, getattr(a, name)))
     a.log.write = timed("EventLog.write", a.log.write)
@@ -206,8 +207,8 @@ def _print_timers(timers: Dict[str, list], steps: int, cpu_ms_p50: float) -> Non
     zero = [0, 0.0, 0.0]
     hook = timers.get("nanchaos_comm_hook (incl. inner)", zero)
     inner = timers.get("inner hook (allreduce_hook)", zero)
-    top = ("Agent._pre_forward", "Agent.on_loss_value", "Agent.on_backward",
-           "Agent.before_optimizer_step", "Agent.after_optimizer_step", "Agent.coll_leave")
+    top = ("Agent._pre_forward", "Agent.on_loss_value", "Agent.before_backward",
+           "Agent.after_backward", "Agent.before_optimizer_step", "Agent.after_optimizer_step")
     own = [sum(timers[k][j] for k in top if k in timers) + (hook[j] - inner[j]) for j in (1, 2)]
     lines = [f"agent entry points, rank 0, {steps} steps (inclusive; wall = perf_counter, "
              f"cpu = this thread's CPU time; median step CPU {cpu_ms_p50:.2f} ms):",

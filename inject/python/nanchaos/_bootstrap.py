@@ -133,18 +133,15 @@ def _patch(a) -> None:
 
     @functools.wraps(orig_backward)
     def backward(tensors, *args, **kwargs):
-        t = tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else tensors
-        if isinstance(t, torch.Tensor) and t.dim() == 0:
-            a.on_backward(t)
-        seq = a.before_backward()
+        seq = a.before_backward(tensors)
         if seq is None:
             return orig_backward(tensors, *args, **kwargs)
         try:
             out = orig_backward(tensors, *args, **kwargs)
         except BaseException:
-            a.coll_leave(seq, "grad_allreduce", "error")
+            a.after_backward(seq, ok=False)
             raise
-        a.coll_leave(seq, "grad_allreduce")
+        a.after_backward(seq, ok=True)
         return out
 
     torch.autograd.backward = backward
@@ -246,6 +243,8 @@ def _wrap_step(a, opt) -> None:
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
         restore = a.before_optimizer_step(self)
+        if restore is None:
+            return orig(*args, **kwargs)
         try:
             return orig(*args, **kwargs)
         finally:

@@ -441,32 +441,41 @@ class Agent:
         self._loss_seen_micro = True
         return loss
 
-    def on_backward(self, root: torch.Tensor) -> None:
-        """``backward()`` of a scalar: the loss, when no functional loss was seen this micro-batch
-        (divided by an attached GradScaler's scale, which ``scaler.scale(loss)`` multiplied in)."""
-        if not self._open or self._loss_seen_micro:
-            return
-        self._loss_seen_micro = True
-        value = root.detach()
-        scale_t = self._scale_tensor()
-        if scale_t is not None and scale_t.device == value.device:
-            value = value / scale_t
-        self._record_loss(value)
+    def before_backward(self, root) -> Optional[int]:
+        """``torch.autograd.backward(root, ...)`` begins (``root``: what was passed, a tensor or a
+        sequence of them).
 
-    def before_backward(self) -> Optional[int]:
-        """``backward()`` begins. When it is the backward of a DDP forward that syncs gradients
-        and no comm hook logs the buckets (the clean path: the agent registers its hook only for
-        bucket faults, since a Python comm hook costs every step ~0.1 ms of GIL round trips on
-        torch 2.x, measured), the whole backward is logged as one collective: ``coll_enter
-        grad_allreduce`` (``span`` "backward", ``count`` the elements of every gradient) now,
-        and the caller logs ``coll_leave`` when backward returns (DDP waits for every bucket's
-        all-reduce before backward returns) or raises (status ``error``: a peer's timeout).
-        Returns the collective's sequence number, or None when this backward logs nothing."""
+        The loss: a scalar ``root`` is recorded when no functional loss was seen this
+        micro-batch (divided by an attached GradScaler's scale, which ``scaler.scale(loss)``
+        multiplied in).
+
+        The gradient all-reduce: when this is the backward of a DDP forward that syncs
+        gradients and no comm hook logs the buckets (the clean path: the agent registers its hook
+        only for bucket faults, since a Python comm hook costs every step ~0.1 ms of GIL round
+        trips on torch 2.x, measured), the whole backward is logged as one collective:
+        ``coll_enter grad_allreduce`` (``span`` "backward", ``count`` the elements of every
+        gradient) now, and ``after_backward`` logs ``coll_leave`` when backward returns (DDP
+        waits for every bucket's all-reduce before backward returns) or raises (status
+        ``error``: a peer's timeout). Returns the collective's sequence number, or None when
+        this backward logs nothing."""
+        if self._open and not self._loss_seen_micro:
+            t = root[0] if isinstance(root, (list, tuple)) and len(root) == 1 else root
+            if isinstance(t, torch.Tensor) and t.dim() == 0:
+                self._loss_seen_micro = True
+                value = t.detach()
+                scale_t = self._scale_tensor()
+                if scale_t is not None and scale_t.device == value.device:
+                    value = value / scale_t
+                self._record_loss(value)
         if not self._sync_backward:
             return None
         self._sync_backward = False
         return self.coll_enter("grad_allreduce", count=self._grad_numel, dtype=self._grad_dtype,
                                span="backward")
+
+    def after_backward(self, seq: int, ok: bool) -> None:
+        """The backward that ``before_backward`` numbered ``seq`` returned (``ok``) or raised."""
+        self.coll_leave(seq, "grad_allreduce", "ok" if ok else "error")
 
     def _record_loss(self, value: torch.Tensor) -> None:
         self._losses.append(value)  # no copy, no sync: read once at the iteration's end

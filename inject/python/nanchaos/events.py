@@ -77,6 +77,10 @@ def _finite(v: Any) -> Any:
     return v
 
 
+def _line(rec: Dict[str, Any]) -> bytes:
+    return (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+
+
 class EventLog:
     """Appends events to one rank's log. A failed write is reported once on stderr and counted
     (``dropped``), never silently lost; the job itself is not disturbed."""
@@ -105,16 +109,23 @@ class EventLog:
             line = json.dumps(rec, allow_nan=False, separators=(",", ":"))
         except ValueError:
             line = json.dumps(_finite(rec), separators=(",", ":"))
-        self._append(line)
+        self.write_line(line)
 
     def write_line(self, line: str) -> None:
         """Hot-path variant for the fixed-schema events written every iteration (step_begin,
         step_end, coll_enter, coll_leave): ``line`` is one complete JSON object, already
         formatted, carrying "ev" and "t_us" (json.dumps costs ~5x the formatting), or several
         joined by newlines, handed to the kernel in the same single write."""
-        if os.getpid() != self.owner_pid or self._fd < 0:
+        if self._fd < 0 or os.getpid() != self.owner_pid:
             return
-        self._append(line)
+        data = (line + "\n").encode()
+        with self._lock:
+            end = self._size + len(data)
+            if self._full or (end + RESERVE_BYTES > self._reserved and self._reserving
+                              and not self._reserve(end)):
+                self.dropped += 1
+                return
+            self._put(data)
 
     def _reserve(self, need: int) -> bool:
         """Reserves blocks up to ``need`` + RESERVE_BYTES; False when the filesystem is full."""
@@ -146,12 +157,11 @@ class EventLog:
                 pass
         if not self._full:
             self._full = True
-            self._put(json.dumps({"ev": "log_error", "t_us": now_us(), "path": self.path,
-                                  "errno": err, "error": os.strerror(err), "op": op},
-                                 separators=(",", ":")))
+            self._put(_line({"ev": "log_error", "t_us": now_us(), "path": self.path,
+                              "errno": err, "error": os.strerror(err), "op": op}))
 
-    def _put(self, line: str) -> bool:
-        data = (line + "\n").encode()
+    def _put(self, data: bytes) -> bool:
+        """One ``os.write`` of ``data`` (whole lines); a failure is counted and said once."""
         try:
             n = os.write(self._fd, data)
         except OSError as e:
@@ -165,13 +175,6 @@ class EventLog:
             return False
         return True
 
-    def _append(self, line: str) -> None:
-        with self._lock:
-            if self._full or not self._reserve(self._size + len(line) + 1):
-                self.dropped += 1
-                return
-            self._put(line)
-
     def close(self) -> None:
         """Adds ``log_dropped`` when events were lost, gives unused reserved blocks back (the
         file's size never included them) and closes the descriptor."""
@@ -179,8 +182,7 @@ class EventLog:
             if self._fd < 0:
                 return
             if self.dropped and os.getpid() == self.owner_pid:
-                self._put(json.dumps({"ev": "log_dropped", "t_us": now_us(),
-                                      "count": self.dropped}, separators=(",", ":")))
+                self._put(_line({"ev": "log_dropped", "t_us": now_us(), "count": self.dropped}))
             try:
                 os.ftruncate(self._fd, os.fstat(self._fd).st_size)  # frees KEEP_SIZE blocks
             except OSError:
