@@ -44,7 +44,7 @@ def test_a_full_filesystem_is_recorded_and_every_later_event_counted(tiny_fs):
     assert events[0]["ev"] == "launch"
     err, dropped = events[-2], events[-1]
     assert err["ev"] == "log_error"
-    assert (err["path"], err["errno"], err["op"]) == (path, errno.ENOSPC, "fallocate")
+    assert (err["path"], err["errno"], err["op"]) == (path, errno.ENOSPC, "posix_fallocate")
     assert err["error"] == os.strerror(errno.ENOSPC)
     assert dropped["ev"] == "log_dropped"
     written = len(events) - 3
@@ -60,3 +60,49 @@ def test_without_a_loss_nothing_extra_is_written(tmp_path):
     log.close()
     assert [e["ev"] for e in _lines(path)] == ["start"]
     assert os.path.getsize(path) == len(open(path, "rb").read().rstrip(b"\0"))
+
+
+def test_a_forked_child_writes_nothing_and_leaves_the_file_whole(tmp_path):
+    """A DataLoader worker forked after the log opened inherits its mapping: it must neither
+    write into it nor cut the file when it closes (its view of the length is stale)."""
+    path = str(tmp_path / "rank-0.jsonl")
+    log = EventLog(path, os.getpid())
+    log.write("start", rank=0)
+    pid = os.fork()
+    if pid == 0:  # the child
+        log.write("step_end", step=99)
+        log.close()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for i in range(3):
+        log.write_line('{"ev":"step_begin","t_us":%d,"step":%d}' % (i + 1, i))
+    with open(path, "rb") as f:
+        live = f.read()
+    assert live.endswith(b"\0"), "while open, the preallocated tail is there (NUL bytes)"
+    log.close()
+    assert [e["ev"] for e in _lines(path)] == ["start", "step_begin", "step_begin", "step_begin"]
+    assert b"\0" not in open(path, "rb").read()
+
+
+def test_a_killed_writer_leaves_whole_lines_and_the_next_writer_continues(tmp_path):
+    """SIGKILL right after a write: the line is in the file (page cache), followed by NUL bytes
+    only; a log opened on it later (the agent after the exec-rank shim) appends after the last
+    line, not after the NUL tail."""
+    path = str(tmp_path / "rank-0.jsonl")
+    pid = os.fork()
+    if pid == 0:
+        log = EventLog(path, os.getpid())
+        log.write("start", rank=0)
+        log.write_line('{"ev":"coll_enter","t_us":5,"seq":0,"name":"grad_allreduce"}')
+        os.kill(os.getpid(), 9)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    data = open(path, "rb").read()
+    text, tail = data.split(b"\0", 1)[0], data[len(data.split(b"\0", 1)[0]):]
+    assert set(tail) == {0}
+    assert [json.loads(l)["ev"] for l in text.splitlines()] == ["start", "coll_enter"]
+    log = EventLog(path, os.getpid())
+    log.write("exit", code=0)
+    log.close()
+    assert [e["ev"] for e in _lines(path)] == ["start", "coll_enter", "exit"]
