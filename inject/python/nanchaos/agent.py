@@ -52,6 +52,7 @@ from . import faults as faults_mod
 from .attach_rules import (ambiguity, model_refusal, own_type, owners_of, plain_modules,
                            strip_name, unmatched_activation, unmatched_target)
 from .events import EventLog, now_us, num
+from .copy_safe import CopySafeHook
 from .fault_hooks import install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
 from .observe import Observer
@@ -187,8 +188,10 @@ class Agent:
     def _watch_candidate(self, module) -> None:
         if id(module) in self._candidate_hooks or self.attached:
             return
-        self._candidate_hooks[id(module)] = (weakref.ref(module),
-                                             module.register_forward_pre_hook(self._pre_forward))
+        # CopySafeHook: a deepcopy or pickle of the module (an EMA, a best-model copy) gets an
+        # inert hook, never the agent (copy_safe.py).
+        hook = module.register_forward_pre_hook(CopySafeHook(self._pre_forward))
+        self._candidate_hooks[id(module)] = (weakref.ref(module), hook)
         # Gradient faults hook the parameters as soon as a candidate is known (fault_hooks.py).
         install_gradient_hooks(self, module)
 
@@ -268,9 +271,9 @@ class Agent:
             return None
 
         try:  # torch >= 2.0: also after a forward that raised
-            model.register_forward_hook(leave, always_call=True)
+            model.register_forward_hook(CopySafeHook(leave), always_call=True)
         except TypeError:
-            model.register_forward_hook(leave)
+            model.register_forward_hook(CopySafeHook(leave))
 
     def _maybe_add_optimizer(self, opt) -> None:
         if any(o is opt for o in self.optimizers) or self.model is None:

@@ -16,6 +16,9 @@ replaced the tensor, so a clean iteration costs one Python call and no copy.
   must see the fault. ``grad`` has the parameter's shape and dtype; the hook acts on the last
   micro-batch of an iteration only, and only when its candidate became the model.
 
+Every hook is a ``copy_safe.CopySafeHook``: a ``copy.deepcopy`` or pickle of the model (an EMA,
+a best-model copy, ``torch.save(model)``) holds inert ones, so a fault never lands in a copy.
+
 Threads: activation hooks run on the training thread, gradient hooks on the autograd thread.
 """
 
@@ -28,6 +31,7 @@ import torch
 
 from . import faults as faults_mod
 from .attach_rules import plain_modules, strip_name
+from .copy_safe import CopySafeHook
 
 
 def install_gradient_hooks(agent: Any, module: torch.nn.Module) -> None:
@@ -37,7 +41,7 @@ def install_gradient_hooks(agent: Any, module: torch.nn.Module) -> None:
         name = strip_name(name)
         hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
         if hits and p.requires_grad:
-            p.register_hook(_gradient_hook(agent, module, name, hits))
+            p.register_hook(CopySafeHook(_gradient_hook(agent, module, name, hits)))
 
 
 def install_activation_hooks(agent: Any, model: torch.nn.Module) -> None:
@@ -47,7 +51,7 @@ def install_activation_hooks(agent: Any, model: torch.nn.Module) -> None:
         for name, mod in plain_modules(model):
             hits = [f for f in act if faults_mod.match_target(f.pattern, name)]
             if hits:
-                mod.register_forward_hook(_activation_hook(agent, name, hits))
+                mod.register_forward_hook(CopySafeHook(_activation_hook(agent, name, hits)))
 
 
 def _activation_hook(agent: Any, name: str, hits: List) -> Callable:
