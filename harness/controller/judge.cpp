@@ -227,6 +227,27 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
       j.false_positives <= ex.max_false_positives);
 }
 
+// An external job whose agent counted a different number of iterations than [job].steps, in a
+// ratio that gradient accumulation explains: the step clock makes one iteration of every
+// `micro_batches` training forwards (docs/external-jobs.md), so a job that accumulates over k
+// micro-batches with micro_batches = 1 counts k x steps iterations (issue 30: 80 for 20, and
+// `recovered` and the fault steps then mean nothing). `counted` is the iterations every rank
+// finished. Empty when the counts agree or no accumulation factor explains them.
+std::string step_count_note(const Scenario& s, int64_t counted) {
+  const int64_t steps = s.job.steps, micro = s.job.micro_batches;
+  if (!s.job.external() || steps <= 0 || counted <= 0 || counted == steps) return "";
+  const std::string with =
+      micro > 1 ? fmt::format(" with micro_batches = {}", micro) : std::string();
+  const int64_t forwards = counted * micro;  // training forwards the agent counted
+  if (forwards % steps != 0) return "";
+  const int64_t want = forwards / steps;
+  if (want == micro) return "";
+  return fmt::format(
+      "counted {} iterations for steps = {}{}: does the job accumulate over {} micro-batch{}? "
+      "set micro_batches = {}",
+      counted, steps, with, want, want == 1 ? "" : "es", want);
+}
+
 // The verdict: an error when the record is partial, a rank never started or a fault that had to
 // fire did not; else pass or fail by the checks.
 void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResult& job,
@@ -304,18 +325,24 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
     // A clean exit short of [job].steps without an abort ran less than the scenario asks:
     // no check on it means anything (a `detected = false` would pass on zero steps).
     res.verdict = results::Verdict::kError;
+    const std::string note = step_count_note(s, fewest_steps);
     res.reason = fmt::format(
         "the job exited 0 after {} of the {} steps of [job].steps, with no abort: it did not run "
-        "the scenario (a loop over fewer steps, or finish() called early)",
-        fewest_steps, s.job.steps);
+        "the scenario (a loop over fewer steps, or finish() called early){}",
+        fewest_steps, s.job.steps, note.empty() ? "" : "; " + note);
   } else {
-    std::string failed;
+    // The accumulation diagnostic leads the reason: it explains the failed checks after it
+    // (`recovered`, false positives at the wrong steps). On a pass it is the reason alone.
+    std::string failed =
+        res.outcome == Outcome::kCompleted ? step_count_note(s, fewest_steps) : std::string();
+    bool any_failed = false;
     for (const auto& c : res.checks) {
       if (c.pass) continue;
+      any_failed = true;
       failed += fmt::format("{}{}: expected {}, got {}", failed.empty() ? "" : "; ", c.key,
                             c.expected.dump(), c.actual.dump());
     }
-    res.verdict = failed.empty() ? results::Verdict::kPass : results::Verdict::kFail;
+    res.verdict = any_failed ? results::Verdict::kFail : results::Verdict::kPass;
     res.reason = failed;
   }
 }

@@ -609,6 +609,40 @@ TEST(JudgeExternal, ACleanExitShortOfTheStepsIsAnError) {
       << res.reason;
 }
 
+// An accumulating job run with micro_batches left at 1: the agent counts every micro-batch as an
+// iteration (8 for steps = 4); the reason leads with the likely cause and the fix (issue 30).
+TEST(JudgeExternal, AnIterationCountThatIsAMultipleOfTheStepsSuggestsMicroBatches) {
+  RunDir d("accumulation");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 8; ++s) d.step(r, s, 1000 + s * 1000, &seq);
+    d.final_ok(r, 8, 20000);
+  }
+  d.flush();
+  const auto res = judge(Load("[expect]\ndetected = false\nrecovered = true\n"), d.path(), Job());
+  EXPECT_EQ(res.verdict, results::Verdict::kFail);
+  EXPECT_EQ(res.reason.rfind("counted 8 iterations for steps = 4: does the job accumulate over 2 "
+                             "micro-batches? set micro_batches = 2; recovered: expected true",
+                             0),
+            0u)
+      << res.reason;
+  // micro_batches = 4 for a job that does not accumulate: 4 iterations where 16 were asked.
+  const auto under = judge(
+      Load("micro_batches = 4\n[expect]\ndetected = false\n", /*steps=*/16), d.path(), Job());
+  EXPECT_EQ(under.verdict, results::Verdict::kError);
+  EXPECT_NE(under.reason.find("; counted 8 iterations for steps = 16 with micro_batches = 4: does "
+                              "the job accumulate over 2 micro-batches? set micro_batches = 2"),
+            std::string::npos)
+      << under.reason;
+  // Counts that agree, or that no accumulation factor explains, add nothing.
+  const auto same = judge(Load("[expect]\ndetected = false\n", /*steps=*/8), d.path(), Job());
+  EXPECT_EQ(same.verdict, results::Verdict::kPass);
+  EXPECT_EQ(same.reason, "");
+  const auto odd = judge(Load("[expect]\nrecovered = true\n", /*steps=*/3), d.path(), Job());
+  EXPECT_EQ(odd.reason.find("counted"), std::string::npos) << odd.reason;
+}
+
 // The agent refusing the job after `start` (a second model, a second Agent) is the scenario's
 // error, not "injection not verified".
 TEST(JudgeExternal, AnAttachErrorAfterStartIsTheReason) {
