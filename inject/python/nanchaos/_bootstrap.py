@@ -152,6 +152,11 @@ def _patch(a) -> None:
         collectives.patch_ddp(a)
         collectives.patch_distributed(a)
 
+    # A job that spawns its own ranks is refused at the spawn, with the fix (self_spawn.py).
+    from . import self_spawn
+
+    self_spawn.patch(a)
+
     # The end: an uncaught exception, then the digests at exit.
     orig_hook = sys.excepthook
 
