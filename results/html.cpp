@@ -242,6 +242,14 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
                      html_escape(s.outcome == Outcome::kNone ? "-" : to_string(s.outcome)));
     if (!s.reason.empty()) h += fmt::format(". Reason: {}", html_escape(s.reason));
     h += ".</p>\n";
+    if (const auto links = log_links(s, path); !links.empty()) {
+      h += "<p class=\"logs\">Output:";
+      for (size_t i = 0; i < links.size(); ++i) {
+        h += fmt::format("{} <a href=\"{}\">{}</a>", i ? " ·" : "", html_escape(links[i].href),
+                         html_escape(links[i].label));
+      }
+      h += "</p>\n";
+    }
     if (s.run_dir.empty() || s.outcome == Outcome::kNone) {
       h += "<p>No job ran.</p></section>\n";
       continue;

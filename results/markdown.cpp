@@ -1,6 +1,6 @@
 // report.md (report.h write_markdown): the summary, the column table's summary rows (columns.h),
 // the trial percentiles and peak memory when there are any, and per scenario that did not pass
-// its reason and failed checks.
+// its reason and failed checks, and every job's output files (links).
 #include <fmt/format.h>
 
 #include "results/columns.h"
@@ -25,6 +25,15 @@ std::string summary_table(const SuiteReport& r) {
     t += "\n";
   }
   return t;
+}
+
+// "[ranks.log](a/ranks.log) · [rank 0 out](a/ranks/rank-0.out) · ..." ("" when no job ran).
+std::string md_links(const ScenarioResult& s, const std::string& report_path) {
+  std::string out;
+  for (const auto& l : log_links(s, report_path)) {
+    out += fmt::format("{}[{}]({})", out.empty() ? "" : " · ", l.label, l.href);
+  }
+  return out;
 }
 
 }  // namespace
@@ -89,6 +98,9 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
       m += fmt::format("{}Run folder: `{}`", s.file.empty() ? "" : " · ", s.run_dir);
     if (!s.file.empty() || !s.run_dir.empty()) m += "\n\n";
     if (!s.reason.empty()) m += fmt::format("Reason: {}\n\n", one_line(s.reason));
+    if (const std::string links = md_links(s, path); !links.empty()) {
+      m += "Output: " + links + "\n\n";
+    }
     const auto failed = failed_checks(s);
     if (!failed.empty()) {
       m += "| Check | Expected | Actual |\n|---|---|---|\n";
@@ -97,6 +109,18 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
                          md_cell(value_text(c->actual)));
       }
     }
+  }
+  // Every job's output files (issue 30 point 5): the merged view and each rank's own.
+  bool out_heading = false;
+  for (const auto& s : r.scenarios) {
+    const std::string links = md_links(s, path);
+    if (links.empty()) continue;
+    if (!out_heading) {
+      m += "\n## Output\n\n";
+      out_heading = true;
+    }
+    m += fmt::format("- {}{}: {}\n", md_cell(s.name),
+                     s.trial_count > 1 ? fmt::format(" (trial {})", s.trial) : "", links);
   }
   write_file(path, [&](std::ofstream& out) { out << m; });
 }

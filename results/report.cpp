@@ -104,6 +104,23 @@ J scenario_json(const ScenarioResult& r) {
   j["dropped_events"] = r.dropped_events;
   j["final_loss"] = opt<J>(r.final_loss);
   j["run_dir"] = str_or_null<J>(r.run_dir);
+  if (r.logs.empty()) {
+    j["logs"] = nullptr;
+  } else {
+    J logs = J::object();
+    logs["merged"] = str_or_null<J>(r.logs.merged);
+    logs["launcher"] = str_or_null<J>(r.logs.launcher);
+    J ranks = J::array();
+    for (const auto& k : r.logs.ranks) {
+      J rj = J::object();
+      rj["rank"] = k.rank;
+      rj["stdout"] = str_or_null<J>(k.stdout_path);
+      rj["stderr"] = str_or_null<J>(k.stderr_path);
+      ranks.push_back(std::move(rj));
+    }
+    logs["ranks"] = std::move(ranks);
+    j["logs"] = std::move(logs);
+  }
   j["trial"] = r.trial;
   j["trial_count"] = r.trial_count;
   if (!r.stats.is_null()) j["stats"] = sanitized<J>(r.stats);

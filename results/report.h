@@ -85,6 +85,22 @@ struct Injection {
   bool replay = false;  ///< fired during a replay/re-execution
 };
 
+/// The files a job's output went to (harness/common/rank_output.h), each a path relative to the
+/// scenario's run_dir ("ranks.log", "ranks/rank-0.out"), so a report compares equal across runs
+/// and survives moving the folder; a file the job never made is "" (a rank with neither is absent
+/// from `ranks`). report.json `logs`, linked from report.md and report.html.
+struct JobLogs {
+  std::string merged;    ///< RUN/ranks.log: every line of the files below, tagged `[rank N]`
+  std::string launcher;  ///< RUN/ranks/launcher.log: the launcher's own stdout and stderr
+  struct Rank {
+    int64_t rank = 0;
+    std::string stdout_path;  ///< RUN/ranks/rank-N.out
+    std::string stderr_path;  ///< RUN/ranks/rank-N.err
+  };
+  std::vector<Rank> ranks;  ///< by rank
+  bool empty() const { return merged.empty() && launcher.empty() && ranks.empty(); }
+};
+
 struct ScenarioResult {
   std::string name;
   std::string file;
@@ -102,6 +118,7 @@ struct ScenarioResult {
   int64_t steps_completed = 0;       ///< steps every rank finished (min over ranks)
   std::optional<double> final_loss;  ///< held-out eval loss (null when the job did not finish)
   std::string run_dir;               ///< folder with events/, per-rank logs
+  JobLogs logs;                      ///< the job's output files (empty: no job ran)
   /// Events the ranks could not write (a full disk: harness/evidence/events.h `log_dropped`, summed
   /// over ranks); > 0 only with verdict `error`.
   int64_t dropped_events = 0;

@@ -4,6 +4,8 @@
 
 #include <fmt/ranges.h>
 
+#include <filesystem>
+
 namespace nanchaos::results {
 namespace {
 
@@ -158,6 +160,47 @@ std::string md_cell(const std::string& raw) {
     out += c;
   }
   return out;
+}
+
+std::vector<LogLink> log_links(const ScenarioResult& r, const std::string& report_path,
+                               size_t max_ranks) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path from = fs::absolute(fs::path(report_path), ec).parent_path();
+  auto href = [&](const std::string& in_run) {
+    const std::string file = (fs::path(r.run_dir) / in_run).string();
+    const fs::path rel = fs::absolute(fs::path(file), ec)
+                             .lexically_normal()
+                             .lexically_relative(from.lexically_normal());
+    std::string out;
+    for (char c : rel.empty() ? file : rel.generic_string()) {
+      if (c == ' ' || c == '(' || c == ')' || c == '"' || c == '%' || c == '<' || c == '>') {
+        out += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  };
+  std::vector<LogLink> links;
+  if (!r.logs.merged.empty()) links.push_back({"ranks.log", href(r.logs.merged)});
+  if (!r.logs.launcher.empty()) links.push_back({"launcher.log", href(r.logs.launcher)});
+  if (r.logs.ranks.size() > max_ranks) {
+    const std::string& any = r.logs.ranks.front().stdout_path.empty()
+                                 ? r.logs.ranks.front().stderr_path
+                                 : r.logs.ranks.front().stdout_path;
+    links.push_back({"ranks/", href(fs::path(any).parent_path().string()) + "/"});
+    return links;
+  }
+  for (const auto& k : r.logs.ranks) {
+    if (!k.stdout_path.empty()) {
+      links.push_back({fmt::format("rank {} out", k.rank), href(k.stdout_path)});
+    }
+    if (!k.stderr_path.empty()) {
+      links.push_back({fmt::format("rank {} err", k.rank), href(k.stderr_path)});
+    }
+  }
+  return links;
 }
 
 }  // namespace nanchaos::results

@@ -100,4 +100,16 @@ std::string summary_text(const SuiteReport& r);
 std::string value_text(const nlohmann::json& v);
 std::vector<const Check*> failed_checks(const ScenarioResult& r);
 
+/// One link to a job's output file (JobLogs), as report.md and report.html show it.
+struct LogLink {
+  std::string label;  ///< "ranks.log", "launcher.log", "rank 0 out", "rank 0 err", "ranks/"
+  std::string href;   ///< relative to the report's folder, '/'-separated, %-escaped
+};
+/// The links of `r.logs` (under `r.run_dir`) from a report written to `report_path`: the merged
+/// view, the launcher's log, then each rank's out and err; with more than `max_ranks` ranks, one
+/// link to the ranks/ folder instead of 2 x ranks. Paths are made relative with std::filesystem
+/// (lexically, from the absolute forms), so the links survive moving the whole output folder.
+std::vector<LogLink> log_links(const ScenarioResult& r, const std::string& report_path,
+                               size_t max_ranks = 8);
+
 }  // namespace nanchaos::results

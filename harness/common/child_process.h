@@ -5,7 +5,7 @@
 //   SpawnOptions o;
 //   o.argv = {"mpirun", "-np", "2", "..."};
 //   o.env = env_with({{"NANCHAOS_JOB_ID", id}});   // nullopt: this process's environment
-//   o.stdout_path = run_dir + "/ranks.log";         // stderr follows stdout
+//   o.stdout_path = run_dir + "/ranks/launcher.log"; // stderr follows stdout
 //   o.new_session = true;                           // its own session and process group
 //   ChildProcess job = ChildProcess::spawn(o);      // throws SpawnError ("cannot execute ...")
 //   if (auto st = job.wait_for(std::chrono::seconds(30))) use(st->code());

@@ -35,6 +35,7 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/controller/judge.h"
+#include "harness/controller/merged_log.h"
 #include "harness/controller/progress.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
@@ -182,6 +183,7 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
   }
   results::ScenarioResult res = judge(s, run_dir, job);
+  res.logs = job_logs(run_dir, int(s.job.ranks));
   if (!job.launch_error.empty()) {
     res.verdict = results::Verdict::kError;
     res.reason = job.launch_error;

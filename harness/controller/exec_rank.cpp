@@ -21,6 +21,7 @@
 #include "harness/common/job_guard.h"
 #include "harness/common/log.h"
 #include "harness/common/rank_host.h"
+#include "harness/common/rank_output.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
 #include "harness/evidence/proc_watch.h"
@@ -106,6 +107,11 @@ int exec_rank(const ExecRankOptions& opts) {
                  "OMPI_COMM_WORLD_RANK (Open MPI's mpirun), SLURM_PROCID (srun), PMIX_RANK is "
                  "set\n";
     return 2;
+  }
+  // From here on, this rank's stdout and stderr (and its command's, across the exec) are its own
+  // files in RUN/ranks/ (rank_output.h), not the launcher's pipes.
+  if (const std::string why = redirect_rank_output(id.rank); !why.empty()) {
+    std::cerr << "nanchaos exec-rank: warning: " << why << "; output stays with the launcher\n";
   }
   const pid_t launcher = getppid();
   const std::string plan_file = opts.run_dir + "/plan.json";

@@ -14,7 +14,9 @@
 // then (when $NANCHAOS_CLOCK is set) its `clock` event (clock_sync.h: measured here for any
 // command); when the exec fails, {"ev":"attach_error", reason} and exit 127. It also sets
 // PR_SET_PDEATHSIG = SIGKILL (kept across the exec), so the command dies with its launcher
-// (job_guard.h).
+// (job_guard.h). Once it knows its rank it makes RUN/ranks/rank-R.out and .err its stdout and
+// stderr when $NANCHAOS_RANK_OUTPUT names that folder (rank_output.h), so the command's output
+// lands there, whole lines in order, whatever the launcher does with its pipes.
 #pragma once
 
 #include <cstdint>

@@ -33,8 +33,10 @@
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
+#include "harness/common/rank_output.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/judge.h"
+#include "harness/controller/merged_log.h"
 #include "harness/controller/progress.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
@@ -129,6 +131,8 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
           "NANCHAOS_CONTROLLER_PIDNS", "NANCHAOS_DEADLINE_UNIX_MS"}) {
       argv.insert(argv.end(), {"-x", v});
     }
+    // Where each rank writes its own stdout and stderr (rank_output.h), also on other hosts.
+    argv.insert(argv.end(), {"-x", kRankOutputEnv});
     if (std::getenv("NANCHAOS_LOG")) argv.insert(argv.end(), {"-x", "NANCHAOS_LOG"});
     if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   }
@@ -254,21 +258,33 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                {"NANCHAOS_CLOCK", clock.spec()},
                {"OMPI_ALLOW_RUN_AS_ROOT", "1"},
                {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}});
+  // Each rank writes its own stdout and stderr into RUN/ranks/ (rank_output.h); the launcher's
+  // own output goes beside them, and the controller merges them all into `log_path` as it goes.
+  const std::string ranks_dir =
+      rank_output_dir(fs::absolute(fs::path(log_path)).parent_path().string());
+  {
+    std::error_code ec;
+    fs::remove_all(ranks_dir, ec);  // an earlier run's files must not pass for this job's
+    fs::create_directories(ranks_dir, ec);
+  }
+  ours[kRankOutputEnv] = ranks_dir;
   for (const auto& [k, v] : extra_env) ours[k] = v;
   SpawnOptions spawn;
   spawn.argv = argv;
   spawn.env = env_with(ours);
-  spawn.stdout_path = log_path;  // stderr too
-  spawn.new_session = true;      // own process group: the whole tree can be signalled at once
+  spawn.stdout_path = launcher_log_path(ranks_dir);  // stderr too
+  spawn.new_session = true;  // own process group: the whole tree can be signalled at once
   // Defence 1 of job_guard.h: the launcher gets SIGTERM when this (main) thread ends, and tears
   // its ranks down. run_suite launches from the main thread only.
   spawn.death_signal = SIGTERM;
+  MergedLog merged(ranks_dir, log_path);
   ChildProcess launcher;
   try {
     launcher = ChildProcess::spawn(spawn);
   } catch (const SpawnError& e) {
     r.launch_error = e.what();
     r.t_end_us = now_us();
+    merged.finish();
     return r;
   }
   const pid_t pid = launcher.pid();
@@ -348,7 +364,8 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   };
   ExitStatus status;
   for (;;) {
-    sample_memory = polls++ % 25 == 0;
+    sample_memory = polls % 25 == 0;
+    if (polls++ % 5 == 0) merged.poll();  // ~50 ms: the merged view follows the job
     watch_ranks();
     if (auto st = launcher.poll()) {
       status = *st;
@@ -388,6 +405,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     kill_job(pid, job_id, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  merged.finish();  // every process of the job is gone: nothing more will be written
   return r;
 }
 std::string agent_never_loaded(int64_t rank) {

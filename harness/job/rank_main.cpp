@@ -9,6 +9,7 @@
 #include "harness/comm/nccl_communicator.h"
 #include "harness/common/cuda_device.h"
 #include "harness/common/job_guard.h"
+#include "harness/common/rank_output.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/job/runner.h"
 #include "harness/scenario/scenario.h"
@@ -65,6 +66,11 @@ int run_rank(const std::string& scenario_path, const std::string& run_dir,
   // First, while this process has one thread: the watch that records when it ended, for the
   // judge's crash blame where the controller cannot see it (another host; proc_watch.h).
   const int rank = launcher_rank ? std::atoi(launcher_rank) : 0;
+  // This rank's own stdout and stderr files (rank_output.h), before anything prints.
+  if (const std::string why = redirect_rank_output(rank); !why.empty()) {
+    std::fprintf(stderr, "nanchaos rank: warning: %s; output stays with the launcher\n",
+                 why.c_str());
+  }
   start_exit_watch(gone_record_path(run_dir + "/events", rank), rank);
   start_job_guard(fmt::format("nanchaos rank {}", launcher_rank ? launcher_rank : "0"));
   std::unique_ptr<Communicator> comm;
