@@ -156,6 +156,10 @@ def _patch(a) -> None:
     from . import self_spawn
 
     self_spawn.patch(a)
+    # Activation faults inside torch.utils.checkpoint: the forward and its recompute alike.
+    from . import checkpointing
+
+    checkpointing.patch(a)
 
     # The end: an uncaught exception, then the digests at exit.
     orig_hook = sys.excepthook

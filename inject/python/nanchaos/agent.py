@@ -53,7 +53,7 @@ from .attach_rules import (ambiguity, model_refusal, own_type, owners_of, plain_
                            strip_name, unmatched_activation, unmatched_target)
 from .events import EventLog, now_us, num
 from .copy_safe import CopySafeHook
-from .fault_hooks import install_activation_hooks, install_gradient_hooks
+from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
 from .observe import Observer
 from .plan import Plan
@@ -521,10 +521,9 @@ class Agent:
         if name not in self._probes:
             self._probes.add(name)
             self.log.write("probe", name=name, step=self.step)
-        if "activation" in self.needs and self._open and torch.is_grad_enabled():
-            for f in self.faults:
-                if "activation" in f.needs:
-                    tensor = f.on_activation(self, name, tensor)
+        if "activation" in self.needs:  # also inside activation checkpointing (fault_hooks.py)
+            tensor = apply_activation(self, name, [f for f in self.faults if "activation" in f.needs],
+                                      True, tensor)
         return tensor
 
     def report_detection(self, detector: str, layer=None, cause=None, step=None) -> None:

@@ -8,8 +8,10 @@ replaced the tensor, so a clean iteration costs one Python call and no copy.
 * Activation hooks are ``register_forward_hook``s on the attached model's modules whose plain
   name (``attach_rules.plain_modules``: wrappers stripped, the innermost of a wrapper chain)
   matches a target; they act only inside an open iteration, on training-mode forwards with
-  autograd enabled (the same forwards the step clock counts). ``out`` is whatever the module
-  returned (any shape, floating dtype, or a structure a fault knows).
+  autograd enabled (the same forwards the step clock counts), and inside activation
+  checkpointing in the forward and, replayed identically, in the recompute
+  (``apply_activation``, checkpointing.py). ``out`` is whatever the module returned (any shape,
+  floating dtype, or a structure a fault knows).
 * Gradient hooks are ``Tensor.register_hook``s on matching parameters, installed as soon as a
   candidate model is known (DDP's or the optimizer's constructor): tensor hooks run in
   registration order, and a stack that checks each rank's local gradient in hooks of its own
@@ -29,6 +31,7 @@ from typing import Any, Callable, List
 
 import torch
 
+from . import checkpointing
 from . import faults as faults_mod
 from .attach_rules import plain_modules, strip_name
 from .copy_safe import CopySafeHook
@@ -54,13 +57,46 @@ def install_activation_hooks(agent: Any, model: torch.nn.Module) -> None:
                 mod.register_forward_hook(CopySafeHook(_activation_hook(agent, name, hits)))
 
 
+def apply_activation(agent: Any, name: str, faults: List, training: bool, out: Any) -> Any:
+    """``out`` after the activation ``faults`` that target ``name`` (a module's output or a probe's
+    tensor): the faults' result, or ``out`` itself when none changed it.
+
+    Outside activation checkpointing the faults act inside an open iteration on training-mode
+    forwards with autograd enabled (the forwards the step clock counts). Inside a checkpointed
+    function (checkpointing.py) the forward run acts the same way whatever its grad mode
+    (reentrant checkpoint runs it under ``no_grad``) and records what it changed; a recompute
+    replays exactly that, at the forward's step, so the recomputed values are the forward's."""
+    region = checkpointing.current()
+    if region is None:
+        if not agent._open or not training or not torch.is_grad_enabled():
+            return out
+        for f in faults:
+            out = f.on_activation(agent, name, out)
+        return out
+    key = (name, region.ordinal(name))
+    if region.runs == 1:  # the forward
+        if not region.live or not agent._open or not training:
+            return out
+        changed = []
+        for f in faults:
+            new = f.on_activation(agent, name, out)
+            if new is not out:
+                changed.append(f)
+                out = new
+        if changed:
+            region.hits[key] = changed
+        return out
+    replayed = region.hits.get(key)
+    if replayed:
+        ctx = checkpointing.Replay(agent, region.step)
+        for f in replayed:
+            out = f.on_activation(ctx, name, out)
+    return out
+
+
 def _activation_hook(agent: Any, name: str, hits: List) -> Callable:
     def hook(module, inputs, out):
-        if not agent._open or not module.training or not torch.is_grad_enabled():
-            return None
-        new = out
-        for f in hits:
-            new = f.on_activation(agent, name, new)
+        new = apply_activation(agent, name, hits, module.training, out)
         return None if new is out else new
 
     return hook

@@ -80,6 +80,7 @@ class Fault:
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
         self.index = spec.index
+        self._done = set()  # (step, target) already hit (_once)
 
     # --- load-time checks ------------------------------------------------------------------
     def refusal(self, micro_batches: int) -> Optional[str]:
@@ -91,6 +92,19 @@ class Fault:
         return None
 
     # --- arming ----------------------------------------------------------------------------
+    def _once(self, ctx: Any, target: str) -> bool:
+        """True the first time ``target`` is reached at ``ctx.step`` (a fault hits one call per
+        step: the iteration's first micro-batch, a module's first call), False after. Always
+        True in a checkpoint recompute (``ctx.replaying``, checkpointing.py): the recompute
+        repeats the forward's hit, which made the first call."""
+        if getattr(ctx, "replaying", False):
+            return True
+        key = (ctx.step, target)
+        if key in self._done:
+            return False
+        self._done.add(key)
+        return True
+
     def armed(self, ctx: Any) -> bool:
         return self.spec.armed(ctx.seed, ctx.step, ctx.rank)
 
@@ -179,7 +193,6 @@ class TargetedFault(Fault):
         self.where, self.pattern = parse_target(spec)
         self.needs = frozenset({{"activation": "activation", "parameter": "parameters",
                                  "gradient": "gradient", "loss": "loss"}.get(self.where, "none")})
-        self._done = set()  # (step, target) already hit this iteration
 
     def edit(self, host: torch.Tensor, where: torch.Tensor) -> None:
         raise NotImplementedError
@@ -205,13 +218,6 @@ class TargetedFault(Fault):
         detail = edit_elements(t, idx, self.edit)
         detail["elements"] = len(idx)
         ctx.fired(self.index, target, detail)
-
-    def _once(self, ctx: Any, target: str) -> bool:
-        key = (ctx.step, target)
-        if key in self._done:
-            return False
-        self._done.add(key)
-        return True
 
     def on_parameters(self, ctx: Any, named: List) -> None:
         if self.where != "parameter" or not self.armed(ctx):

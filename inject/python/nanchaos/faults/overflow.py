@@ -15,7 +15,6 @@ class OverflowFault(Fault):
         super().__init__(spec)
         self.where, self.pattern = parse_target(spec)
         self.factor = float(spec.param("factor", 1e5))
-        self._done = set()
 
     def refusal(self, micro_batches: int):
         if self.where != "activation":
@@ -28,9 +27,8 @@ class OverflowFault(Fault):
         t = first_tensor(out)
         if t is None or not t.is_floating_point() or not self.armed(ctx):
             return out
-        if (ctx.step, name) in self._done:
+        if not self._once(ctx, name):
             return out
-        self._done.add((ctx.step, name))
         scaled = t * self.factor
         ctx.fired(self.index, "activation:" + name,
                   {"factor": self.factor, "max_abs_before": float(t.detach().abs().max()),
