@@ -387,12 +387,18 @@ void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, J
 }
 
 results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
-                                   const JobResult& job) {
+                                   const JobResult& reaped) {
   results::ScenarioResult res = result_for(s, run_dir);
-  res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
+  res.wall_ms = double(reaped.t_end_us - reaped.t0_us) / 1000.0;
   const int world = int(s.job.ranks);
   std::vector<RankEvidence> logs;
-  for (int r = 0; r < world; ++r) logs.push_back(read_rank_evidence(run_dir, r, job));
+  for (int r = 0; r < world; ++r) logs.push_back(read_rank_evidence(run_dir, r, reaped));
+  // The launcher's crash in its own teardown, once every rank wrote its exit record, is not the
+  // job's end: from here on the launcher's status is the one the ranks' records give
+  // (launcher_exit.cpp); report.json keeps what was reaped, and why.
+  const LauncherExit launcher = launcher_exit(logs, reaped);
+  JobResult job = reaped;
+  job.exit_code = launcher.counted;
 
   res.outcome = job_outcome(logs, job);
   const Fired fired = collect_injections(logs, job, res);
@@ -454,7 +460,8 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   res.extra["false_positives"] = j.false_positives;
   res.extra["consistent"] = j.consistent ? json(*j.consistent) : json(nullptr);
   res.extra["recovered"] = j.recovered;
-  res.extra["launcher_exit_code"] = job.exit_code;
+  res.extra["launcher_exit_code"] = reaped.exit_code;
+  res.extra["launcher_exit"] = launcher_exit_json(launcher);
   res.extra["orphans_killed"] = job.orphans_killed;
   res.extra["memory"] = memory_json(logs, job);
   res.extra["clock_offsets"] = clock_offsets_json(logs);

@@ -1,7 +1,8 @@
 // The judge's phases (judge.cpp runs them in this order), internal to harness/controller:
 // - postmortem.cpp: which collectives each rank was in, the absent, dead and deadlocked ranks;
 // - detections.cpp: the stack's detections merged across ranks, attributed, with latencies;
-// - external_job.cpp: why an external job never got going, and why a target matched nothing.
+// - external_job.cpp: why an external job never got going, and why a target matched nothing;
+// - launcher_exit.cpp: whether the launcher's exit status is the job's, or its own teardown crash.
 // Each reads the per-rank evidence (rank_evidence.h) and the launcher's exit state only.
 #pragma once
 
@@ -54,6 +55,29 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
 /// Why an external job's rank never got to `start` (docs/scenario-format.md "External jobs").
 std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
                                  const std::string& run_dir);
+
+/// How the launcher ended, read against the ranks' own exit records (issue 30 point 6: mpirun
+/// 4.1 segfaulted in its teardown in 3 of 5 runs of one scenario, after every rank had exited).
+struct LauncherExit {
+  int status = -1;  ///< the launcher's status as reaped: exit code, or 128 + signal
+  int signal = 0;   ///< the signal that ended it when status > 128 (0: it exited)
+  /// Every rank wrote its `exit` record (the rank's own word that it ended, and with what code)
+  /// and the controller did not end the job itself (timeout, interruption, a rank that never
+  /// attached).
+  bool after_ranks_exited = false;
+  /// The launcher's own crash in its teardown: a crash signal (SIGSEGV, SIGBUS, SIGABRT, SIGILL,
+  /// SIGFPE) after every rank exited. Then `counted` is what the ranks' records say, not status.
+  bool teardown_crash = false;
+  /// The status the judge uses for the job: `status`, or for a teardown crash the first nonzero
+  /// code among the ranks' exit records (0 when all exited 0), as mpirun would have returned.
+  int counted = -1;
+  std::string note;  ///< why `counted` differs from `status` ("" when it does not)
+};
+/// Reads `job.exit_code` against `logs` (see LauncherExit). Pure.
+LauncherExit launcher_exit(const std::vector<RankEvidence>& logs, const JobResult& job);
+/// report.json `launcher_exit`: {status, signal ("SIGSEGV" or null), after_ranks_exited,
+/// counted (whether the verdict used status), note (or null)}.
+nlohmann::json launcher_exit_json(const LauncherExit& l);
 
 /// Why a target may have matched nothing, given rank 0's `start` event (null: none).
 std::string target_hint(const std::string& target, const nlohmann::json& start);
