@@ -41,11 +41,19 @@ CHECKPOINTED = textwrap.dedent('''
             super().__init__()
             self.stem = nn.Linear(8, 16)
             self.blocks = nn.ModuleList(Block(i) for i in range(2))
+            if MODE.startswith("wrapper"):  # torch.distributed's checkpoint_wrapper
+                from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+                    CheckpointImpl, checkpoint_wrapper)
+                impl = CheckpointImpl.REENTRANT if MODE.endswith("-reentrant") else CheckpointImpl.NO_REENTRANT
+                self.blocks = nn.ModuleList(checkpoint_wrapper(b, checkpoint_impl=impl) for b in self.blocks)
             self.head = nn.Linear(16, 4)
         def forward(self, x):
             h = self.stem(x)
             for b in self.blocks:
-                h = b(h) if MODE == "none" else checkpoint(b, h, use_reentrant=MODE == "reentrant")
+                if MODE in ("none",) or MODE.startswith("wrapper"):
+                    h = b(h)
+                else:
+                    h = checkpoint(b, h, use_reentrant=MODE == "reentrant")
             return self.head(h)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -123,3 +131,16 @@ def test_a_probe_in_a_checkpointed_function_with_micro_batches(tmp_path, mode):
     assert losses == ref_losses
     assert digest == ref_digest
     assert [(e["step"], e["target"]) for e in job.of(0, "inject")] == [(2, "activation:mid1")]
+
+
+@pytest.mark.parametrize("mode", ["wrapper-reentrant", "wrapper-nonreentrant"])
+def test_checkpoint_wrapper_modules(tmp_path, mode):
+    # torch.distributed's checkpoint_wrapper (what apply_activation_checkpointing installs): the
+    # target keeps its plain name (blocks.1.fc, no _checkpoint_wrapped_module).
+    (tmp_path / "none").mkdir()
+    (tmp_path / mode).mkdir()
+    _, ref_losses, ref_digest = _run(tmp_path, "none", "nan")
+    job, losses, digest = _run(tmp_path, mode, "nan")
+    assert losses[2] == "nan" and losses == ref_losses
+    assert digest == ref_digest
+    assert [(e["step"], e["target"]) for e in job.of(0, "inject")] == [(2, "activation:blocks.1.fc")]
