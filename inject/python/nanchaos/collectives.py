@@ -31,6 +31,8 @@ COLLECTIVE_NAMES = (
     "all_gather_into_tensor", "_all_gather_base", "reduce", "reduce_scatter",
     "reduce_scatter_tensor", "_reduce_scatter_base", "all_to_all", "all_to_all_single", "gather",
     "scatter", "broadcast_object_list", "gather_object", "scatter_object_list",
+    # FSDP2's all-gathers and reduce-scatters on torch 2.15 (called as dist.<name>)
+    "all_gather_single", "reduce_scatter_single",
 )
 
 
@@ -147,7 +149,7 @@ _ORIG_REGISTER = [None]
 
 
 def _describe(args, kwargs) -> tuple:
-    t = args[0] if args else kwargs.get("tensor")
+    t = args[0] if args else kwargs.get("tensor", kwargs.get("output"))
     if isinstance(t, torch.Tensor):
         return t.numel(), str(t.dtype).replace("torch.", "")
     if isinstance(t, (list, tuple)) and t and isinstance(t[0], torch.Tensor):

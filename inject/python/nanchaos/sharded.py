@@ -1,0 +1,331 @@
+"""Sharded models (FSDP2's ``fully_shard``, DTensor parameters): what the agent needs to see them.
+
+The agent attaches to an FSDP2 model as to any other (its own FQNs, the module that owns the
+optimizer's parameters); ``attach`` returns a ``ShardedModel`` when the model has DTensor
+parameters (None otherwise: a DDP or plain job pays nothing). Facts it relies on, checked on
+torch 2.15 (CPU, gloo):
+
+- ``fully_shard`` keeps the FQNs; every parameter becomes a ``DTensor`` ``Shard(0)`` over the
+  1-D mesh of the world (``p._local_tensor`` / ``p.to_local()``: this rank's contiguous chunk of
+  rows, ``torch.chunk`` sizes: the last ranks may hold fewer rows or none).
+- In a forward, an FSDP group's module attributes are swapped for the *unsharded* plain
+  parameters (FSDP's pre-forward hook, prepended, runs before the agent's), so
+  ``model.named_parameters()`` seen from the agent's attach (the model's first training
+  forward) mixes the root group's unsharded parameters with the blocks' sharded ones. The
+  sharded parameter of each is read from FSDP's own records (``FSDPParam.sharded_param`` of
+  every ``FSDPModule``'s param groups, ``_module_info`` naming its module and attribute: private
+  API, present since torch 2.4; its absence is an attach error, not a silent fallback).
+- An optimizer writing DTensor parameters does not reliably bump a version counter: the
+  for-loop AdamW bumps the DTensor's ``_version`` (never its local tensor's), the ``foreach`` and
+  ``fused`` paths bump neither. An update is therefore read off the optimizer
+  (``take_updated``): a step that found some parameter with a gradient wrote it; for optimizers
+  that count steps (``state[p]["step"]``: Adam, AdamW, ...) the count must also have moved
+  (a fused step that GradScaler's found_inf took back leaves it).
+- ``register_hook`` on a sharded DTensor parameter never fires (silently); a hook on the
+  unsharded parameter (the same object every step) fires with this rank's full local gradient
+  before the reduce-scatter: ``gradient:`` faults are hooked there, from a forward pre-hook of
+  the FSDP module that holds the parameter (after FSDP's, which swapped it in).
+
+Faults: ``parameter:`` faults write this rank's local shard (element choice over the local
+shard's elements). A group whose all-gather already ran for this iteration (the root group:
+FSDP gathers it before the agent's pre-forward hook) also gets the same rows of its unsharded
+copy written, so this rank computes with the corrupted shard in the iteration the fault names,
+as it would had the shard been corrupted before the all-gather; the other ranks see it from the
+next all-gather on. ``final`` (``final_fields``): a sharded model's ``params_hash`` digests what
+must be equal on every rank for sharded state to be consistent (the contract's rule): every
+replicated parameter's bytes, and for each sharded one its name and whether its local shard is
+finite; ``optim_hash`` every optimizer's step counts and the state of replicated parameters.
+The local shards' own digests are ``local_params_hash`` / ``local_optim_hash``.
+
+Threads: attach, the parameter faults and ``final`` on the training thread; gradient hooks on
+the autograd thread; the optimizer hooks in the job's ``optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from . import faults as faults_mod
+from .attach_rules import strip_name
+from .copy_safe import CopySafeHook
+from .final import digest
+
+
+def is_dtensor(t: Any) -> bool:
+    """A ``torch.distributed.tensor.DTensor`` (duck-typed: no import of torch.distributed.tensor,
+    which a DDP job never loads)."""
+    return isinstance(t, torch.Tensor) and hasattr(t, "_local_tensor") and hasattr(t, "placements")
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's local tensor of a DTensor (the storage its writes go to), else ``t``."""
+    return t._local_tensor if is_dtensor(t) else t
+
+
+def _is_sharded(t: torch.Tensor) -> bool:
+    return is_dtensor(t) and any(type(p).__name__ == "Shard" for p in t.placements)
+
+
+def fsdp_params(model: torch.nn.Module) -> Dict[Tuple[int, str], Any]:
+    """``(id(module), attribute) -> FSDPParam`` for every parameter FSDP2 manages in ``model``
+    (``{}`` when it manages none). Raises ``RuntimeError`` naming what is missing when an
+    ``FSDPModule`` lacks the records this module reads (a torch whose FSDP2 internals moved)."""
+    out: Dict[Tuple[int, str], Any] = {}
+    for mod in model.modules():
+        get_state = getattr(mod, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        state = get_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:  # torch < 2.9: one group per state
+            group = getattr(state, "_fsdp_param_group", None)
+            groups = [group] if group is not None else []
+        for group in groups:
+            for fp in getattr(group, "fsdp_params", None) or []:
+                info = getattr(fp, "_module_info", None)
+                if info is None or not hasattr(fp, "sharded_param"):
+                    raise RuntimeError(
+                        f"FSDP2 on torch {torch.__version__}: FSDPParam has no _module_info / "
+                        "sharded_param; the agent cannot find the sharded parameters")
+                out[(id(info.module), info.param_name)] = fp
+                for m, n in zip(info.shared_modules, info.shared_param_names):
+                    out[(id(m), n)] = fp
+    return out
+
+
+def _owner(model: torch.nn.Module, name: str) -> Tuple[torch.nn.Module, str]:
+    path, _, attr = name.rpartition(".")
+    return (model.get_submodule(path) if path else model), attr
+
+
+def named_parameters(model: torch.nn.Module,
+                     managed: Dict[Tuple[int, str], Any]) -> List[Tuple[str, torch.Tensor]]:
+    """``model.named_parameters()`` (raw names) with FSDP's sharded parameter in place of an
+    unsharded one that a forward swapped in: the parameters the optimizer holds."""
+    out = []
+    for name, p in model.named_parameters():
+        if not is_dtensor(p) and managed:
+            mod, attr = _owner(model, name)
+            fp = managed.get((id(mod), attr))
+            if fp is not None:
+                p = fp.sharded_param
+        out.append((name, p))
+    return out
+
+
+class _Recorder:
+    """A fault context that is the agent, except that ``fired`` also notes the target."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+        self.hit: List[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._agent, name)
+
+    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+        self.hit.append(target)
+        self._agent.fired(fault, target, detail)
+
+
+class ShardedModel:
+    """The agent's view of a model with DTensor parameters (one per attached model)."""
+
+    def __init__(self, agent: Any, model: torch.nn.Module,
+                 managed: Dict[Tuple[int, str], Any]) -> None:
+        self.agent = agent
+        self.model_ref = weakref.ref(model)
+        self.managed = managed
+        self.named = [(strip_name(n), p) for n, p in named_parameters(model, managed)]
+        self._raw = {strip_name(n): n for n, _ in model.named_parameters()}
+        self._by_name = dict(self.named)
+        self._hooked_optimizers: set = set()
+        self._probe: Dict[int, Optional[tuple]] = {}
+        self._wrote = False
+        self._grad_hooked: set = set()
+
+    # --- updates ------------------------------------------------------------------------------
+    def hook_optimizers(self) -> None:
+        """Step hooks on every optimizer the agent attached (new ones since the last call)."""
+        for opt in self.agent.optimizers:
+            if id(opt) in self._hooked_optimizers:
+                continue
+            self._hooked_optimizers.add(id(opt))
+            opt.register_step_pre_hook(CopySafeHook(self._before_step))
+            opt.register_step_post_hook(CopySafeHook(self._after_step))
+
+    @staticmethod
+    def _step_count(opt, p) -> Optional[float]:
+        step = opt.state.get(p, {}).get("step") if p in opt.state else None
+        return None if step is None else float(step)
+
+    def _before_step(self, opt, args, kwargs) -> None:
+        first = next((p for g in opt.param_groups for p in g["params"] if p.grad is not None),
+                     None)
+        self._probe[id(opt)] = None if first is None else (first, self._step_count(opt, first))
+
+    def _after_step(self, opt, args, kwargs) -> None:
+        probe = self._probe.pop(id(opt), None)
+        if probe is None:
+            return  # no parameter had a gradient: the optimizer wrote nothing
+        p, before = probe
+        after = self._step_count(opt, p)
+        if after is None or after != before:
+            self._wrote = True
+
+    def take_updated(self) -> bool:
+        """Whether an optimizer of the model wrote its parameters since the last call."""
+        if len(self._hooked_optimizers) != len(self.agent.optimizers):
+            self.hook_optimizers()
+        wrote, self._wrote = self._wrote, False
+        return wrote
+
+    # --- parameter faults ---------------------------------------------------------------------
+    def wrap_parameter_faults(self) -> None:
+        """Each ``parameter:`` fault acts on the local shards (and mirrors what it wrote into an
+        unsharded copy in use this iteration, see the module docstring)."""
+        for f in self.agent.faults:
+            if "parameters" not in f.needs:
+                continue
+            orig = f.on_parameters
+
+            def on_parameters(ctx, named, _orig=orig):
+                rec = _Recorder(ctx)
+                _orig(rec, [(n, local(p)) for n, p in self.named])
+                for target in rec.hit:
+                    self._mirror(target.partition(":")[2])
+
+            f.on_parameters = on_parameters
+
+    def shard_rows(self, name: str) -> Optional[Tuple[int, int]]:
+        """``(first, stop)``: the rows of parameter ``name`` this rank's shard holds (``Shard(0)``
+        on a 1-D mesh), or None for another layout."""
+        p = self._by_name[name]
+        if not _is_sharded(p) or len(p.placements) != 1 or p.placements[0].dim != 0:
+            return None
+        mesh = p.device_mesh
+        rank, size = mesh.get_local_rank(), mesh.size()
+        rows = p.shape[0]
+        chunk = math.ceil(rows / size) if rows else 0
+        first = min(rows, rank * chunk)
+        return first, first + local(p).shape[0]
+
+    def _mirror(self, name: str) -> None:
+        model = self.model_ref()
+        p = self._by_name.get(name)
+        if model is None or p is None or not is_dtensor(p):
+            return
+        mod, attr = _owner(model, self._raw[name])
+        current = getattr(mod, attr, None)
+        if current is None or current is p or is_dtensor(current):
+            return  # sharded now: the next all-gather reads the corrupted shard
+        rows = self.shard_rows(name)
+        if rows is None or tuple(current.shape) != tuple(p.shape):
+            return
+        with torch.no_grad():
+            current.detach()[rows[0]:rows[1]].copy_(local(p).to(current.dtype))
+
+    # --- gradient faults ----------------------------------------------------------------------
+    def install_gradient_hooks(self) -> None:
+        """``gradient:`` faults on FSDP-managed parameters: a hook on the unsharded parameter,
+        registered from a forward pre-hook of its module (FSDP's own pre-hook, prepended, has
+        swapped it in by then); the module of the root group gets it now (its group is
+        unsharded during the agent's attach)."""
+        grads = [f for f in self.agent.faults if "gradient" in f.needs]
+        model = self.model_ref()
+        if not grads or model is None:
+            return
+        per_module: Dict[int, Tuple[torch.nn.Module, List[Tuple[str, str, List]]]] = {}
+        for name, p in self.named:
+            hits = [f for f in grads if faults_mod.match_target(f.pattern, name)]
+            if not hits or not is_dtensor(p):
+                continue
+            mod, attr = _owner(model, self._raw[name])
+            per_module.setdefault(id(mod), (mod, []))[1].append((name, attr, hits))
+        for mod, targets in per_module.values():
+            def pre(module, args, _targets=targets):
+                self._hook_unsharded(module, _targets)
+                return None
+
+            mod.register_forward_pre_hook(CopySafeHook(pre))
+            self._hook_unsharded(mod, targets)
+
+    def _hook_unsharded(self, module, targets) -> None:
+        for name, attr, hits in targets:
+            p = getattr(module, attr, None)
+            if p is None or is_dtensor(p) or id(p) in self._grad_hooked or not p.requires_grad:
+                continue
+            self._grad_hooked.add(id(p))
+            p.register_hook(CopySafeHook(self._gradient_hook(name, hits)))
+
+    def _gradient_hook(self, name: str, hits: List):
+        agent = self.agent
+
+        def hook(grad):
+            if not agent._open or agent.micro != agent.micro_batches - 1:
+                return None
+            new = grad
+            for f in hits:
+                new = f.on_gradient(agent, name, new)
+            return None if new is grad else new
+
+        return hook
+
+    # --- the end ------------------------------------------------------------------------------
+    def final_fields(self, optimizers: List[Any], steps_done: int, first_loss: Optional[float],
+                     last_loss: Optional[float], scale: Optional[torch.Tensor]) -> Dict[str, Any]:
+        """The ``final`` event's fields for sharded state (module docstring). No collective: the
+        job may have destroyed its process group already."""
+        replicated, consistency, shards = [], [], []
+        finite = True
+        with torch.no_grad():
+            for name, p in self.named:
+                t = local(p)
+                ok = bool(torch.isfinite(t).all()) if t.numel() else True
+                finite = finite and ok
+                if _is_sharded(p):
+                    consistency += [name, ok]
+                    shards.append(t)
+                else:
+                    replicated.append(t)
+        steps, optim_replicated, optim_local = [], [], []
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    state = opt.state.get(p, {})
+                    for key in sorted(state):
+                        value = state[key]
+                        value = local(value) if isinstance(value, torch.Tensor) else value
+                        optim_local += [key, value]
+                        if key == "step":
+                            steps.append(float(value))
+                        elif not _is_sharded(p):
+                            optim_replicated += [key, value]
+        fields = dict(steps_completed=steps_done, eval_loss=last_loss,
+                      initial_eval_loss=first_loss,
+                      params_hash=digest(replicated + consistency),
+                      optim_hash=digest(steps + optim_replicated),
+                      params_finite=finite, sharded=True,
+                      local_params_hash=digest(shards + replicated),
+                      local_optim_hash=digest(optim_local))
+        if scale is not None:
+            fields["loss_scale"] = float(scale)
+        return fields
+
+
+def attach(agent: Any, model: torch.nn.Module) -> Optional[ShardedModel]:
+    """At the agent's attach: a ``ShardedModel`` when ``model`` has DTensor parameters (FSDP2),
+    with its optimizer hooks, parameter-fault adaptation and gradient hooks installed; else None.
+    Raises ``RuntimeError`` when FSDP2's records cannot be read (the agent's attach error)."""
+    managed = fsdp_params(model)
+    if not managed and not any(is_dtensor(p) for p in model.parameters()):
+        return None
+    sm = ShardedModel(agent, model, managed)
+    sm.hook_optimizers()
+    sm.wrap_parameter_faults()
+    sm.install_gradient_hooks()
+    return sm
