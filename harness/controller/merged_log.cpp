@@ -54,9 +54,14 @@ results::JobLogs job_logs(const std::string& run_dir, int world) {
 MergedLog::MergedLog(std::string ranks_dir, const std::string& merged_path)
     : dir_(std::move(ranks_dir)), out_(merged_path, std::ios::binary | std::ios::trunc) {}
 
-void MergedLog::read_source(const std::string& path, Source& src) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
+MergedLog::~MergedLog() {
+  for (auto& [name, src] : sources_) {
+    if (src.fd >= 0) ::close(src.fd);
+  }
+}
+
+void MergedLog::read_source(Source& src) {
+  const int fd = src.fd;
   char buf[65536];
   std::string lines;
   for (;;) {
@@ -75,7 +80,6 @@ void MergedLog::read_source(const std::string& path, Source& src) {
     }
     src.partial.append(buf + start, size_t(n) - start);
   }
-  ::close(fd);
   if (!lines.empty()) out_.write(lines.data(), std::streamsize(lines.size()));
 }
 
@@ -84,11 +88,15 @@ void MergedLog::poll() {
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
       if (sources_.count(name)) continue;
-      if (auto prefix = prefix_of(name)) sources_[name].prefix = *prefix;
+      const auto prefix = prefix_of(name);
+      if (!prefix) continue;
+      const int fd = ::open((dir_ + "/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // tried again at the next poll
+      sources_[name] = Source{*prefix, fd};
     }
     ::closedir(d);
   }
-  for (auto& [name, src] : sources_) read_source(dir_ + "/" + name, src);
+  for (auto& [name, src] : sources_) read_source(src);
   out_.flush();
 }
 
