@@ -33,8 +33,8 @@ them)::
 Parameters are ``DTensor``s sharded on dim 0 (``Shard(0)``) over the world's 1-D mesh: each
 rank holds a contiguous chunk of rows of every parameter (``p.to_local()``).
 
-Needs torch >= 2.4 (``fully_shard``: ``torch.distributed.fsdp`` from 2.6, ``torch.distributed._composable.fsdp``
-before); checked on torch 2.15 (gloo, CPU).
+Needs torch >= 2.4 (``fully_shard``: ``torch.distributed.fsdp`` from 2.6,
+``torch.distributed._composable.fsdp`` before); checked on torch 2.15 (gloo, CPU).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ torch 2.15 (CPU, gloo):
   forward) mixes the root group's unsharded parameters with the blocks' sharded ones. The
   sharded parameter of each is read from FSDP's own records (``FSDPParam.sharded_param`` of
   every ``FSDPModule``'s param groups, ``_module_info`` naming its module and attribute: private
-  API, present since torch 2.4; its absence is an attach error, not a silent fallback).
+  API, read as torch 2.15 has it; its absence is an attach error, not a silent fallback).
 - An optimizer writing DTensor parameters does not reliably bump a version counter: the
   for-loop AdamW bumps the DTensor's ``_version`` (never its local tensor's), the ``foreach`` and
   ``fused`` paths bump neither. An update is therefore read off the optimizer
