@@ -143,20 +143,26 @@ class ShardedModel:
         self.named = [(strip_name(n), p) for n, p in named_parameters(model, managed)]
         self._raw = {strip_name(n): n for n, _ in model.named_parameters()}
         self._by_name = dict(self.named)
-        self._hooked_optimizers: set = set()
+        self._hooked = False
         self._probe: Dict[int, Optional[tuple]] = {}
         self._wrote = False
         self._grad_hooked: set = set()
 
     # --- updates ------------------------------------------------------------------------------
     def hook_optimizers(self) -> None:
-        """Step hooks on every optimizer the agent attached (new ones since the last call)."""
-        for opt in self.agent.optimizers:
-            if id(opt) in self._hooked_optimizers:
-                continue
-            self._hooked_optimizers.add(id(opt))
-            opt.register_step_pre_hook(CopySafeHook(self._before_step))
-            opt.register_step_post_hook(CopySafeHook(self._after_step))
+        """Global optimizer step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook``
+        and ``..._post_hook``, torch >= 2.0), once: they see every optimizer the agent attaches,
+        also one created after the model's first forward, and ignore the others."""
+        if self._hooked:
+            return
+        self._hooked = True
+        from torch.optim import optimizer as optim_mod
+
+        optim_mod.register_optimizer_step_pre_hook(self._before_step)
+        optim_mod.register_optimizer_step_post_hook(self._after_step)
+
+    def _mine(self, opt) -> bool:
+        return any(o is opt for o in self.agent.optimizers)
 
     @staticmethod
     def _step_count(opt, p) -> Optional[float]:
@@ -164,6 +170,8 @@ class ShardedModel:
         return None if step is None else float(step)
 
     def _before_step(self, opt, args, kwargs) -> None:
+        if not self._mine(opt):
+            return None
         first = next((p for g in opt.param_groups for p in g["params"] if p.grad is not None),
                      None)
         self._probe[id(opt)] = None if first is None else (first, self._step_count(opt, first))
@@ -179,8 +187,6 @@ class ShardedModel:
 
     def take_updated(self) -> bool:
         """Whether an optimizer of the model wrote its parameters since the last call."""
-        if len(self._hooked_optimizers) != len(self.agent.optimizers):
-            self.hook_optimizers()
         wrote, self._wrote = self._wrote, False
         return wrote
 

@@ -66,8 +66,9 @@ FSDP2_JOB = textwrap.dedent('''
                 x = b(x)
             return self.head(x)
     model = Net()
-    for b in model.blocks:
-        fully_shard(b)
+    if MODE != "root-only":  # else one FSDP group, all of it unsharded during a forward
+        for b in model.blocks:
+            fully_shard(b)
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
     g = torch.Generator().manual_seed(10 + rank)
@@ -135,6 +136,17 @@ def test_clean_fsdp2_run_reads_updates_and_skips_and_ends_with_equal_sharded_dig
     names = [[(e["seq"], e["name"]) for e in job.of(r, "coll_enter")] for r in range(2)]
     assert names[0] == names[1]
     assert {"all_gather_single", "reduce_scatter_single"} <= {n for _, n in names[0]}, names[0]
+
+
+def test_a_model_sharded_only_at_the_root_is_seen_updating(tmp_path):
+    # The agent attaches inside the model's first forward, when FSDP has already swapped every
+    # parameter of this single group for its unsharded copy: none is the optimizer's.
+    job = run_ranks(tmp_path, FSDP2_JOB, plan(steps=4), args=("root-only",))
+    assert job.codes == [0, 0], job.outputs
+    for r in range(2):
+        assert job.of(r, "start")[0]["optimizer"] == ["AdamW"]
+        assert steps_of(job, r) == [(s, "update") for s in range(4)]
+    assert job.of(0, "final")[0]["params_hash"] == job.of(1, "final")[0]["params_hash"]
 
 
 @pytest.mark.parametrize("target,gathered_after", [("blocks.1.fc.weight", True),
