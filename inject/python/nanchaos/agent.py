@@ -39,6 +39,7 @@ Threads: everything runs on the training thread except the comm-hook completion 
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import socket
 import sys
@@ -55,10 +56,13 @@ from .events import EventLog, now_us, num
 from .copy_safe import CopySafeHook
 from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
+from . import sharded
 from .observe import Observer
 from .plan import Plan
 
 __all__ = ["Agent", "AttachError"]
+
+_VERSION = operator.attrgetter("_version")  # Tensor._version: bumped by every in-place write
 
 
 class AttachError(RuntimeError):
@@ -81,6 +85,12 @@ class Agent:
         self.needs = set()
         for f in self.faults:
             self.needs |= set(f.needs)
+        # The hot path tests these once per call (a set lookup each, every step, otherwise).
+        self._need_batch = "batch" in self.needs
+        self._need_step_start = "step_start" in self.needs
+        self._need_parameters = "parameters" in self.needs
+        self._need_loss = "loss" in self.needs
+        self._need_lr = "lr" in self.needs
         # What the job built (weak: the agent must not keep a model alive).
         self._ddps: List[weakref.ref] = []
         self._optimizers: List[weakref.ref] = []
@@ -101,12 +111,16 @@ class Agent:
         self._params: List[torch.Tensor] = []
         self._named_params: List = []
         self._version0 = 0
+        self._fused_groups: List[tuple] = []  # (optimizer state, first parameter) per fused group
         self._fused0: List[float] = []
+        self._optimizer_ids: set = set()  # id() of self.optimizers, for the step wrapper
         self._losses: List[torch.Tensor] = []  # this iteration's micro-batch losses (detached)
         self._awaiting_loss = False
         self._loss_seen_micro = False
         self.observer = Observer(log)  # observed:* detections, from the log alone (observe.py)
         self._lr_used: Optional[float] = None
+        self._lr_last: Optional[float] = None
+        self._lr_text = "null"
         self.first_loss: Optional[float] = None
         self.last_loss: Optional[float] = None
         self.steps_done = 0
@@ -114,6 +128,7 @@ class Agent:
         self._sync_backward = False  # the model's last forward will all-reduce in its backward
         self._grad_numel = 0
         self._grad_dtype = ""
+        self._grad_allreduce_fields = '"name":"grad_allreduce","count":0,"dtype":""'
         # Collectives (a flight recorder): one sequence number per collective, in call order.
         self._coll_seq = itertools.count()  # next() is atomic under the GIL
         self._coll_depth = threading.local()
@@ -123,6 +138,7 @@ class Agent:
         self.exit_code = 0
         self._finished = False
         self._stack_detections: Dict[int, int] = {}
+        self._sharded: Optional[sharded.ShardedModel] = None  # FSDP2 / DTensor models (sharded.py)
 
     # ------------------------------------------------------------------------------------------
     # evidence
@@ -230,12 +246,19 @@ class Agent:
             d = r()
             if d is not None and d.module is model:
                 self.ddp = d
+        try:  # FSDP2: the sharded parameters, not the unsharded ones a forward swapped in
+            self._sharded = sharded.attach(self, model)
+        except RuntimeError as e:
+            self._fail(str(e))
+        self._named_params = (self._sharded.named if self._sharded is not None else
+                              [(strip_name(n), p) for n, p in model.named_parameters()])
+        self._params = [p for _, p in self._named_params]
         for r in self._optimizers:
             if r() is not None:
                 self._maybe_add_optimizer(r())
+        if self._sharded is not None:
+            self._sharded.hook_optimizers()
         self.scaler = next((r() for r in self._scalers if r() is not None), None)
-        self._named_params = [(strip_name(n), p) for n, p in model.named_parameters()]
-        self._params = [p for _, p in self._named_params]
         names = [n for n, _ in self._named_params]
         for f in self.faults:
             why = f.attach_refusal(self) or unmatched_target(f, names, own_type(model))
@@ -247,6 +270,8 @@ class Agent:
             grads = [p for p in self._params if p.requires_grad]
             self._grad_numel = sum(p.numel() for p in grads)
             self._grad_dtype = str(grads[0].dtype).replace("torch.", "") if grads else ""
+            self._grad_allreduce_fields = (f'"name":"grad_allreduce","count":{self._grad_numel},'
+                                           f'"dtype":"{self._grad_dtype}"')
             if "bucket" in self.needs:  # bucket faults: in the comm hook (collectives.py)
                 from . import collectives
 
@@ -278,9 +303,12 @@ class Agent:
     def _maybe_add_optimizer(self, opt) -> None:
         if any(o is opt for o in self.optimizers) or self.model is None:
             return
-        mine = {id(p) for p in self.model.parameters()}
+        mine = {id(p) for p in (self._params or self.model.parameters())}
         if any(id(p) in mine for g in opt.param_groups for p in g["params"]):
             self.optimizers.append(opt)
+            self._optimizer_ids.add(id(opt))
+            self._fused_groups = [(o.state, g["params"][0]) for o in self.optimizers
+                                  for g in o.param_groups if g.get("fused") and g["params"]]
 
     def _fail(self, reason: str) -> None:
         self.log.write("attach_error", rank=self.rank, reason=reason)
@@ -290,17 +318,21 @@ class Agent:
     # the step clock
     def _pre_forward(self, module, args):
         if module is self.model:
-            self._model_depth += 1
-            if self._model_depth > 1:
+            depth = self._model_depth + 1
+            self._model_depth = depth
+            if depth > 1:
                 return None  # a nested forward of the model: part of the outer one
-        if not module.training or not torch.is_grad_enabled():
-            return None
-        if not self.attached:
+            if not module.training or not torch.is_grad_enabled():
+                return None
+        else:
+            if not module.training or not torch.is_grad_enabled():
+                return None
+            if self.attached:
+                return None
             self._resolve(module)
-            if module is self.model:
-                self._model_depth = 1
-        if module is not self.model:
-            return None
+            if module is not self.model:
+                return None
+            self._model_depth = 1
         ddp = self.ddp
         # DDP reads require_backward_grad_sync in this forward (no_sync() clears it): the
         # backward of this forward all-reduces the gradients.
@@ -313,7 +345,7 @@ class Agent:
         self.micro = micro
         self._awaiting_loss = True
         self._loss_seen_micro = False
-        if "batch" in self.needs:
+        if self._need_batch:
             new_args = args
             for f in self.faults:
                 r = f.on_batch(self, tuple(new_args), {})
@@ -338,14 +370,15 @@ class Agent:
         self._open = True
         self._bucket_in_iter = 0
         self._lr_used = None
-        if "step_start" in self.needs:
+        if self._need_step_start:
             for f in self.faults:
                 f.on_step_start(self)
-        if "parameters" in self.needs:
+        if self._need_parameters:
             for f in self.faults:
                 f.on_parameters(self, self._named_params)
-        self._version0 = sum(p._version for p in self._params)
-        self._fused0 = self._fused_steps()
+        self._version0 = sum(map(_VERSION, self._params))
+        if self._fused_groups:
+            self._fused0 = self._fused_steps()
 
     def _fused_steps(self) -> List[float]:
         """The optimizer's own step count (``state[p]["step"]``) of the first parameter of each
@@ -354,13 +387,7 @@ class Agent:
         them an update is a step count that moved (a skipped step - no gradients, or a
         GradScaler's found_inf, which the fused kernel takes back - leaves it). One scalar read
         per fused group per iteration (a device sync when the count lives on a GPU)."""
-        out = []
-        for opt in self.optimizers:
-            for g in opt.param_groups:
-                if g.get("fused") and g["params"]:
-                    step = opt.state.get(g["params"][0], {}).get("step", 0)
-                    out.append(float(step))
-        return out
+        return [float(state.get(first, {}).get("step", 0)) for state, first in self._fused_groups]
 
     def _check_activation_names(self) -> None:
         """Once, at the first optimizer step (or the end of iteration 0 when the job steps no
@@ -382,8 +409,9 @@ class Agent:
         if not self._names_checked:
             self._check_activation_names()
         self._open = False
-        updated = (sum(p._version for p in self._params) != self._version0
-                   or self._fused_steps() != self._fused0)
+        updated = ((self._sharded is not None and self._sharded.take_updated())  # resets it
+                   or sum(map(_VERSION, self._params)) != self._version0
+                   or (bool(self._fused_groups) and self._fused_steps() != self._fused0))
         loss, scale = self._read_loss_and_scale()
         if loss is not None:
             if self.first_loss is None:
@@ -393,18 +421,23 @@ class Agent:
         lr = self._lr_used
         if lr is None and self.optimizers:
             lr = float(self.optimizers[0].param_groups[0].get("lr", 0.0))
+        if lr != self._lr_last:  # the lr's text is kept while the lr stays (most iterations)
+            self._lr_last, self._lr_text = lr, num(lr)
         t = now_us()
         end = (f'{{"ev":"step_end","t_us":{t},"step":{self.step},"loss":{num(loss)},'
-               f'"action":"{action}","lr":{num(lr)}}}')
+               f'"action":"{action}","lr":{self._lr_text}}}')
         begin = "" if next_step is None else f'{{"ev":"step_begin","t_us":{t},"step":{next_step}}}'
-        if begin and not self.observer.will_report(updated, scale):
-            self.log.write_line(end + "\n" + begin)
-            begin = ""
+        if updated and scale is None:  # the observer has nothing to say (observe.py)
+            self.log.write_line(end + "\n" + begin if begin else end)
         else:
-            self.log.write_line(end)
-        self.observer.end_iteration(self.step, updated, scale)
-        if begin:
-            self.log.write_line(begin)
+            if begin and not self.observer.will_report(updated, scale):
+                self.log.write_line(end + "\n" + begin)
+                begin = ""
+            else:
+                self.log.write_line(end)
+            self.observer.end_iteration(self.step, updated, scale)
+            if begin:
+                self.log.write_line(begin)
         self.steps_done = self.step + 1
 
     def _scale_tensor(self) -> Optional[torch.Tensor]:
@@ -418,6 +451,8 @@ class Agent:
         """One host read per iteration: the mean loss of its micro-batches (and the loss scale,
         in the same read when it lives on the same device)."""
         losses, self._losses = self._losses, []
+        if self.scaler is None and len(losses) == 1:
+            return losses[0].item(), None
         scale_t = self._scale_tensor()
         if not losses:
             return None, (float(scale_t) if scale_t is not None else None)
@@ -437,7 +472,7 @@ class Agent:
         ``items`` (a count tensor) when it was a ``reduction="sum"`` loss: the recorded value is
         then the per-item mean."""
         self._awaiting_loss = False
-        if "loss" in self.needs and self._open:
+        if self._need_loss and self._open:
             for f in self.faults:
                 loss = f.on_loss(self, loss)
         self._record_loss(loss.detach() if items is None else loss.detach() / items)
@@ -473,23 +508,27 @@ class Agent:
         if not self._sync_backward:
             return None
         self._sync_backward = False
-        return self.coll_enter("grad_allreduce", count=self._grad_numel, dtype=self._grad_dtype,
-                               span="backward")
+        seq = next(self._coll_seq)
+        self.log.write_line(f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},'
+                            f'{self._grad_allreduce_fields},"step":{self.step},"span":"backward"}}')
+        return seq
 
     def after_backward(self, seq: int, ok: bool) -> None:
         """The backward that ``before_backward`` numbered ``seq`` returned (``ok``) or raised."""
-        self.coll_leave(seq, "grad_allreduce", "ok" if ok else "error")
+        self.log.write_line(f'{{"ev":"coll_leave","t_us":{now_us()},"seq":{seq},'
+                            f'"name":"grad_allreduce","status":"{"ok" if ok else "error"}"}}')
 
     def _record_loss(self, value: torch.Tensor) -> None:
         self._losses.append(value)  # no copy, no sync: read once at the iteration's end
 
     def before_optimizer_step(self, opt):
         """Returns the lrs to restore after the step (lr faults), or None."""
-        if not self._open or not any(o is opt for o in self.optimizers):
+        if not self._open or id(opt) not in self._optimizer_ids:
             return None
-        self._check_activation_names()
+        if not self._names_checked:
+            self._check_activation_names()
         restore = None
-        if "lr" in self.needs:
+        if self._need_lr:
             factor = 1.0
             for f in self.faults:
                 factor *= f.lr_factor(self)
@@ -564,6 +603,11 @@ class Agent:
                 release_ddp(ddp)  # final.py: why, before interpreter shutdown
 
     def _write_final(self) -> None:
+        if self._sharded is not None:  # digests of sharded state (sharded.py)
+            self.log.write("final", **self._sharded.final_fields(
+                self.optimizers, self.steps_done, self.first_loss, self.last_loss,
+                self._scale_tensor()))
+            return
         self.log.write("final", **final_fields(self._params, self.optimizers, self.steps_done,
                                                self.first_loss, self.last_loss,
                                                self._scale_tensor()))
