@@ -160,6 +160,10 @@ def _patch(a) -> None:
     from . import checkpointing
 
     checkpointing.patch(a)
+    # torch.compile: hooks run by dynamo rather than traced, inductor's compiler (compiled.py).
+    from . import compiled
+
+    compiled.patch(a)
 
     # The end: an uncaught exception, then the digests at exit.
     orig_hook = sys.excepthook

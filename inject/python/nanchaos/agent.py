@@ -9,7 +9,8 @@ Attach (docs/scenario-format.md "The Python agent"): the model is the module a
 ``DistributedDataParallel`` wraps or else the module that owns every parameter of the first
 optimizer; it is decided at the first training-mode forward of a candidate, so a job that builds
 several models and then calls ``nanchaos.attach(model)`` is fine. Several candidates and no
-``attach`` call, or a ``torch.compile``d root, fail the job at that forward with a message.
+``attach`` call fail the job at that forward with a message. A ``torch.compile``d model is
+attached through its wrapper, however the job compiled it (``compiled.py``).
 
 Step clock: every ``micro_batches`` training-mode forwards of the model with autograd enabled
 make one iteration; eval-mode and ``no_grad`` forwards never count, nor does a forward of the
@@ -29,8 +30,9 @@ host read of the loss per iteration. Module hooks only on targeted modules; no g
 
 Modules: the observed:* detections are ``observe.py`` (built without the plan, which reaches only
 the fault modules), the attach rules ``attach_rules.py``, the activation and gradient
-hooks ``fault_hooks.py``, the ``final`` digests and DDP's release at exit ``final.py``; the
-patches that call into the agent are ``_bootstrap.py`` and ``collectives.py``.
+hooks ``fault_hooks.py``, torch.compile ``compiled.py``, the ``final`` digests and DDP's
+release at exit ``final.py``; the patches that call into the agent are ``_bootstrap.py`` and
+``collectives.py``.
 
 Threads: everything runs on the training thread except the comm-hook completion callbacks
 (a process-group thread) and gradient hooks (the autograd thread); the event log is locked.
@@ -56,7 +58,7 @@ from .events import EventLog, now_us, num
 from .copy_safe import CopySafeHook
 from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
-from . import sharded
+from . import compiled, sharded
 from .observe import Observer
 from .plan import Plan
 
@@ -66,9 +68,9 @@ _VERSION = operator.attrgetter("_version")  # Tensor._version: bumped by every i
 
 
 class AttachError(RuntimeError):
-    """The agent cannot observe this job faithfully (ambiguous model, compiled model, a fault
-    that needs what the job lacks). Raised into the job so that it fails at start, never runs
-    unobserved; the reason is also in the rank's ``attach_error`` event."""
+    """The agent cannot observe this job faithfully (ambiguous model, inductor without a C++
+    compiler, a fault that needs what the job lacks). Raised into the job so that it fails at
+    start, never runs unobserved; the reason is also in the rank's ``attach_error`` event."""
 
 
 class Agent:
@@ -139,6 +141,7 @@ class Agent:
         self._finished = False
         self._stack_detections: Dict[int, int] = {}
         self._sharded: Optional[sharded.ShardedModel] = None  # FSDP2 / DTensor models (sharded.py)
+        self.compiled = compiled.CompileWatch(self)  # torch.compile seen, hooks kept (compiled.py)
 
     # ------------------------------------------------------------------------------------------
     # evidence
@@ -166,7 +169,7 @@ class Agent:
     # what the job builds (called from the patched constructors)
     def on_ddp(self, ddp) -> None:
         self._ddps.append(weakref.ref(ddp))
-        self._watch_candidate(ddp.module)
+        self._watch_candidate(compiled.unwrap(ddp.module))
 
     def on_optimizer(self, opt) -> None:
         self._optimizers.append(weakref.ref(opt))
@@ -183,10 +186,7 @@ class Agent:
             self.scaler = scaler
 
     def explicit_attach(self, model, optimizer=None, scaler=None) -> None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        if isinstance(model, DDP):
-            model = model.module
+        model = compiled.unwrap(model)  # DDP's module, torch.compile's _orig_mod
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"nanchaos.attach: model must be a torch.nn.Module, got {type(model)}")
         if self.attached and model is not self.model:
@@ -210,6 +210,7 @@ class Agent:
         self._candidate_hooks[id(module)] = (weakref.ref(module), hook)
         # Gradient faults hook the parameters as soon as a candidate is known (fault_hooks.py).
         install_gradient_hooks(self, module)
+        self.compiled.protect([module])  # after torch.compile: run by dynamo, not traced
 
     # ------------------------------------------------------------------------------------------
     # attach: at the first training forward of a candidate
@@ -218,7 +219,7 @@ class Agent:
             return [self._explicit]
         ddps = [r() for r in self._ddps if r() is not None]
         if ddps:
-            return [d.module for d in ddps]
+            return [compiled.unwrap(d.module) for d in ddps]
         out = []
         for ref, _ in self._candidate_hooks.values():
             m = ref()
@@ -244,7 +245,7 @@ class Agent:
                 del self._candidate_hooks[key]
         for r in self._ddps:
             d = r()
-            if d is not None and d.module is model:
+            if d is not None and compiled.unwrap(d.module) is model:
                 self.ddp = d
         try:  # FSDP2: the sharded parameters, not the unsharded ones a forward swapped in
             self._sharded = sharded.attach(self, model)
@@ -261,11 +262,13 @@ class Agent:
         self.scaler = next((r() for r in self._scalers if r() is not None), None)
         names = [n for n, _ in self._named_params]
         for f in self.faults:
-            why = f.attach_refusal(self) or unmatched_target(f, names, own_type(model))
+            why = (f.attach_refusal(self) or unmatched_target(f, names, own_type(model))
+                   or self.compiled.refusal(f, model))  # fullgraph=True regions (compiled.py)
             if why:
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
         self._module_names = [n for n, _ in plain_modules(model)]
         install_activation_hooks(self, model)
+        self.compiled.protect([model])
         if self.ddp is not None:
             grads = [p for p in self._params if p.requires_grad]
             self._grad_numel = sum(p.numel() for p in grads)

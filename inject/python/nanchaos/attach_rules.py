@@ -33,10 +33,6 @@ import torch
 
 from . import faults as faults_mod
 
-#: Type names of a ``torch.compile``d root (torch 2.x's ``torch._dynamo.eval_frame``).
-COMPILED_TYPES = ("OptimizedModule",)
-
-
 #: Module names wrappers insert, removed anywhere in a name (torch.compile's OptimizedModule,
 #: Lightning's _LightningModuleWrapperBase, FSDP1's FullyShardedDataParallel, checkpoint_wrapper).
 INNER_WRAPPERS = ("_orig_mod", "_forward_module", "_fsdp_wrapped_module",
@@ -114,9 +110,9 @@ def owners_of(opt) -> List[torch.nn.Module]:
             if m is not o:
                 inner.add(id(m))
     roots = [o for o in owners if id(o) not in inner]
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from .compiled import unwrap  # DDP's module, torch.compile's _orig_mod
 
-    roots = [o.module if isinstance(o, DDP) else o for o in roots]
+    roots = [unwrap(o) for o in roots]
     uniq = []
     for r in roots:
         if all(r is not u for u in uniq):
@@ -134,10 +130,8 @@ def ambiguity(candidates: Sequence[torch.nn.Module]) -> Optional[str]:
 
 
 def model_refusal(model: torch.nn.Module) -> Optional[str]:
-    """Why the agent cannot attach to ``model`` (a compiled root, an FSDP model), or None."""
-    if type(model).__name__ in COMPILED_TYPES:
-        return ("the model was compiled (torch.compile) before the agent could attach; "
-                "call nanchaos.attach(model) before torch.compile, or compile submodules")
+    """Why the agent cannot attach to ``model`` (an FSDP1 model), or None. A compiled model
+    arrives unwrapped (``compiled.unwrap``), whenever the job compiled it."""
     # Only when the job imported FSDP itself (importing it here would cost, and fails on
     # Debian's torch 1.13 under Python 3.11).
     fsdp_mod = sys.modules.get("torch.distributed.fsdp")
