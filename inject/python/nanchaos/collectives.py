@@ -195,3 +195,61 @@ def patch_distributed(agent) -> None:
         _ORIGINALS[name] = orig
         setattr(dist, name, wrap(name, orig))
 
+
+
+# The functional collectives DTensor's redistributions call (tensor parallelism's all-reduces,
+# all-gathers and reduce-scatters, forward and backward), as torch 2.15 names them in
+# torch.distributed._functional_collectives; a name a torch lacks is skipped.
+FUNCTIONAL_NAMES = ("all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
+                    "reduce_scatter_single", "all_to_all_single", "broadcast")
+
+
+def patch_functional(agent) -> None:
+    """Wraps ``torch.distributed._functional_collectives``' collectives (``FUNCTIONAL_NAMES``),
+    once, so that DTensor's redistributions (tensor parallelism: a row-wise linear's output
+    all-reduce or reduce-scatter, a sequence-parallel all-gather, their backward twins, a DTensor
+    ``clip_grad_norm_``'s reduction) enter the flight recorder: ``coll_enter`` with ``span``
+    "functional" and the input's element count and dtype, ``coll_leave`` when the call returns.
+
+    DTensor looks these up as ``funcol.<name>`` at call time (torch 2.4 to 2.15), so wrapping
+    the module attributes reaches it. Caveat: a functional collective returns at once with an
+    ``AsyncCollectiveTensor`` that waits at its first use, so on gloo as on NCCL "leave" means
+    issued, not completed; a rank whose peer stopped blocks in that later wait, after the
+    enter of the collective its peer never entered (which is what blame compares). Calls from
+    compiled graphs (inductor lowers them to ops) are not seen."""
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except ImportError:  # torch without functional collectives: nothing to log
+        return
+    if getattr(funcol, "_nanchaos_patched", False):
+        return
+    funcol._nanchaos_patched = True
+    depth = agent._coll_depth
+
+    def wrap(name, orig):
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            if getattr(depth, "n", 0) > 0:
+                return orig(*args, **kwargs)
+            t = args[0] if args else kwargs.get("self", kwargs.get("input"))
+            count, dtype = _describe((t,), {})
+            seq = agent.coll_enter(name, count=count, dtype=dtype, span="functional")
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                out = orig(*args, **kwargs)
+            except BaseException:
+                agent.coll_leave(seq, name, "error")
+                raise
+            finally:
+                depth.n -= 1
+            agent.coll_leave(seq, name)
+            return out
+
+        wrapper._nanchaos_wrapped = True
+        return wrapper
+
+    for name in FUNCTIONAL_NAMES:
+        orig = getattr(funcol, name, None)
+        if orig is None or getattr(orig, "_nanchaos_wrapped", False):
+            continue
+        setattr(funcol, name, wrap(name, orig))

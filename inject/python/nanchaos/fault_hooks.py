@@ -31,8 +31,9 @@ from typing import Any, Callable, List
 
 import torch
 
-from . import checkpointing
+from . import checkpointing, sharded
 from . import faults as faults_mod
+from .faults.base import first_tensor, replace_first
 from .attach_rules import plain_modules, strip_name
 from .copy_safe import CopySafeHook
 
@@ -96,6 +97,11 @@ def apply_activation(agent: Any, name: str, faults: List, training: bool, out: A
 
 def _activation_hook(agent: Any, name: str, hits: List) -> Callable:
     def hook(module, inputs, out):
+        first = first_tensor(out)
+        if first is not None and sharded.is_dtensor(first):  # TP: this rank's local output
+            new_first = sharded.on_local(
+                first, lambda t: apply_activation(agent, name, hits, module.training, t))
+            return None if new_first is first else replace_first(out, new_first)
         new = apply_activation(agent, name, hits, module.training, out)
         return None if new is out else new
 
@@ -110,9 +116,14 @@ def _gradient_hook(agent: Any, owner: torch.nn.Module, name: str, hits: List) ->
             return None
         if agent.model is not owner():
             return None  # a candidate that was not chosen
-        new = grad
-        for f in hits:
-            new = f.on_gradient(agent, name, new)
+        new = sharded.on_local(grad, lambda g: _chain_gradient(agent, name, hits, g))
         return None if new is grad else new
 
     return hook
+
+
+def _chain_gradient(agent: Any, name: str, hits: List, grad: torch.Tensor) -> torch.Tensor:
+    new = grad
+    for f in hits:
+        new = f.on_gradient(agent, name, new)
+    return new

@@ -26,6 +26,17 @@ torch 2.15 (CPU, gloo):
   before the reduce-scatter: ``gradient:`` faults are hooked there, from a forward pre-hook of
   the FSDP module that holds the parameter (after FSDP's, which swapped it in).
 
+DTensor tensor parallelism (``parallelize_module``: ``ColwiseParallel`` weights ``Shard(0)``,
+``RowwiseParallel`` ``Shard(1)``, ``SequenceParallel`` ``Replicate()``, the rest plain; FQNs
+kept; checked on torch 2.15, gloo) is the same view without FSDP's records: the parameters are
+the DTensors the module computes with, so a ``Tensor.register_hook`` on one fires with its
+DTensor gradient (``fault_hooks`` hands the faults its local tensor through ``on_local``), a
+module's output may be a DTensor (``SequenceParallel``: ``on_local`` again) or an
+``AsyncCollectiveTensor`` (a row-wise linear's reduction in flight: the fault's out-of-place
+``torch.where`` waits for it and yields a plain tensor in the graph), and DTensor's
+redistributions go through the functional collectives, which ``attach`` has the flight
+recorder wrap (``collectives.patch_functional``).
+
 Faults: ``parameter:`` faults write this rank's local shard (element choice over the local
 shard's elements). A group whose all-gather already ran for this iteration (the root group:
 FSDP gathers it before the agent's pre-forward hook) also gets the same rows of its unsharded
@@ -64,6 +75,25 @@ def is_dtensor(t: Any) -> bool:
 def local(t: torch.Tensor) -> torch.Tensor:
     """This rank's local tensor of a DTensor (the storage its writes go to), else ``t``."""
     return t._local_tensor if is_dtensor(t) else t
+
+
+def on_local(t: Any, fn) -> Any:
+    """``fn(x) -> x'`` applied where a fault must act on this rank only: on ``t`` itself, or for
+    a ``DTensor`` on its local tensor, the result rewrapped with ``t``'s mesh, placements, global
+    shape and stride (``DTensor.from_local(..., run_check=False)``: no collective, differentiable,
+    so autograd still reaches the module's own output). Returns ``t`` itself when ``fn`` returned
+    its argument unchanged (a clean iteration costs ``to_local``'s view). Why: a fault's element
+    edit on a DTensor (``view(-1)``, ``.to("cpu")``) would redistribute it, a collective that
+    only the faulted rank enters (a hang, seen on torch 2.15 gloo), and would index the global
+    tensor rather than this rank's shard."""
+    if not is_dtensor(t):
+        return fn(t)
+    loc = t.to_local()  # differentiable (``_local_tensor`` would cut the autograd graph)
+    new = fn(loc)
+    if new is loc:
+        return t
+    return type(t).from_local(new, t.device_mesh, t.placements, run_check=False,
+                              shape=t.shape, stride=t.stride())
 
 
 def _is_sharded(t: torch.Tensor) -> bool:
@@ -324,13 +354,17 @@ class ShardedModel:
 
 
 def attach(agent: Any, model: torch.nn.Module) -> Optional[ShardedModel]:
-    """At the agent's attach: a ``ShardedModel`` when ``model`` has DTensor parameters (FSDP2),
-    with its optimizer hooks, parameter-fault adaptation and gradient hooks installed; else None.
+    """At the agent's attach: a ``ShardedModel`` when ``model`` has DTensor parameters (FSDP2,
+    tensor parallelism), with the functional collectives logged and its optimizer hooks,
+    parameter-fault adaptation and gradient hooks installed; else None.
     Raises ``RuntimeError`` when FSDP2's records cannot be read (the agent's attach error)."""
     managed = fsdp_params(model)
     if not managed and not any(is_dtensor(p) for p in model.parameters()):
         return None
     sm = ShardedModel(agent, model, managed)
+    from . import collectives
+
+    collectives.patch_functional(agent)  # DTensor redistributions (TP) in the flight recorder
     sm.hook_optimizers()
     sm.wrap_parameter_faults()
     sm.install_gradient_hooks()
