@@ -113,7 +113,7 @@ class Attention(nn.Module):
         q = apply_rotary(heads(self.wq(x)), cos, sin)
         k = apply_rotary(heads(self.wk(x)), cos, sin)
         out = F.scaled_dot_product_attention(q, k, heads(self.wv(x)), is_causal=True)
-        return self.wo(out.transpose(1, 2).reshape(b, s, d))
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class FeedForward(nn.Module):
