@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 import textwrap
 
 import pytest
