@@ -247,7 +247,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             skipped += 1
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step:4d} | loss {loss_value:.4f} | skipped {skipped} | "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+                  f"{time.perf_counter() - t0:.3f} s", flush=True)
     if rank == 0:
         print(f"done: {args.steps} steps ({skipped} skipped on rank 0) in "
               f"{time.perf_counter() - t0:.2f} s | last loss {loss_value:.4f}", flush=True)
