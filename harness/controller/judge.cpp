@@ -359,16 +359,21 @@ void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, J
   res.steps_completed = logs.empty() ? 0 : steps_completed;
   bool eval_finite = all_final, params_finite = all_final;
   if (all_final) {
-    const FinalEvent& f0 = *logs[0].final;
+    // The loss is read off the ranks that compute one (`has_loss`: a pipeline stage before the
+    // last computes none, docs/external-jobs.md "Pipeline parallelism"); digests off every rank.
+    const auto with_loss = std::find_if(logs.begin(), logs.end(),
+                                        [](const RankEvidence& l) { return l.final->has_loss; });
+    const FinalEvent& f0 = with_loss != logs.end() ? *with_loss->final : *logs[0].final;
     res.final_loss =
         std::isfinite(f0.eval_loss) ? f0.eval_loss : std::numeric_limits<double>::quiet_NaN();
     bool same = true;
     for (const auto& l : logs) {
-      eval_finite = eval_finite && std::isfinite(l.final->eval_loss);
+      eval_finite = eval_finite && (!l.final->has_loss || std::isfinite(l.final->eval_loss));
       params_finite = params_finite && l.final->params_finite;
-      same = same && l.final->params_hash == f0.params_hash &&
-             l.final->optim_hash == f0.optim_hash &&
-             same_loss_scale(l.final->loss_scale, f0.loss_scale) && l.actions == logs[0].actions;
+      same = same && l.final->params_hash == logs[0].final->params_hash &&
+             l.final->optim_hash == logs[0].final->optim_hash &&
+             same_loss_scale(l.final->loss_scale, logs[0].final->loss_scale) &&
+             l.actions == logs[0].actions;
     }
     j.consistent = same;
     if (eval_finite && std::isfinite(f0.initial_eval_loss)) {

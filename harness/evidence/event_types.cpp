@@ -189,6 +189,7 @@ json to_json(const FinalEvent& e) {
             {"params_finite", e.params_finite}};
   put(j, "eval_loss_str", e.eval_loss_str);
   put(j, "loss_scale", e.loss_scale);
+  if (!e.has_loss) j["has_loss"] = false;
   put_time(j, e.t_us);
   return j;
 }
@@ -204,6 +205,7 @@ FinalEvent parse_final(const json& e) {
   x.optim_hash = str(e, "optim_hash");
   x.params_finite = flag(e, "params_finite", false);
   x.loss_scale = opt_num(e, "loss_scale");
+  x.has_loss = flag(e, "has_loss", true);
   return x;
 }
 

@@ -117,6 +117,9 @@ struct FinalEvent {
   std::string optim_hash;                    ///< XXH3-64 of the optimizer state (absent: "")
   bool params_finite = false;                ///< every parameter finite (absent: false)
   std::optional<double> loss_scale;          ///< fp16 loss scaler's scale (absent/null: none)
+  /// false: the rank computes no loss by design (a pipeline stage before the last, whose
+  /// eval_loss is null); the judge reads the loss off the ranks that do (absent: true)
+  bool has_loss = true;
   int64_t t_us = 0;                          ///< when (us; absent: 0)
 };
 

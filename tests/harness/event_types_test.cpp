@@ -178,6 +178,8 @@ TEST(EventTypes, EveryStructSurvivesTheLog) {
   fin.eval_loss = 1.25;
   fin.loss_scale = 32768.0;
   expect_round_trip(fin, parse_final);
+  fin.has_loss = false;  // a pipeline stage before the last: no loss by design
+  expect_round_trip(fin, parse_final);
   StepEndEvent end;
   end.step = 4;
   end.action = "skip";
@@ -221,6 +223,7 @@ TEST(EventTypes, AbsentFieldsTakeTheDocumentedDefaults) {
   EXPECT_TRUE(std::isnan(fin.eval_loss));
   EXPECT_FALSE(fin.params_finite);
   EXPECT_FALSE(fin.loss_scale.has_value());
+  EXPECT_TRUE(fin.has_loss);
   EXPECT_TRUE(std::isnan(*parse_final(json{{"loss_scale", nullptr}}).loss_scale));
   EXPECT_EQ(parse_step_end(json::object()).step, 0);
   // Integers: null and a float int64 cannot hold count as absent; a float that fits is taken.

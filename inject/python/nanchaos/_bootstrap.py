@@ -164,6 +164,10 @@ def _patch(a) -> None:
     from . import compiled
 
     compiled.patch(a)
+    # torch.distributed.pipelining: one schedule.step() per iteration, targets by stage.
+    from . import pipeline
+
+    pipeline.patch(a)
 
     # The end: an uncaught exception, then the digests at exit.
     orig_hook = sys.excepthook

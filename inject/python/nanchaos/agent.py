@@ -15,7 +15,8 @@ attached through its wrapper, however the job compiled it (``compiled.py``).
 Step clock: every ``micro_batches`` training-mode forwards of the model with autograd enabled
 make one iteration; eval-mode and ``no_grad`` forwards never count, nor does a forward of the
 model nested inside one of its forwards (Lightning 2.x routes ``self(x)`` in ``training_step``
-back through the DDP wrapper). Iteration i's ``step_end`` is written when iteration i+1 starts
+back through the DDP wrapper). A pipeline-parallel job's iterations are its ``schedule.step()``
+calls instead, whatever the micro-batch count (``pipeline.py``). Iteration i's ``step_end`` is written when iteration i+1 starts
 (or at exit): ``action`` is ``update`` when some parameter's version counter moved since the
 iteration began (an optimizer really wrote it; PyTorch bumps ``Tensor._version`` on every
 in-place write) or, for ``fused=True`` optimizers, whose kernels write without bumping it, when
@@ -30,7 +31,8 @@ host read of the loss per iteration. Module hooks only on targeted modules; no g
 
 Modules: the observed:* detections are ``observe.py`` (built without the plan, which reaches only
 the fault modules), the attach rules ``attach_rules.py``, the activation and gradient
-hooks ``fault_hooks.py``, torch.compile ``compiled.py``, the ``final`` digests and DDP's
+hooks ``fault_hooks.py``, torch.compile ``compiled.py``, pipeline parallelism's step clock
+(one ``schedule.step()`` per iteration) and stages ``pipeline.py``, the ``final`` digests and DDP's
 release at exit ``final.py``; the patches that call into the agent are ``_bootstrap.py`` and
 ``collectives.py``.
 
@@ -58,7 +60,7 @@ from .events import EventLog, now_us, num
 from .copy_safe import CopySafeHook
 from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
-from . import compiled, sharded
+from . import compiled, pipeline, sharded
 from .observe import Observer
 from .plan import Plan
 
@@ -142,6 +144,10 @@ class Agent:
         self._stack_detections: Dict[int, int] = {}
         self._sharded: Optional[sharded.ShardedModel] = None  # FSDP2 / DTensor models (sharded.py)
         self.compiled = compiled.CompileWatch(self)  # torch.compile seen, hooks kept (compiled.py)
+        # Pipeline parallelism (pipeline.py): set at the first schedule.step(), which then
+        # clocks the iterations instead of the stage module's per-micro-batch forwards.
+        self.pipeline = pipeline.Pipeline(self)
+        self._pipeline: Optional[pipeline.Pipeline] = None
 
     # ------------------------------------------------------------------------------------------
     # evidence
@@ -326,6 +332,10 @@ class Agent:
             if depth > 1:
                 return None  # a nested forward of the model: part of the outer one
             if not module.training or not torch.is_grad_enabled():
+                return None
+            if self._pipeline is not None:  # a micro-batch of schedule.step(): no new iteration
+                self._awaiting_loss = True
+                self._loss_seen_micro = False
                 return None
         else:
             if not module.training or not torch.is_grad_enabled():
@@ -606,6 +616,11 @@ class Agent:
                 release_ddp(ddp)  # final.py: why, before interpreter shutdown
 
     def _write_final(self) -> None:
+        if self._pipeline is not None:  # a stage's own parameters (pipeline.py)
+            self.log.write("final", **self._pipeline.final_fields(
+                self._params, self.optimizers, self.steps_done, self.first_loss, self.last_loss,
+                self._scale_tensor()))
+            return
         if self._sharded is not None:  # digests of sharded state (sharded.py)
             self.log.write("final", **self._sharded.final_fields(
                 self.optimizers, self.steps_done, self.first_loss, self.last_loss,

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .events import now_us
+
 COLLECTIVE_NAMES = (
     "all_reduce", "broadcast", "barrier", "monitored_barrier", "all_gather", "all_gather_object",
     "all_gather_into_tensor", "_all_gather_base", "reduce", "reduce_scatter",
@@ -194,7 +196,7 @@ def patch_distributed(agent) -> None:
             continue
         _ORIGINALS[name] = orig
         setattr(dist, name, wrap(name, orig))
-
+    patch_p2p(agent)
 
 
 # The functional collectives DTensor's redistributions call (tensor parallelism's all-reduces,
@@ -253,3 +255,119 @@ def patch_functional(agent) -> None:
         if orig is None or getattr(orig, "_nanchaos_wrapped", False):
             continue
         setattr(funcol, name, wrap(name, orig))
+
+
+# Point-to-point: pipeline parallelism's activations and input gradients (pipeline.py).
+P2P_NAMES = {"send": "send", "isend": "send", "send_object_list": "send",
+             "recv": "recv", "irecv": "recv", "recv_object_list": "recv"}
+
+
+def _peer(kwargs, args, op: str):
+    """The peer's global rank of a send (``dst``/``group_dst``) or receive (``src``/``group_src``)
+    call, or None where not given (a receive from any source)."""
+    key = "dst" if op == "send" else "src"
+    peer = kwargs.get(key, args[1] if len(args) > 1 else None)
+    group_peer = kwargs.get("group_" + key)
+    if peer is None and group_peer is not None:
+        group = kwargs.get("group")
+        try:
+            peer = group_peer if group is None else dist.get_global_rank(group, group_peer)
+        except Exception:
+            peer = group_peer
+    return None if peer is None else int(peer)
+
+
+def _p2p_enter(agent, op: str, tensor, peer) -> int:
+    """``coll_enter`` of one send or receive: name ``p2p`` (the same on both ends, so the judge's
+    per-sequence comparison matches a send with its receive), ``op`` and ``peer``, the element
+    count as ``numel`` (not ``count``: an activation and the gradient crossing it at the same
+    sequence number may differ in size)."""
+    seq = next(agent._coll_seq)
+    numel, dtype = _describe((tensor,), {})
+    peer_text = "null" if peer is None else str(peer)
+    agent.log.write_line(
+        f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},"name":"p2p","op":"{op}",'
+        f'"peer":{peer_text},"numel":{numel},"dtype":"{dtype}","step":{agent.step},'
+        f'"span":"p2p"}}')
+    return seq
+
+
+def patch_p2p(agent) -> None:
+    """Wraps ``dist.send/recv/isend/irecv``, ``send_object_list``/``recv_object_list`` and
+    ``batch_isend_irecv`` (one entry per ``P2POp``) into the flight recorder, in jobs of exactly
+    2 ranks: each rank's sends and receives pair up one for one there, so the shared per-rank
+    sequence stays aligned and a stage that stops is the rank missing from sequence #k. With
+    more ranks a middle pipeline stage makes twice the point-to-point calls of an end stage,
+    which would misalign the sequence for every later collective, so they are not logged
+    (docs/external-jobs.md "Pipeline parallelism"). Asynchronous calls leave at once with
+    status ``async`` (issued, not completed); blocking ones when they return."""
+    depth = agent._coll_depth
+
+    def logged() -> bool:
+        if getattr(depth, "n", 0) > 0 or not dist.is_initialized():
+            return False
+        return dist.get_world_size() == 2
+
+    def wrap(name, orig):
+        op = P2P_NAMES[name]
+        blocking = name in ("send", "recv", "send_object_list", "recv_object_list")
+
+        @functools.wraps(orig)
+        def wrapper(*args, **kwargs):
+            if not logged():
+                return orig(*args, **kwargs)
+            t = args[0] if args else kwargs.get("tensor", kwargs.get("object_list"))
+            seq = _p2p_enter(agent, op, t, _peer(kwargs, args, op))
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                out = orig(*args, **kwargs)
+            except BaseException:
+                agent.coll_leave(seq, "p2p", "error")
+                raise
+            finally:
+                depth.n -= 1
+            agent.coll_leave(seq, "p2p", "ok" if blocking else "async")
+            return out
+
+        wrapper._nanchaos_wrapped = True
+        return wrapper
+
+    def wrap_batch(orig):
+        @functools.wraps(orig)
+        def batch_isend_irecv(p2p_op_list):
+            if not logged():
+                return orig(p2p_op_list)
+            seqs = []
+            for p in p2p_op_list:
+                op = "send" if getattr(p.op, "__name__", "") == "isend" else "recv"
+                seqs.append(_p2p_enter(agent, op, p.tensor, getattr(p, "peer", None)))
+            depth.n = getattr(depth, "n", 0) + 1
+            try:
+                out = orig(p2p_op_list)
+            except BaseException:
+                for seq in seqs:
+                    agent.coll_leave(seq, "p2p", "error")
+                raise
+            finally:
+                depth.n -= 1
+            for seq in seqs:
+                agent.coll_leave(seq, "p2p", "async")
+            return out
+
+        batch_isend_irecv._nanchaos_wrapped = True
+        return batch_isend_irecv
+
+    # Also replaced in distributed_c10d itself: P2POp and batch_isend_irecv check that an op
+    # ``is`` that module's ``isend``/``irecv`` (a P2POp built with the job-facing wrapper must
+    # pass), and calls between its own functions then stay unlogged (depth).
+    from torch.distributed import distributed_c10d as c10d
+
+    for name in list(P2P_NAMES) + ["batch_isend_irecv"]:
+        orig = getattr(dist, name, None)
+        if orig is None or getattr(orig, "_nanchaos_wrapped", False):
+            continue
+        _ORIGINALS[name] = orig
+        new = wrap_batch(orig) if name == "batch_isend_irecv" else wrap(name, orig)
+        setattr(dist, name, new)
+        if getattr(c10d, name, None) is orig:
+            setattr(c10d, name, new)

@@ -1,0 +1,167 @@
+"""Pipeline parallelism (``torch.distributed.pipelining``) under the agent (issue 29 point 3;
+nanchaos/pipeline.py, collectives.patch_p2p).
+
+A small model split over two real gloo ranks, torchtitan's way (each rank deletes the other
+stage's modules and keeps the full-model names): stage 0 = ``emb``, ``layers.0``, ``layers.1``;
+stage 1 = ``layers.2``, ``layers.3``, ``head`` and the loss; ``ScheduleGPipe`` with 2
+micro-batches. What must hold: one iteration per ``schedule.step()`` (4 steps, not 8
+per-micro-batch forwards); update/skip read per stage and the ``final`` digests equal on both
+ranks (stage-independent), with the loss on the last stage only; an ``activation:`` fault on a
+stage-0 module really changes that stage's output on rank 0 (the output rank 0 sends on), and
+the last stage's loss goes NaN in that step; a ``parameter:`` fault with ``ranks = "all"`` acts
+only on the rank whose stage holds the parameter; a fault whose ``ranks`` name a rank that does
+not hold its target is refused on every rank, naming the stage that holds it; sends and receives
+are in the flight recorder, the same sequence on both ranks. Skipped where torch has no
+``torch.distributed.pipelining`` (Debian's 1.13).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import pytest
+import torch
+
+from ranks import run_ranks
+from test_agent import plan, steps_of
+
+
+def _has_pipelining() -> bool:
+    try:
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not _has_pipelining(),
+    reason=f"pipeline parallelism (torch.distributed.pipelining) needs torch >= 2.4; "
+           f"this is torch {torch.__version__}")
+
+PP_JOB = textwrap.dedent('''
+    import json, torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Linear(8, 16)
+            self.layers = nn.ModuleDict({str(i): nn.Linear(16, 16) for i in range(4)})
+            self.head = nn.Linear(16, 4)
+        def forward(self, x):
+            h = self.emb(x) if self.emb is not None else x
+            for layer in self.layers.values():
+                h = torch.relu(layer(h))
+            return self.head(h) if self.head is not None else h
+    model = Net()
+    if rank == 0:
+        del model.layers["2"], model.layers["3"]
+        model.head = None
+    else:
+        del model.layers["0"], model.layers["1"]
+        model.emb = None
+    outs = []   # what this stage computed, per micro-batch (and sent on, on stage 0)
+    model.register_forward_hook(lambda m, a, out: outs.append(out.detach().clone()))
+    stage = PipelineStage(model, rank, 2, torch.device("cpu"))
+    sched = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, y: F.cross_entropy(out, y))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    NAMED = dict(model.named_parameters())
+    g = torch.Generator().manual_seed(10)
+    for step in range(4):
+        x, y = torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)
+        before = {n: p.detach().clone() for n, p in NAMED.items()}
+        outs.clear()
+        losses = []
+        if rank == 0:
+            sched.step(x)
+        else:
+            sched.step(target=y, losses=losses)
+        changed = {n: int((before[n] != p.detach()).sum()) for n, p in NAMED.items()
+                   if not torch.equal(torch.nan_to_num(before[n]), torch.nan_to_num(p.detach()))}
+        print("RESULT " + json.dumps({
+            "step": step, "changed": changed,
+            "out_nonfinite": [int((~torch.isfinite(o)).sum()) for o in outs[-2:]],
+            "losses": [float(l.detach()) for l in losses]}), flush=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dist.destroy_process_group()
+''')
+
+
+def results(job, rank):
+    return [json.loads(line[len("RESULT "):]) for line in job.outputs[rank].splitlines()
+            if line.startswith("RESULT ")]
+
+
+def tensor_fault(target, ranks, step, **params):
+    return {"kind": "tensor", "ranks": ranks, "step": step,
+            "params": {"target": target, "value": "nan", **params}}
+
+
+def test_clean_pipeline_one_iteration_per_schedule_step(tmp_path):
+    job = run_ranks(tmp_path, PP_JOB, plan(steps=4), world=2)
+    assert job.codes == [0, 0], job.outputs
+    for r in (0, 1):
+        # Before pipeline.py: one iteration per micro-batch forward (8), every one a "skip".
+        assert steps_of(job, r) == [(s, "update") for s in range(4)], job.events[r]
+    ends0, ends1 = job.of(0, "step_end"), job.of(1, "step_end")
+    assert all(e["loss"] is None for e in ends0)  # stage 0 computes no loss
+    # The last stage's loss: the mean of the schedule's micro-batch losses (not the shape
+    # inference's forward on empty tensors).
+    for e, res in zip(ends1, results(job, 1)):
+        assert math.isclose(e["loss"], sum(res["losses"]) / 2, rel_tol=1e-6)
+    f0, f1 = job.of(0, "final")[0], job.of(1, "final")[0]
+    assert f0["params_hash"] == f1["params_hash"] and f0["optim_hash"] == f1["optim_hash"]
+    assert f0["local_params_hash"] != f1["local_params_hash"]
+    assert (f0["has_loss"], f1["has_loss"]) == (False, True)
+    assert (f0["pipeline_stage"], f1["pipeline_stage"]) == (0, 1)
+    # Sends and receives in the flight recorder: the same sequence of "p2p" on both ranks, a
+    # send on one end at the sequence number of a receive on the other.
+    p2p = [{e["seq"]: (e["op"], e["peer"], e["step"]) for e in job.of(r, "coll_enter")
+            if e["name"] == "p2p"} for r in (0, 1)]
+    assert p2p[0] and p2p[0].keys() == p2p[1].keys()
+    for seq, (op, peer, step) in p2p[0].items():
+        assert peer == 1 and p2p[1][seq] == ({"send": "recv", "recv": "send"}[op], 0, step)
+
+
+def test_activation_fault_hits_the_stage_that_holds_the_module(tmp_path):
+    job = run_ranks(tmp_path, PP_JOB, plan(steps=4, faults=[
+        tensor_fault("activation:layers.1", [0], 2)]), world=2)
+    assert job.codes == [0, 0], job.outputs
+    inj = job.of(0, "inject")
+    assert [(e["step"], e["target"]) for e in inj] == [(2, "activation:layers.1")]
+    assert job.of(1, "inject") == []
+    res0, res1 = results(job, 0), results(job, 1)
+    # Rank 0's stage output (what it sends to stage 1) is NaN in step 2's first micro-batch
+    # (relu keeps NaN), finite before it and in step 2's second micro-batch; stage 1's loss of
+    # that micro-batch is NaN. (Step 3 is NaN too: the job steps AdamW on the NaN gradient.)
+    assert [r["out_nonfinite"][0] > 0 for r in res0[:3]] == [False, False, True]
+    assert all(r["out_nonfinite"][1] == 0 for r in res0[:3])
+    assert math.isnan(res1[2]["losses"][0]) and math.isfinite(res1[1]["losses"][0])
+
+
+def test_parameter_fault_on_all_ranks_acts_where_the_parameter_lives(tmp_path):
+    job = run_ranks(tmp_path, PP_JOB, plan(steps=3, faults=[
+        tensor_fault("parameter:layers.2.weight", "all", 1)]), world=2)
+    assert job.codes == [0, 0], job.outputs
+    assert job.of(0, "inject") == []
+    assert [(e["step"], e["target"]) for e in job.of(1, "inject")] == [
+        (1, "parameter:layers.2.weight")]
+    assert "layers.2.weight" in results(job, 1)[1]["changed"]
+
+
+def test_fault_on_another_stages_module_is_refused_naming_the_stage(tmp_path):
+    job = run_ranks(tmp_path, PP_JOB, plan(steps=3, faults=[
+        tensor_fault("activation:layers.3", [0], 1)]), world=2)
+    assert job.codes[0] != 0 and job.codes[1] != 0, job.outputs
+    for r in (0, 1):
+        errs = job.of(r, "attach_error")
+        assert errs, job.outputs[r]
+        assert "pipeline stage 1 (rank 1)" in errs[0]["reason"]
+        assert "ranks = [0]" in errs[0]["reason"]
+        assert job.of(r, "step_end") == []
