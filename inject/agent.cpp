@@ -130,10 +130,32 @@ struct Agent::Impl {
     throw AttachError("nanchaos: " + reason);
   }
 
+  // What only the Python agent applies (FSDP2's collectives, optimizer state; the loader
+  // accepts them for every external job) is refused at attach: this agent sees no reduce-scatter
+  // and no all-gather, and LibTorch's optimizers keep their state out of its reach.
+  void refuse_python_only(const harness::FaultSpec& f) {
+    std::string what;
+    if (f.kind == "comm" && f.params.has("target")) {
+      what = "target = \"" + f.params.get_string("target") + "\" (an FSDP2 collective)";
+    } else if (f.kind == "hang" && f.params.has("where") &&
+               f.params.get_string("where") == "before_reduce_scatter") {
+      what = "where = \"before_reduce_scatter\" (FSDP2's reduce-scatter)";
+    } else if (f.params.has("target") &&
+               f.params.get_string("target").rfind("optimizer:", 0) == 0) {
+      what = "target " + f.params.get_string("target") + " (optimizer state)";
+    }
+    if (!what.empty()) {
+      fail(fmt::format("[[fault]] #{} ({}): {} is applied by the Python agent only; this "
+                       "LibTorch job's agent cannot apply it",
+                       f.index + 1, f.kind, what));
+    }
+  }
+
   // A parameter:/gradient: target that names no parameter is refused at attach, with the
   // model's parameter count, instead of a run ending in "injection not verified".
   void check_targets() {
     for (const auto& f : plan.faults) {
+      refuse_python_only(f);
       if (!f.params.has("target")) continue;
       const std::string target = f.params.get_string("target");
       const auto colon = target.find(':');

@@ -1,5 +1,7 @@
 // Fault kind `comm`: corrupts this rank's contribution to the gradient all-reduce after the
-// rank's own checks, as a faulty link or DMA would. Keys only for now; the injector lands here.
+// rank's own checks, as a faulty link or DMA would. `target` names one of FSDP2's collectives
+// instead (the Python agent's, inject/python/nanchaos/faults/comm.py): built-in jobs all-reduce
+// their gradients and have neither, so a `target` is refused at load for them.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -70,6 +72,11 @@ FaultKindInfo comm_kind() {
           "0..15 for an fp16/bf16 grad_allreduce_dtype)")
           .range(0, 31),
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
+      Key("target", KeyType::kString,
+          "FSDP2 external jobs: the collective hit instead of the gradient all-reduce: "
+          "reduce_scatter (this rank's gradient contribution) or all_gather (this rank's shard "
+          "as sent); unset: the gradient all-reduce")
+          .choices({"reduce_scatter", "all_gather"}),
   };
   info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
@@ -78,6 +85,13 @@ FaultKindInfo comm_kind() {
   };
   info.check = [](const FaultSpec& f) { harness::check_exclusive(f, "value", "bit"); };
   info.check_job = [](const FaultSpec& f, const harness::Scenario& s) {
+    if (f.params.given("target") && !s.job.external()) {
+      harness::scenario_error(
+          f.params.pos("target"),
+          harness::fault_label(f) + ".target: \"" + f.params.get_string("target") +
+              "\" is not implemented for built-in jobs: FSDP2 external jobs only (the built-in "
+              "stack all-reduces its gradients); remove `target` to hit the all-reduce");
+    }
     if (f.params.given("bit") && f.params.get_int("bit") > 15 &&
         s.job.grad_allreduce_dtype != harness::DType::kFp32) {
       harness::scenario_error(f.params.pos("bit"),

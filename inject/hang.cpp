@@ -1,5 +1,6 @@
 // Fault kind `hang`: the rank stops making progress, as a stuck GPU or a rank waiting on the
-// wrong collective.
+// wrong collective. where = "before_reduce_scatter" is the Python agent's (FSDP2 jobs,
+// inject/python/nanchaos/faults/hang.py): refused at load for built-in jobs.
 #include <chrono>
 #include <stdexcept>
 #include <thread>
@@ -68,9 +69,11 @@ FaultKindInfo hang_kind() {
   info.doc = "the rank stops making progress for a while or forever";
   info.keys = {
       Key("duration_ms", KeyType::kIntOrForever, "how long the rank stalls").required().min(1),
-      Key("where", KeyType::kString, "where in the step the rank stalls")
+      Key("where", KeyType::kString,
+          "where in the step the rank stalls (before_reduce_scatter: before FSDP2's first "
+          "reduce-scatter of the iteration, FSDP2 external jobs only)")
           .def("before_grad_allreduce")
-          .choices({"step_start", "before_grad_allreduce"}),
+          .choices({"step_start", "before_grad_allreduce", "before_reduce_scatter"}),
       Key("stall", KeyType::kString,
           "host: the rank's thread sleeps; device: a kernel spins on the collective stream "
           "before the gradient all-reduce (device = \"cuda\", where = \"before_grad_allreduce\")")
@@ -78,6 +81,13 @@ FaultKindInfo hang_kind() {
           .choices({"host", "device"}),
   };
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    if (f.params.get_string("where") == "before_reduce_scatter" && !s.job.external()) {
+      harness::scenario_error(f.params.pos("where"),
+                              harness::fault_label(f) +
+                                  ".where: \"before_reduce_scatter\" is not implemented for "
+                                  "built-in jobs: FSDP2 external jobs only (the built-in stack "
+                                  "all-reduces its gradients; use \"before_grad_allreduce\")");
+    }
     if (!f.params.given("stall") || f.params.get_string("stall") != "device") return;
     if (s.job.backend != harness::Backend::kNccl) {
       harness::scenario_error(

@@ -331,15 +331,6 @@ void Loader::check_external_fault(const FaultSpec& f, const Params& all,
                                          "\"external\" (a CUDA stall of the built-in stack's "
                                          "gradient all-reduce); use \"host\"");
   }
-  for (const auto& [key, value] : all.values()) {
-    const auto* str = std::get_if<std::string>(&value);
-    if (str && str->rfind("optimizer:", 0) == 0) {
-      scenario_error(all.pos(key), label + "." + key + ": " + quote(*str) +
-                                       ": optimizer-state targets are not available for "
-                                       "workload = \"external\" (the agent cannot apply them "
-                                       "faithfully)");
-    }
-  }
 }
 
 }  // namespace nanchaos::harness::loader

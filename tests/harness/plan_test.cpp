@@ -77,6 +77,24 @@ TEST(Plan, InfinitiesAndNumbersKeepTheirForm) {
             nlohmann::ordered_json::array({"target", "factor", "fraction"}));
 }
 
+// FSDP2's collective points reach the agent as written; a comm fault without `target` carries
+// null (the gradient all-reduce).
+TEST(Plan, CarriesFsdp2CollectivePoints) {
+  const Scenario s = load_scenario_string(
+      "[scenario]\nname = \"p\"\n[job]\nworkload = \"external\"\ncommand = [\"x\"]\nsteps = 5\n"
+      "[[fault]]\nkind = \"comm\"\ntarget = \"reduce_scatter\"\nranks = [1]\nstep = 1\n"
+      "[[fault]]\nkind = \"comm\"\nstep = 1\n"
+      "[[fault]]\nkind = \"hang\"\nwhere = \"before_reduce_scatter\"\nduration_ms = \"forever\"\n"
+      "step = 2\n[expect]\ndeadlock = false\n",
+      "x.toml");
+  const auto plan = compile_plan(s);
+  EXPECT_EQ(plan["faults"][0]["params"].dump(),
+            R"({"value":"nan","bit":null,"count":1,"target":"reduce_scatter"})");
+  EXPECT_EQ(plan["faults"][0]["given"], nlohmann::ordered_json::array({"target"}));
+  EXPECT_TRUE(plan["faults"][1]["params"]["target"].is_null());
+  EXPECT_EQ(plan["faults"][2]["params"]["where"], "before_reduce_scatter");
+}
+
 // The C++ agent reads the plan back (read_plan): every fault field and param as loaded, and
 // "given" exactly where the file wrote it.
 TEST(Plan, ReadsBackWhatItCompiled) {

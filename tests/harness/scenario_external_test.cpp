@@ -143,11 +143,6 @@ TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
   EXPECT_EQ(ErrorOf(External(kCommand, fault + "kind = \"batch\"\nmode = \"empty_mask\"\n")),
             "x.toml:11:8: error: [[fault]] #1: mode = \"empty_mask\" is not available for "
             "workload = \"external\" (it needs the built-in transformer's token mask)");
-  EXPECT_EQ(ErrorOf(External(kCommand, fault + "kind = \"tensor\"\ntarget = "
-                                               "\"optimizer:net.0.weight.exp_avg\"\n")),
-            "x.toml:11:10: error: [[fault]] #1.target: \"optimizer:net.0.weight.exp_avg\": "
-            "optimizer-state targets are not available for workload = \"external\" (the agent "
-            "cannot apply them faithfully)");
   EXPECT_EQ(
       ErrorOf(External(kCommand, fault + "kind = \"hang\"\nstall = \"device\"\nduration_ms = 5\n")),
       "x.toml:11:9: error: [[fault]] #1.stall: \"device\" is not available for workload = "
@@ -160,6 +155,22 @@ TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
                              "column = 500\nstep = 1\n[expect]\ndeadlock = false\n"),
       "x.toml");
   EXPECT_EQ(s.faults.size(), 2u);
+  // FSDP2's collectives and optimizer state (issue 29 point 1; the Python agent applies them,
+  // the LibTorch agent refuses them at attach).
+  Scenario f = load_scenario_string(
+      External(kCommand, fault + "kind = \"comm\"\ntarget = \"reduce_scatter\"\n" +
+                             "[[fault]]\nkind = \"comm\"\ntarget = \"all_gather\"\nbit = 30\n"
+                             "step = 1\n[[fault]]\nkind = \"hang\"\nwhere = "
+                             "\"before_reduce_scatter\"\nduration_ms = 5\nstep = 1\n"
+                             "[[fault]]\nkind = \"tensor\"\ntarget = "
+                             "\"optimizer:net.0.weight.exp_avg\"\nstep = 1\n"
+                             "[expect]\ndeadlock = false\n"),
+      "x.toml");
+  ASSERT_EQ(f.faults.size(), 4u);
+  EXPECT_EQ(f.faults[0].params.get_string("target"), "reduce_scatter");
+  EXPECT_EQ(f.faults[1].params.get_string("target"), "all_gather");
+  EXPECT_EQ(f.faults[2].params.get_string("where"), "before_reduce_scatter");
+  EXPECT_EQ(f.faults[3].params.get_string("target"), "optimizer:net.0.weight.exp_avg");
 }
 
 // [job] torch and launch (../shared/SCENARIO_FORMAT.md, "Modern PyTorch jobs").

@@ -274,6 +274,31 @@ TEST(ScenarioLoaderErrors, DeviceStallNeedsNcclAndTheAllReduce) {
             0u);
 }
 
+// FSDP2's collectives (issue 29 point 1) are the Python agent's: a built-in job has neither a
+// reduce-scatter nor an all-gather, so the keys are refused at load, at the key.
+TEST(ScenarioLoaderErrors, Fsdp2CollectivePointsAreExternalOnly) {
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"comm\"\nstep = 1\ntarget = "
+                             "\"reduce_scatter\"\n")),
+            "x.toml:9:10: error: [[fault]] #1.target: \"reduce_scatter\" is not implemented for "
+            "built-in jobs: FSDP2 external jobs only (the built-in stack all-reduces its "
+            "gradients); remove `target` to hit the all-reduce");
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"comm\"\nstep = 1\ntarget = "
+                             "\"all_gather\"\n")),
+            "x.toml:9:10: error: [[fault]] #1.target: \"all_gather\" is not implemented for "
+            "built-in jobs: FSDP2 external jobs only (the built-in stack all-reduces its "
+            "gradients); remove `target` to hit the all-reduce");
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"hang\"\nstep = 1\nduration_ms = 10\n"
+                             "where = \"before_reduce_scatter\"\n")),
+            "x.toml:10:9: error: [[fault]] #1.where: \"before_reduce_scatter\" is not "
+            "implemented for built-in jobs: FSDP2 external jobs only (the built-in stack "
+            "all-reduces its gradients; use \"before_grad_allreduce\")");
+  // A misspelt collective lists the two.
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"comm\"\nstep = 1\ntarget = "
+                             "\"reduce-scatter\"\n"))
+                .rfind("x.toml:9:10: error: [[fault]] #1.target: \"reduce-scatter\"", 0),
+            0u);
+}
+
 // --- defaults and resolution ------------------------------------------------------------------
 
 TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {

@@ -211,6 +211,31 @@ TEST_F(AgentTest, CommFaultCorruptsTheSendBufferBeforeTheCollectiveRuns) {
   EXPECT_EQ(Events("coll_leave").size(), 2u);
 }
 
+// FSDP2's collectives and optimizer state are the Python agent's (issue 29 point 1): the loader
+// accepts them for any external job, and this agent refuses them at attach, naming the key.
+TEST_F(AgentTest, WhatOnlyThePythonAgentAppliesIsAnAttachError) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"kind = \"comm\"\ntarget = \"reduce_scatter\"\nstep = 1\n",
+       "[[fault]] #1 (comm): target = \"reduce_scatter\" (an FSDP2 collective) is applied by the "
+       "Python agent only; this LibTorch job's agent cannot apply it"},
+      {"kind = \"hang\"\nwhere = \"before_reduce_scatter\"\nduration_ms = 5\nstep = 1\n",
+       "[[fault]] #1 (hang): where = \"before_reduce_scatter\" (FSDP2's reduce-scatter) is "
+       "applied by the Python agent only; this LibTorch job's agent cannot apply it"},
+      {"kind = \"tensor\"\ntarget = \"optimizer:fc.weight.exp_avg\"\nstep = 1\n",
+       "[[fault]] #1 (tensor): target optimizer:fc.weight.exp_avg (optimizer state) is applied "
+       "by the Python agent only; this LibTorch job's agent cannot apply it"},
+  };
+  for (const auto& [fault, reason] : cases) {
+    Plan("[[fault]]\n" + fault);
+    Agent agent;
+    Tiny model;
+    EXPECT_THROW(agent.attach(*model), AttachError) << fault;
+    const auto err = Events("attach_error");  // one more per case, in the same log
+    ASSERT_FALSE(err.empty()) << fault;
+    EXPECT_EQ(err.back()["reason"], reason);
+  }
+}
+
 TEST_F(AgentTest, AnUnmatchedParameterTargetIsAnAttachError) {
   Plan("[[fault]]\nkind = \"tensor\"\ntarget = \"parameter:fc2.weight\"\nstep = 1\n");
   Agent agent;

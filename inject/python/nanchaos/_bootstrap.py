@@ -250,7 +250,8 @@ def _summed_items(args, kwargs):
 
 def _wrap_step(a, opt) -> None:
     """Wraps this optimizer's ``step`` (an instance attribute, so LR schedulers created later wrap
-    it in turn): lr faults around the job's own step, and the lr it used. The wrapper is a bound
+    it in turn): lr faults around the job's own step, the lr it used, and ``optimizer:`` faults
+    after it. The wrapper is a bound
     method, as LR schedulers require (torch 1.13's ``with_counter`` and 2.x's
     ``patch_track_step_called`` read ``optimizer.step.__func__`` / ``__self__``)."""
     import types
@@ -260,11 +261,13 @@ def _wrap_step(a, opt) -> None:
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
         restore = a.before_optimizer_step(self)
-        if restore is None:
+        if restore is None and not a._need_optimizer:
             return orig(*args, **kwargs)
         try:
-            return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
         finally:
             a.after_optimizer_step(self, restore)
+        a.on_optimizer_state(self)  # optimizer: faults, after the step wrote the state
+        return out
 
     opt.step = types.MethodType(step, opt)

@@ -95,6 +95,8 @@ class Agent:
         self._need_parameters = "parameters" in self.needs
         self._need_loss = "loss" in self.needs
         self._need_lr = "lr" in self.needs
+        self._need_optimizer = "optimizer" in self.needs  # optimizer: targets (_bootstrap's step)
+        self._need_fsdp_collective = "fsdp_collective" in self.needs  # collectives.FSDP_POINTS
         # What the job built (weak: the agent must not keep a model alive).
         self._ddps: List[weakref.ref] = []
         self._optimizers: List[weakref.ref] = []
@@ -129,6 +131,7 @@ class Agent:
         self.last_loss: Optional[float] = None
         self.steps_done = 0
         self._bucket_in_iter = 0
+        self._fsdp_calls = {"all_gather": 0, "reduce_scatter": 0}  # this iteration's, so far
         self._sync_backward = False  # the model's last forward will all-reduce in its backward
         self._grad_numel = 0
         self._grad_dtype = ""
@@ -382,6 +385,8 @@ class Agent:
         self.step = i
         self._open = True
         self._bucket_in_iter = 0
+        if self._need_fsdp_collective:
+            self._fsdp_calls = {"all_gather": 0, "reduce_scatter": 0}
         self._lr_used = None
         if self._need_step_start:
             for f in self.faults:
@@ -558,6 +563,27 @@ class Agent:
             for g, lr in zip(opt.param_groups, restore):
                 g["lr"] = lr
 
+    def on_optimizer_state(self, opt) -> None:
+        """After ``opt.step()`` of an attached optimizer in an open iteration: ``optimizer:``
+        faults on its per-parameter state tensors, named ``PARAM.STATE`` (``exp_avg``,
+        ``exp_avg_sq``, ``momentum_buffer``, ...; the step count ``step`` is not a target). A
+        ``DTensor`` state (FSDP2, tensor parallelism) is hit in this rank's local shard (element
+        choice over the local shard's elements). A parameter with no state yet (its first step
+        was skipped) offers nothing to hit."""
+        if not self._open or id(opt) not in self._optimizer_ids:
+            return
+        names = {id(p): n for n, p in self._named_params}
+        named = []
+        for group in opt.param_groups:
+            for p in group["params"]:
+                name = names.get(id(p))
+                state = opt.state.get(p) if name is not None else None
+                for key, value in (state or {}).items():
+                    if key != "step" and isinstance(value, torch.Tensor):
+                        named.append((f"{name}.{key}", sharded.local(value)))
+        for f in self.faults:
+            f.on_optimizer_state(self, named)
+
     # ------------------------------------------------------------------------------------------
     # DDP buckets (from collectives.wrap_comm_hook)
     def on_bucket(self, bucket_index: int, buffer: torch.Tensor) -> None:
@@ -566,6 +592,28 @@ class Agent:
         if "bucket" in self.needs and self._open:
             for f in self.faults:
                 f.on_bucket(self, first, buffer)
+
+    # ------------------------------------------------------------------------------------------
+    # FSDP2's all-gathers and reduce-scatters (from collectives.patch_distributed's wrapper)
+    @property
+    def fsdp2(self) -> bool:
+        """The attached model is sharded with FSDP2's ``fully_shard`` (FSDP's records found;
+        a tensor-parallel model has DTensor parameters but none)."""
+        return self._sharded is not None and bool(self._sharded.managed)
+
+    def on_fsdp_collective(self, point: str, tensor: Optional[torch.Tensor]) -> None:
+        """FSDP2 is about to enter an all-gather (``point`` "all_gather", ``tensor`` this rank's
+        input: its shards packed, flat) or a reduce-scatter ("reduce_scatter", ``tensor`` this
+        rank's gradient contribution: flat, world size x the output's elements). Numbered per
+        iteration from 0, from the iteration's first training forward on: the root group's
+        all-gather, which FSDP runs before the model's forward hooks, belongs to the iteration
+        before. Calls ``on_fsdp_collective`` of every fault (comm, hang) before the rank enters."""
+        if not self._open or tensor is None:
+            return
+        index = self._fsdp_calls[point]
+        self._fsdp_calls[point] = index + 1
+        for f in self.faults:
+            f.on_fsdp_collective(self, point, index, tensor)
 
     # ------------------------------------------------------------------------------------------
     # the job's own calls

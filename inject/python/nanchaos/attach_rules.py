@@ -153,14 +153,22 @@ def _names_nothing(where: str, pattern: str, names: Sequence[str], what: str) ->
 
 
 def unmatched_target(fault: Any, names: Sequence[str], model_type: str) -> Optional[str]:
-    """A parameter:/gradient: target that names no parameter of the model (``names``, stripped)
-    is refused at attach, with the nearest names, instead of a whole run ending in "injection not
+    """A parameter:/gradient: target that names no parameter of the model (``names``, stripped),
+    or an optimizer: target whose ``PARAM`` part names none, is refused at attach, with the nearest names, instead of a whole run ending in "injection not
     verified"; so is an activation: target written with a wrapper component (its misspellings
     wait for ``unmatched_activation``: a probe only appears in the forward). ``model_type`` is the
     model's class name, for the message."""
     where = getattr(fault, "where", None)
     if where == "activation" and wrapper_in(fault.pattern):
         return _names_nothing(where, fault.pattern, [], f"module of {model_type}")
+    if where == "optimizer":  # PARAM.STATE: the state's names appear at the first step
+        param, _, state = fault.pattern.rpartition(".")
+        if param and any(faults_mod.match_target(param, n) for n in names):
+            return None
+        return (_names_nothing(where, fault.pattern, [n + "." + (state or "exp_avg")
+                                                     for n in names],
+                               f"parameter's optimizer state of {model_type}")
+                + "; write optimizer:PARAM.STATE (exp_avg, exp_avg_sq, momentum_buffer)")
     if where not in ("parameter", "gradient"):
         return None
     if any(faults_mod.match_target(fault.pattern, n) for n in names):

@@ -13,7 +13,10 @@ is attributed by comparing which ranks entered collective #k, as PyTorch's fligh
 * The job's own ``torch.distributed`` calls (``all_reduce``, ``broadcast``, ``barrier``, ...):
   the module functions are wrapped at bootstrap, before the job imports them. Calls nested inside
   another wrapped call are not logged twice. An ``async_op=True`` call leaves when its Work's
-  future completes (or at once, status ``async``, where the backend has no futures).
+  future completes (or at once, status ``async``, where the backend has no futures). FSDP2's
+  all-gathers and reduce-scatters are among them (``FSDP_POINTS``); the same wrapper hands
+  their input to ``agent.on_fsdp_collective`` before ``coll_enter`` (comm and hang faults on
+  FSDP2: a hang there keeps the rank out of the collective's entry).
 
 On NCCL a collective "leaves" when it is enqueued on the stream, not when it completes.
 """
@@ -159,15 +162,38 @@ def _describe(args, kwargs) -> tuple:
     return 0, ""
 
 
+# FSDP2's all-gather and reduce-scatter, as torch.distributed names them: torch 2.15 calls
+# all_gather_single / reduce_scatter_single (as dist.<name>, looked up at call time), earlier 2.x
+# all_gather_into_tensor / reduce_scatter_tensor. The fault point of each (comm target, hang
+# where = "before_reduce_scatter"; agent.on_fsdp_collective).
+FSDP_POINTS = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+               "_all_gather_base": "all_gather", "reduce_scatter_single": "reduce_scatter",
+               "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter"}
+
+
+def _fsdp_input(point: str, args, kwargs) -> Any:
+    """The input tensor of an all-gather (``input_tensor``, this rank's part, which FSDP2 copies
+    into its own slot of the output buffer) or a reduce-scatter (``input``, this rank's full
+    contribution: world size x the output's elements), the second argument of every signature
+    in ``FSDP_POINTS``; None when it is not a tensor."""
+    t = args[1] if len(args) > 1 else kwargs.get("input_tensor" if point == "all_gather"
+                                                 else "input")
+    return t if isinstance(t, torch.Tensor) else None
+
+
 def patch_distributed(agent) -> None:
     """Wraps the job-facing ``torch.distributed`` collectives (see the module docstring)."""
     depth = agent._coll_depth
 
     def wrap(name, orig):
+        point = FSDP_POINTS.get(name)
+
         @functools.wraps(orig)
         def wrapper(*args, **kwargs):
             if getattr(depth, "n", 0) > 0:
                 return orig(*args, **kwargs)
+            if point is not None and agent._need_fsdp_collective:  # before the rank enters
+                agent.on_fsdp_collective(point, _fsdp_input(point, args, kwargs))
             count, dtype = _describe(args, kwargs)
             seq = agent.coll_enter(name, count=count, dtype=dtype)
             depth.n = getattr(depth, "n", 0) + 1

@@ -417,6 +417,24 @@ def test_comm_fault_without_ddp_is_refused_at_attach(tmp_path):
     assert err and "no DistributedDataParallel model" in err[0]["reason"]
 
 
+@pytest.mark.parametrize("spec,reason", [
+    ({"kind": "comm", "params": {"value": "nan", "target": "reduce_scatter"}},
+     "comm target = \"reduce_scatter\" hits FSDP2's reduce-scatter, and this job's model is not "
+     "sharded with fully_shard (it has a DistributedDataParallel model: remove target to hit its "
+     "gradient all-reduce)"),
+    ({"kind": "hang", "params": {"duration_ms": 10, "where": "before_reduce_scatter"}},
+     "hang where = \"before_reduce_scatter\" stalls before FSDP2's reduce-scatter, and this "
+     "job's model is not sharded with fully_shard (it has a DistributedDataParallel model; use "
+     "where = \"before_grad_allreduce\" or \"step_start\")"),
+])
+def test_fsdp2_collective_points_on_a_ddp_job_are_refused_at_attach(tmp_path, spec, reason):
+    job = run_ranks(tmp_path, DDP_LOOP, plan(faults=[dict(spec, step=1)]))
+    assert job.codes == [1, 1], job.outputs
+    for r in range(2):
+        assert job.of(r, "attach_error")[0]["reason"] == f"[[fault]] #1 ({spec['kind']}): {reason}"
+    assert job.of(0, "step_begin") == []
+
+
 def test_an_interpreter_without_torch_is_named(tmp_path):
     other = None
     for cand in (shutil.which("python3"), "/usr/local/bin/python3"):

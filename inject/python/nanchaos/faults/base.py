@@ -12,7 +12,10 @@ A fault acts at the points of one training iteration that the agent drives (the 
 ``on_gradient``        a parameter's incoming gradient on the iteration's last micro-batch,
                        before DDP copies it into its bucket (before the all-reduce)
 ``on_bucket``          a DDP gradient bucket's flat buffer, just before its all-reduce
+``on_fsdp_collective`` FSDP2's all-gather input or reduce-scatter input (flat), numbered
+                       per iteration, just before the rank enters the collective
 ``lr_factor``          multiplier of every param group's lr for this optimizer step
+``on_optimizer_state`` the optimizer's state tensors (``PARAM.STATE``), after its step
 =====================  ==============================================================
 
 ``ctx`` is the agent: it has ``step``, ``rank``, ``world``, ``seed``, ``micro`` (micro-batch
@@ -74,7 +77,8 @@ class Fault:
 
     kind = ""
     #: hook points this fault needs: subset of {"step_start", "parameters", "batch", "activation",
-    #: "loss", "gradient", "bucket", "lr"}; the agent installs nothing else.
+    #: "loss", "gradient", "bucket", "fsdp_collective", "lr", "optimizer"}; the agent installs
+    #: nothing else.
     needs: frozenset = frozenset()
 
     def __init__(self, spec: FaultSpec) -> None:
@@ -139,8 +143,14 @@ class Fault:
     def on_bucket(self, ctx: Any, bucket_index: int, buffer: torch.Tensor) -> None:
         pass
 
+    def on_fsdp_collective(self, ctx: Any, point: str, index: int, tensor: torch.Tensor) -> None:
+        pass
+
     def lr_factor(self, ctx: Any) -> float:
         return 1.0
+
+    def on_optimizer_state(self, ctx: Any, named: List) -> None:
+        pass
 
 
 def edit_elements(t: torch.Tensor, idx: List[int], edit) -> Dict[str, Any]:
@@ -192,7 +202,8 @@ class TargetedFault(Fault):
         super().__init__(spec)
         self.where, self.pattern = parse_target(spec)
         self.needs = frozenset({{"activation": "activation", "parameter": "parameters",
-                                 "gradient": "gradient", "loss": "loss"}.get(self.where, "none")})
+                                 "gradient": "gradient", "loss": "loss",
+                                 "optimizer": "optimizer"}.get(self.where, "none")})
 
     def edit(self, host: torch.Tensor, where: torch.Tensor) -> None:
         raise NotImplementedError
@@ -202,9 +213,9 @@ class TargetedFault(Fault):
         return False
 
     def refusal(self, micro_batches: int) -> Optional[str]:
-        if self.where not in ("activation", "parameter", "gradient", "loss"):
+        if self.where not in ("activation", "parameter", "gradient", "loss", "optimizer"):
             return (f"target {self.spec.param('target')!r}: the Python agent hits activation:, "
-                    "parameter:, gradient: or loss targets")
+                    "parameter:, gradient:, optimizer: or loss targets")
         if self.where == "gradient" and micro_batches > 1 and not self.accumulates_exactly():
             return (f"{self.kind} on {self.spec.param('target')} with micro_batches = "
                     f"{micro_batches}: the agent sees each micro-batch's gradient, not the "
@@ -225,6 +236,15 @@ class TargetedFault(Fault):
         for name, p in named:
             if match_target(self.pattern, name):
                 self._hit(ctx, p, "parameter:" + name)
+
+    def on_optimizer_state(self, ctx: Any, named: List) -> None:
+        """``named``: ``(PARAM.STATE, tensor)`` of the optimizer just stepped (local shards of
+        sharded state); each matching tensor is hit once per iteration."""
+        if self.where != "optimizer" or not self.armed(ctx):
+            return
+        for name, t in named:
+            if match_target(self.pattern, name) and self._once(ctx, "optimizer:" + name):
+                self._hit(ctx, t, "optimizer:" + name)
 
     def on_activation(self, ctx: Any, name: str, out: Any) -> Any:
         if self.where != "activation" or not match_target(self.pattern, name):
