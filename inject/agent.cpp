@@ -145,9 +145,10 @@ struct Agent::Impl {
       what = "target " + f.params.get_string("target") + " (optimizer state)";
     }
     if (!what.empty()) {
-      fail(fmt::format("[[fault]] #{} ({}): {} is applied by the Python agent only; this "
-                       "LibTorch job's agent cannot apply it",
-                       f.index + 1, f.kind, what));
+      fail(
+          fmt::format("[[fault]] #{} ({}): {} is applied by the Python agent only; this "
+                      "LibTorch job's agent cannot apply it",
+                      f.index + 1, f.kind, what));
     }
   }
 
