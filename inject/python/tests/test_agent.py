@@ -417,6 +417,36 @@ def test_comm_fault_without_ddp_is_refused_at_attach(tmp_path):
     assert err and "no DistributedDataParallel model" in err[0]["reason"]
 
 
+ADAM_LOOP = HEADER + textwrap.dedent('''
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    for step in range(STEPS):
+        x = torch.randn(16, 8, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        bad = (~torch.isfinite(opt.state[model.head.weight]["exp_avg"])).flatten()
+        print("BAD", step, bad.nonzero().flatten().tolist(), flush=True)
+''')
+
+
+def test_optimizer_fault_writes_the_state_after_the_step(tmp_path):
+    from nanchaos import rng
+
+    spec = {"kind": "tensor", "step": 2,
+            "params": {"target": "optimizer:head.weight.exp_avg", "value": "nan", "count": 3}}
+    job = run_ranks(tmp_path, ADAM_LOOP, plan(steps=4, faults=[spec]), world=1,
+                    env={"STEPS": "4"})
+    assert job.codes == [0], job.outputs
+    (inject,) = job.of(0, "inject")
+    assert inject["step"] == 2 and inject["target"] == "optimizer:head.weight.exp_avg"
+    bad = [line.split(" ", 2) for line in job.outputs[0].splitlines() if line.startswith("BAD ")]
+    # clean after steps 0 and 1; right after step 2's update exactly the picked elements of
+    # head.weight's exp_avg (4 x 16) are NaN (step 3's update then spreads them)
+    assert [b[2] for b in bad[:3]] == ["[]", "[]", str(sorted(rng.pick_elements(0, 0, 2, 64, 3)))]
+
+
 @pytest.mark.parametrize("spec,reason", [
     ({"kind": "comm", "params": {"value": "nan", "target": "reduce_scatter"}},
      "comm target = \"reduce_scatter\" hits FSDP2's reduce-scatter, and this job's model is not "
