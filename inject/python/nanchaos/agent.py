@@ -656,6 +656,8 @@ class Agent:
                 self._end_iteration()
             if self.attached and self.exit_code == 0:
                 self._write_final()
+            elif self._sharded is not None:  # replicas waiting for our digests stop (sharded.py)
+                self._sharded.withdraw()
         finally:
             self.log.write("exit", code=self.exit_code, vm_hwm_kib=vm_hwm_kib())
             self.log.close()

@@ -37,6 +37,14 @@ module's output may be a DTensor (``SequenceParallel``: ``on_local`` again) or a
 redistributions go through the functional collectives, which ``attach`` has the flight
 recorder wrap (``collectives.patch_functional``).
 
+2-D meshes (FSDP2 x TP: ``parallelize_module`` over ``mesh["tp"]``, then ``fully_shard`` over
+``mesh["dp"]``; HSDP: ``fully_shard`` over a ``(replicate, shard)`` mesh; checked on torch
+2.15, gloo, 4 ranks): a parameter is a DTensor on the 2-D mesh, FSDP's shard of its TP-local
+tensor (``_StridedShard`` or ``Shard`` on ``dp``, TP's placement on ``tp``); ``p.to_local()`` is
+the global rank's own part. FSDP's unsharded parameter is then TP's DTensor, not a plain tensor,
+so FSDP's records (not the type) tell the optimizer's parameter from the one a forward swapped
+in. Targets and ``ranks`` mean the same as on one dimension, ``rank`` being the global rank.
+
 Faults: ``parameter:`` faults write this rank's local shard (element choice over the local
 shard's elements). A group whose all-gather already ran for this iteration (the root group:
 FSDP gathers it before the agent's pre-forward hook) also gets the same rows of its unsharded
@@ -46,7 +54,12 @@ next all-gather on. ``final`` (``final_fields``): a sharded model's ``params_has
 must be equal on every rank for sharded state to be consistent (the contract's rule): every
 replicated parameter's bytes, and for each sharded one its name and whether its local shard is
 finite; ``optim_hash`` every optimizer's step counts and the state of replicated parameters.
-The local shards' own digests are ``local_params_hash`` / ``local_optim_hash``.
+The local shards' own digests are ``local_params_hash`` / ``local_optim_hash``. A local
+tensor that other ranks hold too (``replica_ranks``: HSDP's replicas, a 2-D job's parameters
+replicated over ``tp``) must equal theirs: the ranks compare their digests of it (and of its
+optimizer state) through the job's c10d store at exit (``ReplicaExchange``, no collective), and
+``params_hash`` adds, per such parameter, whether every replica agreed (``replicas_equal``:
+all did), so a diverged replica makes the ranks' ``params_hash`` differ.
 
 Threads: attach, the parameter faults and ``final`` on the training thread; gradient hooks on
 the autograd thread; the optimizer hooks in the job's ``optimizer.step()``.
@@ -97,7 +110,38 @@ def on_local(t: Any, fn) -> Any:
 
 
 def _is_sharded(t: torch.Tensor) -> bool:
-    return is_dtensor(t) and any(type(p).__name__ == "Shard" for p in t.placements)
+    """A DTensor sharded on some mesh dimension: ``Shard`` or FSDP2-over-TP's ``_StridedShard``
+    (whose ``is_shard()`` is False on torch 2.15, hence the name test)."""
+    return is_dtensor(t) and any(p.is_shard() or type(p).__name__.endswith("Shard")
+                                 for p in t.placements)
+
+
+def replica_ranks(t: torch.Tensor) -> List[int]:
+    """The global ranks that hold a copy of this rank's local tensor of DTensor ``t``: those
+    whose coordinates equal this rank's on every mesh dimension where ``t`` is sharded (or
+    partial) and take any value where it is ``Replicate()`` (HSDP's replicate dimension) or
+    where ``t`` does not live: a DTensor on a named submesh (``mesh["dp"]``: FSDP2 of a
+    parameter that a 2-D job's TP plan left plain) is replicated over its root mesh's other
+    dimensions (``DeviceMesh._get_root_mesh()``, private, torch 2.15). This rank included,
+    ascending; ``[]`` when ``t`` is not a DTensor, this rank is not in the mesh, or no such
+    dimension has more than one rank (each local tensor is then held once)."""
+    if not is_dtensor(t):
+        return []
+    mesh = t.device_mesh
+    root = mesh._get_root_mesh() if hasattr(mesh, "_get_root_mesh") else mesh
+    names, root_names = mesh.mesh_dim_names, root.mesh_dim_names
+    if root is mesh or not names or not root_names or not set(names) <= set(root_names):
+        root, root_names = mesh, names or tuple(str(d) for d in range(mesh.ndim))
+        names = root_names
+    placement = dict(zip(names, t.placements))
+    coord = root.get_coordinate()
+    ranks = root.mesh
+    if coord is None:
+        return []
+    index = tuple(coord[d] if n in placement and not placement[n].is_replicate() else slice(None)
+                  for d, n in enumerate(root_names))
+    held = ranks[index].reshape(-1)
+    return sorted(int(r) for r in held.tolist()) if held.numel() > 1 else []
 
 
 def fsdp_params(model: torch.nn.Module) -> Dict[Tuple[int, str], Any]:
@@ -135,16 +179,24 @@ def _owner(model: torch.nn.Module, name: str) -> Tuple[torch.nn.Module, str]:
 def named_parameters(model: torch.nn.Module,
                      managed: Dict[Tuple[int, str], Any]) -> List[Tuple[str, torch.Tensor]]:
     """``model.named_parameters()`` (raw names) with FSDP's sharded parameter in place of an
-    unsharded one that a forward swapped in: the parameters the optimizer holds."""
+    unsharded one that a forward swapped in: the parameters the optimizer holds. (Under
+    FSDP2 x TP the unsharded parameter is itself a DTensor, on the TP mesh: FSDP's records, not
+    the type, tell the two apart.)"""
     out = []
     for name, p in model.named_parameters():
-        if not is_dtensor(p) and managed:
+        if managed:
             mod, attr = _owner(model, name)
             fp = managed.get((id(mod), attr))
             if fp is not None:
                 p = fp.sharded_param
         out.append((name, p))
     return out
+
+
+def _chain(agent: Any, name: str, hits: List, grad: torch.Tensor) -> torch.Tensor:
+    for f in hits:
+        grad = f.on_gradient(agent, name, grad)
+    return grad
 
 
 class _Recorder:
@@ -177,6 +229,7 @@ class ShardedModel:
         self._probe: Dict[int, Optional[tuple]] = {}
         self._wrote = False
         self._grad_hooked: set = set()
+        self.exchange: Optional[ReplicaExchange] = None  # set by ``attach``
 
     # --- updates ------------------------------------------------------------------------------
     def hook_optimizers(self) -> None:
@@ -238,17 +291,35 @@ class ShardedModel:
             f.on_parameters = on_parameters
 
     def shard_rows(self, name: str) -> Optional[Tuple[int, int]]:
-        """``(first, stop)``: the rows of parameter ``name`` this rank's shard holds (``Shard(0)``
-        on a 1-D mesh), or None for another layout."""
+        """``(first, stop)``: the rows of parameter ``name`` this rank's shard holds, or None for
+        another layout. Under FSDP2 (1-D, HSDP or over TP) these index FSDP's unsharded
+        parameter *as this rank computes with it*: the full tensor, or under TP its TP-local
+        part (FSDP chunks that on dim 0 over its shard mesh dimension, ``FSDPParam.mesh_info``:
+        private, read as torch 2.15 has it). A plain TP DTensor: ``Shard(0)`` on a 1-D mesh."""
         p = self._by_name[name]
-        if not _is_sharded(p) or len(p.placements) != 1 or p.placements[0].dim != 0:
+        fp = self._fsdp_param(name)
+        info = getattr(fp, "mesh_info", None)
+        if fp is not None and hasattr(info, "shard_mesh_rank"):
+            placement = getattr(fp, "fsdp_placement", None)
+            if getattr(placement, "dim", 0) != 0:
+                return None
+            rows = int(fp._orig_size[0])
+            rank, size = info.shard_mesh_rank, info.shard_mesh_size
+        elif _is_sharded(p) and len(p.placements) == 1 and p.placements[0].dim == 0:
+            rows = p.shape[0]
+            rank, size = p.device_mesh.get_local_rank(), p.device_mesh.size()
+        else:
             return None
-        mesh = p.device_mesh
-        rank, size = mesh.get_local_rank(), mesh.size()
-        rows = p.shape[0]
         chunk = math.ceil(rows / size) if rows else 0
         first = min(rows, rank * chunk)
         return first, first + local(p).shape[0]
+
+    def _fsdp_param(self, name: str) -> Any:
+        model = self.model_ref()
+        if model is None or not self.managed:
+            return None
+        mod, attr = _owner(model, self._raw[name])
+        return self.managed.get((id(mod), attr))
 
     def _mirror(self, name: str) -> None:
         model = self.model_ref()
@@ -257,13 +328,14 @@ class ShardedModel:
             return
         mod, attr = _owner(model, self._raw[name])
         current = getattr(mod, attr, None)
-        if current is None or current is p or is_dtensor(current):
+        if current is None or current is p or self._fsdp_param(name) is None:
             return  # sharded now: the next all-gather reads the corrupted shard
         rows = self.shard_rows(name)
-        if rows is None or tuple(current.shape) != tuple(p.shape):
+        unsharded = local(current)  # under TP: the TP-local part FSDP gathered
+        if rows is None or unsharded.shape[1:] != local(p).shape[1:]:
             return
         with torch.no_grad():
-            current.detach()[rows[0]:rows[1]].copy_(local(p).to(current.dtype))
+            unsharded.detach()[rows[0]:rows[1]].copy_(local(p).to(unsharded.dtype))
 
     # --- gradient faults ----------------------------------------------------------------------
     def install_gradient_hooks(self) -> None:
@@ -293,8 +365,9 @@ class ShardedModel:
     def _hook_unsharded(self, module, targets) -> None:
         for name, attr, hits in targets:
             p = getattr(module, attr, None)
-            if p is None or is_dtensor(p) or id(p) in self._grad_hooked or not p.requires_grad:
-                continue
+            if (p is None or p is self._by_name[name] or id(p) in self._grad_hooked
+                    or not p.requires_grad):
+                continue  # the sharded parameter (its hook would never fire) or done
             self._grad_hooked.add(id(p))
             p.register_hook(CopySafeHook(self._gradient_hook(name, hits)))
 
@@ -304,9 +377,7 @@ class ShardedModel:
         def hook(grad):
             if not agent._open or agent.micro != agent.micro_batches - 1:
                 return None
-            new = grad
-            for f in hits:
-                new = f.on_gradient(agent, name, new)
+            new = on_local(grad, lambda g: _chain(agent, name, hits, g))  # under TP: a DTensor
             return None if new is grad else new
 
         return hook
@@ -315,7 +386,9 @@ class ShardedModel:
     def final_fields(self, optimizers: List[Any], steps_done: int, first_loss: Optional[float],
                      last_loss: Optional[float], scale: Optional[torch.Tensor]) -> Dict[str, Any]:
         """The ``final`` event's fields for sharded state (module docstring). No collective: the
-        job may have destroyed its process group already."""
+        job may have destroyed its process group already. Local tensors that other ranks
+        replicate (``replica_ranks``: HSDP, a 2-D mesh's norms) are compared with theirs
+        through the store (``ReplicaExchange``), which may wait up to ``REPLICA_WAIT_S``."""
         replicated, consistency, shards = [], [], []
         finite = True
         with torch.no_grad():
@@ -329,6 +402,7 @@ class ShardedModel:
                 else:
                     replicated.append(t)
         steps, optim_replicated, optim_local = [], [], []
+        per_param: Dict[int, List[Any]] = {}  # id(p) -> its optimizer state, local tensors
         for opt in optimizers:
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -337,10 +411,23 @@ class ShardedModel:
                         value = state[key]
                         value = local(value) if isinstance(value, torch.Tensor) else value
                         optim_local += [key, value]
+                        per_param.setdefault(id(p), []).extend([key, value])
                         if key == "step":
                             steps.append(float(value))
                         elif not _is_sharded(p):
                             optim_replicated += [key, value]
+        mine, peers = {}, {}
+        for name, p in self.named:
+            group = replica_ranks(p) if _is_sharded(p) else []
+            if len(group) > 1:
+                mine[name] = digest([local(p)] + per_param.get(id(p), []))
+                peers[name] = [r for r in group if r != self.agent.rank]
+        replicas_equal = None
+        if mine:
+            agree = self.exchange.compare(mine, peers)
+            consistency += ["replicas"] + [x for name in sorted(agree)
+                                           for x in (name, agree[name])]
+            replicas_equal = all(v is True for v in agree.values())
         fields = dict(steps_completed=steps_done, eval_loss=last_loss,
                       initial_eval_loss=first_loss,
                       params_hash=digest(replicated + consistency),
@@ -348,9 +435,97 @@ class ShardedModel:
                       params_finite=finite, sharded=True,
                       local_params_hash=digest(shards + replicated),
                       local_optim_hash=digest(optim_local))
+        if replicas_equal is not None:
+            fields["replicas_equal"] = replicas_equal
         if scale is not None:
             fields["loss_scale"] = float(scale)
         return fields
+
+    def withdraw(self) -> None:
+        """This rank ends without ``final`` (it failed): replicas waiting for its digests stop
+        waiting. Nothing when no local tensor of the model is replicated (no rank waits)."""
+        if any(_is_sharded(p) and len(replica_ranks(p)) > 1 for _, p in self.named):
+            self.exchange.withdraw()
+
+
+REPLICA_WAIT_S = 20.0  # how long a rank's final waits for a replica's digests (seconds)
+
+
+class ReplicaExchange:
+    """Compares this rank's digests of replicated local tensors with the replicas' at exit,
+    through the job's default c10d store (``distributed_c10d._get_default_store()``, private,
+    torch 2.x; taken at attach and held, so it outlives ``destroy_process_group``), never a
+    collective: a rank publishes ``{name: digest}`` under ``nanchaos/replicas/<rank>`` and reads
+    its replicas' entries, waiting up to ``REPLICA_WAIT_S`` for each. A replica that failed
+    publishes nothing usable (``withdraw``), one that never exits times out: either way the
+    comparison is unknown, which differs from a peer's True, so the ranks' ``params_hash``
+    differ. The store's host (rank 0 under torchrun's ``env://``) waits, bounded by the same
+    time, until every rank has read, so that its exit cannot take the store from a slower one.
+    Threads: the training thread (atexit)."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.store = None
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                self.store = dist.distributed_c10d._get_default_store()
+        except Exception:  # noqa: BLE001 - no store: every comparison is None (unchecked)
+            self.store = None
+
+    def _key(self, rank: int) -> str:
+        return f"nanchaos/replicas/{rank}"
+
+    def compare(self, mine: Dict[str, str], peers: Dict[str, List[int]]) -> Dict[str, Any]:
+        """``{name: True | False | None}``: whether every replica's digest of ``name`` equals
+        ``mine[name]`` (None: a replica's could not be read, or no store). ``peers[name]``: the
+        other global ranks that replicate it."""
+        import json
+        from datetime import timedelta
+
+        if self.store is None:
+            return {name: None for name in mine}
+        theirs: Dict[int, Optional[Dict[str, str]]] = {}
+        try:
+            self.store.set(self._key(self.rank), json.dumps(mine))
+            for r in sorted({r for group in peers.values() for r in group}):
+                try:
+                    self.store.wait([self._key(r)], timedelta(seconds=REPLICA_WAIT_S))
+                    theirs[r] = json.loads(self.store.get(self._key(r)).decode() or "null")
+                except Exception:  # noqa: BLE001 - timed out, or the store's host is gone
+                    theirs[r] = None
+        finally:
+            self._done()
+        out: Dict[str, Any] = {}
+        for name, d in mine.items():
+            got = [theirs.get(r) for r in peers[name]]
+            # a peer without ``name`` holds no copy of it (another pipeline stage's parameters)
+            out[name] = (None if any(g is None for g in got)
+                         else all(g[name] == d for g in got if name in g))
+        return out
+
+    def withdraw(self) -> None:
+        """This rank writes no ``final`` (it failed): its replicas stop waiting for it."""
+        if self.store is None:
+            return
+        try:
+            self.store.set(self._key(self.rank), "null")
+            self.store.add("nanchaos/replicas/done", 1)
+        except Exception:  # noqa: BLE001 - the store's host is gone: nothing waits on us
+            pass
+
+    def _done(self) -> None:
+        import time
+
+        try:
+            done = self.store.add("nanchaos/replicas/done", 1)
+            deadline = time.monotonic() + REPLICA_WAIT_S
+            while self.rank == 0 and done < self.world and time.monotonic() < deadline:
+                time.sleep(0.01)
+                done = self.store.add("nanchaos/replicas/done", 0)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def attach(agent: Any, model: torch.nn.Module) -> Optional[ShardedModel]:
@@ -368,4 +543,5 @@ def attach(agent: Any, model: torch.nn.Module) -> Optional[ShardedModel]:
     sm.hook_optimizers()
     sm.wrap_parameter_faults()
     sm.install_gradient_hooks()
+    sm.exchange = ReplicaExchange(agent.rank, agent.world)
     return sm
