@@ -41,8 +41,9 @@ A job compiles its model in any of these ways, before or after the agent would a
 Not covered: a loss computed inside the compiled region (a compiled train step, a model that
 returns its loss) goes through the agent's wrapped ``torch.nn.functional`` loss while dynamo
 traces it, so its recording and ``loss`` faults there are not checked; ``torch._dynamo.optimize``
-called directly is not seen (only ``torch.compile`` and ``nn.Module.compile``, which calls it);
-``torch.compile`` of an FSDP2 model is not tested. Checked on torch 2.15 (CPU, gloo; inductor
+called directly is not seen (only ``torch.compile`` and ``nn.Module.compile``, which calls it).
+FSDP2 models need nothing more (blocks compiled before ``fully_shard``, or the ``fully_shard``-ed
+root compiled: test_compiled.py). Checked on torch 2.15 (CPU, gloo; inductor
 with g++ 12.2, and ``aot_eager``).
 """
 

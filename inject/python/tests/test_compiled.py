@@ -220,3 +220,117 @@ def test_missing_cxx_compiler_fails_at_torch_compile_naming_the_cause(tmp_path):
     assert errs and "needs a C++ compiler" in errs[0]["reason"], job.outputs
     assert "no-such-g++" in errs[0]["reason"] and "apt-get install g++" in errs[0]["reason"]
     assert "needs a C++ compiler" in job.outputs[0]
+
+
+FSDP2_COMPILED_JOB = textwrap.dedent('''
+    import json, sys, torch, torch.nn as nn, torch.nn.functional as F
+    import torch.distributed as dist
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import fully_shard
+    MODE, BACKEND = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.act = nn.GELU()
+        def forward(self, x):
+            return x + self.act(self.fc(x))
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(Block() for _ in range(2))
+            self.head = nn.Linear(8, 4)
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x)
+    net = Net()
+    comp = lambda m: torch.compile(m, backend=BACKEND)
+    if MODE == "compile-blocks-fsdp":  # torchtitan: each block compiled, then fully_shard
+        for i in range(len(net.blocks)):
+            net.blocks[i] = comp(net.blocks[i])
+    for b in net.blocks:
+        fully_shard(b)
+    fully_shard(net)
+    model = comp(net) if MODE == "compile-fsdp" else net
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    g = torch.Generator().manual_seed(100 + rank)
+    for step in range(4):
+        x = torch.randn(16, 8, generator=g); y = torch.randint(0, 4, (16,), generator=g)
+        out = model(x)
+        print("OUT " + json.dumps([step, out.detach().flatten().tolist()]), flush=True)
+        if step == 3:  # the NaN step: no backward (FSDP's would need every rank)
+            break
+        F.cross_entropy(out, y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dist.destroy_process_group()
+''')
+
+#: On rank 1 of two FSDP2 ranks: a factor on three elements of blocks.0.fc's output at step 2,
+#: a NaN into blocks.1.fc's at step 3 (both modules inside a compiled region).
+FSDP2_FAULTS = [
+    {"kind": "tensor", "ranks": [1], "step": 2,
+     "params": {"target": "activation:blocks.0.fc", "factor": 50.0, "count": 3}},
+    {"kind": "tensor", "ranks": [1], "step": 3,
+     "params": {"target": "activation:blocks.1.fc", "value": "nan", "count": 1}},
+]
+
+
+def _has_fsdp2() -> bool:
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+        return True
+    except Exception:
+        try:
+            from torch.distributed._composable.fsdp import fully_shard  # noqa: F401
+            return True
+        except Exception:
+            return False
+
+
+def _run_fsdp2(tmp_path, mode: str):
+    (tmp_path / mode).mkdir()
+    job = run_ranks(tmp_path / mode, FSDP2_COMPILED_JOB, plan(steps=4, faults=FSDP2_FAULTS),
+                    world=2, args=(mode, "aot_eager"), timeout=300)
+    assert job.codes == [0, 0], job.outputs
+    assert not job.of(0, "attach_error") and not job.of(1, "attach_error")
+    assert [(i["target"], i["step"]) for i in job.of(1, "inject")] == [
+        ("activation:blocks.0.fc", 2), ("activation:blocks.1.fc", 3)]
+    assert job.of(0, "inject") == []
+    return job
+
+
+@pytest.fixture(scope="module")
+def fsdp2_eager_injected(tmp_path_factory):
+    job = _run_fsdp2(tmp_path_factory.mktemp("fsdp2"), "eager")
+    return [_outputs(job, r) for r in range(2)]
+
+
+@pytest.mark.skipif(not _has_fsdp2(), reason=f"FSDP2 needs torch >= 2.4; this is torch "
+                                             f"{torch.__version__}")
+@pytest.mark.parametrize("mode", ["compile-blocks-fsdp", "compile-fsdp"])
+def test_fsdp2_compiled_output_equals_the_eager_injected_output(tmp_path, fsdp2_eager_injected,
+                                                                mode):
+    """torch.compile with FSDP2: each block compiled before ``fully_shard`` (torchtitan's order)
+    or the ``fully_shard``-ed root compiled. The activation faults inside the compiled region
+    change rank 1's compiled output as they change the eager one; rank 0's never sees them in
+    its forward (an activation is local)."""
+    eager = fsdp2_eager_injected
+    job = _run_fsdp2(tmp_path, mode)
+    start = job.of(1, "start")[0]
+    assert "blocks.0.fc" in start["modules"] and "blocks.0.fc.weight" in start["parameters"]
+    assert not any("_orig_mod" in n for n in start["parameters"])
+    for r in range(2):
+        out = _outputs(job, r)
+        assert sorted(out) == [0, 1, 2, 3]
+        for step in range(4):
+            assert _same(out[step], eager[r][step]), (r, step, out[step], eager[r][step])
+    out1, out0 = _outputs(job, 1), _outputs(job, 0)
+    assert torch.isnan(out1[3]).any() and torch.isfinite(out0[3]).all()
+    assert torch.isfinite(out1[2]).all()
