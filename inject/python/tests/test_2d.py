@@ -17,6 +17,9 @@ group's unsharded TP DTensors were taken for the optimizer's parameters (the ``f
 digests then read freed storage: a segfault at exit), gradient hooks skipped them, and a
 diverged replica was judged consistent.
 
+A rank that fails after training withdraws from the replicas' comparison, so its peer does
+not wait out ``sharded.REPLICA_WAIT_S``.
+
 HSDP: ``fully_shard`` on a ``(replicate, shard) = (2, 2)`` mesh; the shards of a replica differ,
 the replicas' copies must be equal: a clean run's digests agree, a corrupted replica's do not.
 Skipped where torch has no FSDP2 or DTensor TP (Debian's 1.13).
@@ -121,6 +124,8 @@ JOB = textwrap.dedent('''
         with torch.no_grad():
             SHARDED["head.weight"].to_local().add_(1e-3)
     dist.destroy_process_group()
+    if MODE == "fail2" and rank == 2:
+        raise RuntimeError("rank 2 fails after training")
 ''')
 
 NAMES = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "norm.weight", "norm.bias",
@@ -238,3 +243,17 @@ def test_hsdp_replicas_compared_clean_equal_corrupted_unequal(tmp_path):
     # rank 2 (replica 1, shard 0) diverged from rank 0 (replica 0, shard 0)
     assert [f["replicas_equal"] for f in finals] == [False, True, False, True]
     assert len({f["params_hash"] for f in finals}) == 2
+
+
+def test_a_failed_replica_withdraws_and_its_peer_does_not_wait(tmp_path):
+    # Rank 2 raises after training: it writes no final, and its TP peer (rank 3), which
+    # replicates its norm and head shards, learns so from the store at once instead of waiting
+    # out REPLICA_WAIT_S (20 s); the comparison is unknown there, so the digests differ.
+    job = run_ranks(tmp_path, JOB, plan(steps=4), world=4, args=("fail2",), timeout=120)
+    assert job.codes[:2] == [0, 0] and job.codes[2] != 0 and job.codes[3] == 0, job.outputs
+    assert job.of(2, "final") == []
+    finals = [job.of(r, "final")[0] for r in (0, 1, 3)]
+    assert [f["replicas_equal"] for f in finals] == [True, True, False]
+    assert finals[0]["params_hash"] == finals[1]["params_hash"] != finals[2]["params_hash"]
+    last_step = job.of(3, "step_end")[-1]["t_us"]
+    assert finals[2]["t_us"] - last_step < 10_000_000, (finals[2]["t_us"] - last_step)
