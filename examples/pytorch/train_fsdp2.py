@@ -30,6 +30,10 @@ them)::
     layers.N.attention.{wq,wk,wv,wo}, layers.N.ffn_norm, layers.N.feed_forward,
     layers.N.feed_forward.{w1,w2,w3}, norm, output          (N = 0 .. --layers - 1)
 
+``--compile blocks`` compiles each block before ``fully_shard`` (torchtitan's ``apply_compile``),
+``--compile model`` the sharded model; ``--compile-backend`` (``inductor`` by default, which needs
+g++ on CPU, or ``aot_eager``).
+
 Parameters are ``DTensor``s sharded on dim 0 (``Shard(0)``) over the world's 1-D mesh: each
 rank holds a contiguous chunk of rows of every parameter (``p.to_local()``).
 
@@ -167,11 +171,16 @@ class Transformer(nn.Module):
         return self.output(self.norm(h))
 
 
-def shard_model(model: Transformer) -> None:
+def shard_model(model: Transformer, compile_blocks=None) -> None:
     """torchtitan's order: every block its own FSDP group, then the root (embeddings, final
     norm and output). Parameters become DTensors ``Shard(0)`` over a 1-D mesh of the world;
     ``reshard_after_forward=True`` frees each block's unsharded parameters after its forward and
-    all-gathers them again in backward."""
+    all-gathers them again in backward. ``compile_blocks`` (``module -> module``, e.g.
+    ``torch.compile``) replaces each block before it is sharded, as torchtitan's
+    ``apply_compile`` does (names stay ``layers.N``: the agent strips ``_orig_mod.``)."""
+    if compile_blocks is not None:
+        for name, block in list(model.layers.items()):
+            model.layers[name] = compile_blocks(block)
     for block in model.layers.values():
         fully_shard(block, reshard_after_forward=True)
     fully_shard(model)
@@ -344,6 +353,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=5, help="loss line on rank 0 every N steps")
     p.add_argument("--print-digest", action="store_true",
                    help="print each rank's digest of its local shards at the end")
+    p.add_argument("--compile", choices=["none", "blocks", "model"], default="none",
+                   help="torch.compile each block before fully_shard (torchtitan) or the sharded "
+                        "model (default: none)")
+    p.add_argument("--compile-backend", default="inductor",
+                   help="torch.compile backend (inductor needs g++ on CPU; aot_eager does not)")
     return p.parse_args(argv)
 
 
@@ -361,7 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.manual_seed(args.seed)  # the same initial (full) parameters on every rank
     model = Transformer(args.vocab, args.dim, args.layers, args.heads, args.ffn_hidden,
                         args.seq_len).to(device)
-    shard_model(model)
+    compile_ = lambda m: torch.compile(m, backend=args.compile_backend)  # noqa: E731
+    shard_model(model, compile_ if args.compile == "blocks" else None)
     # foreach=True: AdamW's multi-tensor path over the DTensor shards (torchtitan's default).
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1,
                                   foreach=True)
@@ -369,8 +384,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     batches = SyntheticTokens(args.vocab, args.seq_len, args.seed, rank).batches(args.batch_size)
     if rank == 0:
         print(f"train_fsdp2: stack={args.stack} backend={backend} world_size={world_size} "
-              f"steps={args.steps} torch={torch.__version__}", flush=True)
+              f"steps={args.steps} compile={args.compile} torch={torch.__version__}", flush=True)
 
+    forward = compile_(model) if args.compile == "model" else model
     skipped = 0
     loss_value = math.nan
     t0 = time.perf_counter()
@@ -378,7 +394,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for step in range(args.steps):
         tokens, labels = next(batches)
         tokens, labels = tokens.to(device), labels.to(device)
-        logits = model(tokens)
+        logits = forward(tokens)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
         loss_value = loss.item()
         if not stack.step(loss, step):
