@@ -67,8 +67,11 @@ the autograd thread; the optimizer hooks in the job's ``optimizer.step()``.
 
 from __future__ import annotations
 
+import json
 import math
+import time
 import weakref
+from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -481,9 +484,6 @@ class ReplicaExchange:
         """``{name: True | False | None}``: whether every replica's digest of ``name`` equals
         ``mine[name]`` (None: a replica's could not be read, or no store). ``peers[name]``: the
         other global ranks that replicate it."""
-        import json
-        from datetime import timedelta
-
         if self.store is None:
             return {name: None for name in mine}
         theirs: Dict[int, Optional[Dict[str, str]]] = {}
@@ -516,8 +516,6 @@ class ReplicaExchange:
             pass
 
     def _done(self) -> None:
-        import time
-
         try:
             done = self.store.add("nanchaos/replicas/done", 1)
             deadline = time.monotonic() + REPLICA_WAIT_S
