@@ -121,7 +121,7 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
       mine.host = job.host;
       mine.real_minus_mono_us = job.real_minus_mono_us;
     }
-    results::ScenarioResult res = judge(s, dir, mine);
+    results::ScenarioResult res = judge_run(s, dir, mine);
     if (job.interrupted_by != 0 && w == Window::kCut) {
       res.verdict = results::Verdict::kError;
       res.reason = "interrupted";

@@ -182,7 +182,7 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
   for (int64_t r = 0; r < s.job.ranks; ++r) {
     trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
   }
-  results::ScenarioResult res = judge(s, run_dir, job);
+  results::ScenarioResult res = judge_run(s, run_dir, job);
   res.logs = job_logs(run_dir, int(s.job.ranks));
   if (!job.launch_error.empty()) {
     res.verdict = results::Verdict::kError;

@@ -2,8 +2,6 @@
 // "External jobs"), and about a target that matched nothing in the model the agent found.
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "harness/controller/controller.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/scenario/keys.h"
@@ -14,23 +12,13 @@ namespace {
 
 using nlohmann::json;
 
-std::string last_nonempty_line(const std::string& log_path) {
-  std::ifstream in(log_path);
-  std::string last;
-  for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
-  }
-  return last;
-}
-
 }  // namespace
 
 // The first reason that applies, from the most specific (the agent said why it could not attach)
 // to the most generic (it loaded but no model appeared); the launcher's status and the last line
 // of ranks.log go with the reasons the agent did not write itself.
 std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
-                                 const std::string& run_dir) {
-  const std::string tail = last_nonempty_line(run_dir + "/ranks.log");
+                                 const std::string& tail) {
   const std::string exited = fmt::format("; launcher exit status {}", job.exit_code) +
                              (tail.empty() ? "" : "; last line of ranks.log: " + tail);
   for (size_t r = 0; r < logs.size(); ++r) {

@@ -48,7 +48,7 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
     }
   }
   if (!started) {
-    auto res = judge(s, run_dir, job);
+    auto res = judge_run(s, run_dir, job);
     out.error =
         fmt::format("{}: the job's dry run never attached: {} (run folder {})", s.file,
                     res.reason.empty() ? "no `start` event from rank 0" : res.reason, run_dir);
@@ -61,7 +61,7 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
     for (const auto& e : read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r)))
       done |= e.value("ev", "") == "dry_run_done";
     if (done) continue;
-    auto res = judge(s, run_dir, job);
+    auto res = judge_run(s, run_dir, job);
     out.error = fmt::format(
         "{}: the job's dry run attached but rank {} never finished iteration 0 ({}), so the "
         "names may be incomplete (run folder {})",

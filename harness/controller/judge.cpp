@@ -1,8 +1,9 @@
 // Judging a job from evidence only: the per-rank event logs and how the processes ended.
 //
-// judge_logs() reads every rank's evidence (rank_evidence.h), runs the post-mortem and the
-// detections (judge_internal.h), and decides here what needs all of them: the outcome, the
-// injections, the end state, the blame, the [expect] checks and the verdict.
+// judge_evidence() takes every rank's evidence (rank_evidence.h, read once by
+// read_job_evidence), runs the post-mortem and the detections (judge_internal.h), and decides
+// here what needs all of them: the outcome, the injections, the end state, the blame, the
+// [expect] checks and the verdict. Nothing here opens a file.
 #include "harness/controller/judge.h"
 
 #include <fmt/format.h>
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
@@ -60,14 +60,6 @@ std::string last_words(const std::vector<RankEvidence>& logs, const JobResult& j
     said.push_back(fmt::format("launcher exit status {}", job.exit_code));
   }
   return fmt::format("{}", fmt::join(said, "; "));
-}
-
-std::string first_error_line(const std::string& log_path) {
-  std::ifstream in(log_path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("error:") != std::string::npos) return line;
-  }
-  return "";
 }
 
 json ranks_json(const std::vector<int64_t>& r) {
@@ -250,9 +242,9 @@ std::string step_count_note(const Scenario& s, int64_t counted) {
 
 // The verdict: an error when the record is partial, a rank never started or a fault that had to
 // fire did not; else pass or fail by the checks.
-void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResult& job,
-                    const std::vector<RankEvidence>& logs, const std::set<int>& fired,
-                    results::ScenarioResult& res) {
+void decide_verdict(const Scenario& s, const JobEvidence& ev, const JobResult& job,
+                    const std::set<int>& fired, results::ScenarioResult& res) {
+  const std::vector<RankEvidence>& logs = ev.ranks;
   std::vector<std::string> unverified;
   int64_t most_steps = 0;
   for (const auto& l : logs) most_steps = std::max(most_steps, l.steps_done);
@@ -277,11 +269,11 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
   }
   bool setup_failed = false;
   for (const auto& l : logs) setup_failed = setup_failed || !l.started;
-  const std::string lost = evidence_lost(logs, run_dir, res.dropped_events);
-  const std::string err = first_error_line(run_dir + "/ranks.log");
+  const std::string lost = evidence_lost(ev, res.dropped_events);
+  const std::string& err = ev.ranks_log_first_error;
   const std::string external_err =
       s.job.external() && setup_failed && res.outcome != Outcome::kCompleted
-          ? external_setup_error(logs, job, run_dir)
+          ? external_setup_error(logs, job, ev.ranks_log_last_line)
           : "";
   int64_t fewest_steps = logs.empty() ? 0 : std::numeric_limits<int64_t>::max();
   for (const auto& l : logs) fewest_steps = std::min(fewest_steps, l.steps_done);
@@ -307,7 +299,7 @@ void decide_verdict(const Scenario& s, const std::string& run_dir, const JobResu
       res.reason = fmt::format("[job].timeout_ms ({} ms) expired before every rank started",
                                s.job.timeout_ms);
     } else {
-      res.reason = "a rank never started; see " + run_dir + "/ranks.log";
+      res.reason = "a rank never started; see " + ev.run_dir + "/ranks.log";
     }
   } else if (!unverified.empty()) {
     res.verdict = results::Verdict::kError;
@@ -391,13 +383,11 @@ void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, J
       });
 }
 
-results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir,
-                                   const JobResult& reaped) {
-  results::ScenarioResult res = result_for(s, run_dir);
+results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
+                                       const JobResult& reaped) {
+  results::ScenarioResult res = result_for(s, ev.run_dir);
   res.wall_ms = double(reaped.t_end_us - reaped.t0_us) / 1000.0;
-  const int world = int(s.job.ranks);
-  std::vector<RankEvidence> logs;
-  for (int r = 0; r < world; ++r) logs.push_back(read_rank_evidence(run_dir, r, reaped));
+  const std::vector<RankEvidence>& logs = ev.ranks;
   // The launcher's crash in its own teardown, once every rank wrote its exit record, is not the
   // job's end: from here on the launcher's status is the one the ranks' records give
   // (launcher_exit.cpp); report.json keeps what was reaped, and why.
@@ -473,7 +463,7 @@ results::ScenarioResult judge_logs(const Scenario& s, const std::string& run_dir
   res.extra["remote_ranks"] = job.remote_ranks;
 
   add_checks(s, logs, job, j, res);
-  decide_verdict(s, run_dir, job, logs, fired.faults, res);
+  decide_verdict(s, ev, job, fired.faults, res);
   return res;
 }
 
@@ -492,17 +482,34 @@ results::ScenarioResult result_for(const Scenario& s, const std::string& run_dir
   return res;
 }
 
-results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job) {
-  try {
-    return judge_logs(s, run_dir, job);
-  } catch (const nlohmann::json::exception& e) {
-    results::ScenarioResult res = result_for(s, run_dir);
-    res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
-    res.verdict = results::Verdict::kError;
-    res.reason = fmt::format(
-        "cannot judge: an event in {}/events has a field of the wrong type: {}", run_dir, e.what());
+results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const JobResult& job) {
+  std::string unreadable;
+  if (ev.unreadable) {
+    unreadable = *ev.unreadable;
+  } else if (ev.ranks.size() != size_t(s.job.ranks)) {
+    // A caller's slip, never a job's: read_job_evidence reads one log per rank.
+    results::ScenarioResult res = result_for(s, ev.run_dir);
+    res.reason = fmt::format("cannot judge: evidence of {} rank(s) for [job].ranks = {}",
+                             ev.ranks.size(), s.job.ranks);
     return res;
+  } else {
+    try {
+      return judge_evidence(s, ev, job);
+    } catch (const nlohmann::json::exception& e) {
+      unreadable = e.what();
+    }
   }
+  results::ScenarioResult res = result_for(s, ev.run_dir);
+  res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
+  res.verdict = results::Verdict::kError;
+  res.reason = fmt::format("cannot judge: an event in {}/events has a field of the wrong type: {}",
+                           ev.run_dir, unreadable);
+  return res;
+}
+
+results::ScenarioResult judge_run(const Scenario& s, const std::string& run_dir,
+                                  const JobResult& job) {
+  return judge(s, read_job_evidence(int(s.job.ranks), run_dir, job), job);
 }
 
 }  // namespace nanchaos::harness

@@ -1,21 +1,28 @@
-// The judge: turns a finished job's event logs (events.h) and exit state (JobResult) into a
-// ScenarioResult: outcome, detections with latency, attribution, post-mortem of absent or dead
-// ranks, the [expect] checks and the verdict. Pure function of its inputs (no clocks, no I/O but
-// reading the run folder), so a test can judge hand-written logs.
+// The judge: turns a finished job's evidence (JobEvidence: the ranks' event logs, events.h, read
+// once by read_job_evidence) and exit state (JobResult) into a ScenarioResult: outcome,
+// detections with latency, attribution, post-mortem of absent or dead ranks, the [expect] checks
+// and the verdict. judge() is a pure function of its inputs: no clock, no file opened (the run
+// folder is only named in reasons), so a test judges evidence it built in memory.
 #pragma once
 
 #include <string>
 
 #include "harness/controller/controller.h"
+#include "harness/controller/rank_evidence.h"
 #include "harness/scenario/scenario.h"
 #include "results/report.h"
 
 namespace nanchaos::harness {
 
-/// Never throws on what the logs hold: lines that are not JSON objects are skipped (read_events),
-/// and an event with a field of the wrong type makes the result verdict `error`, reason
+/// Never throws on what the evidence holds: an event with a field of the wrong type (read by
+/// read_job_evidence, or met while judging) makes the result verdict `error`, reason
 /// "cannot judge: an event in RUN/events has a field of the wrong type: ...".
-results::ScenarioResult judge(const Scenario& s, const std::string& run_dir, const JobResult& job);
+results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const JobResult& job);
+
+/// read_job_evidence(s.job.ranks, run_dir, job) then judge(): what the controller calls once the
+/// job has ended (the free-space sample is taken then).
+results::ScenarioResult judge_run(const Scenario& s, const std::string& run_dir,
+                                  const JobResult& job);
 
 /// A result that names its scenario (name, file, seed, ranks) and run folder ("" for a scenario
 /// that never got one), verdict still "error": what every path that judges, skips or refuses a

@@ -52,9 +52,10 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
                          std::optional<int64_t> first_fault_step,
                          std::optional<int64_t> first_inject_t, results::ScenarioResult& res);
 
-/// Why an external job's rank never got to `start` (docs/scenario-format.md "External jobs").
+/// Why an external job's rank never got to `start` (docs/scenario-format.md "External jobs");
+/// `ranks_log_tail` is the last line of RUN/ranks.log (JobEvidence).
 std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
-                                 const std::string& run_dir);
+                                 const std::string& ranks_log_tail);
 
 /// How the launcher ended, read against the ranks' own exit records (issue 30 point 6: mpirun
 /// 4.1 segfaulted in its teardown in 3 of 5 runs of one scenario, after every rank had exited).

@@ -94,9 +94,9 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
 
 }  // namespace
 
-RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
+RankEvidence rank_evidence_from_events(std::vector<json> events, const JobResult& job,
+                                       std::optional<int64_t> gone_t_us) {
   RankEvidence r;
-  std::vector<json> events = read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank));
   place_on_controller_timeline(events, job, r.host, r.clock, r.shift_us);
   TypedReader typed{r};
   for (const auto& e : events) {
@@ -105,13 +105,44 @@ RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobR
     if (const auto* other = std::get_if<OtherEvent>(&te)) read_other(e, other->ev, r);
     std::visit(typed, te);
   }
+  if (gone_t_us) r.gone_us = *gone_t_us + r.shift_us.value_or(0);
+  return r;
+}
+
+RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
   // The rank's own process watch; a record that cannot be read is no record.
+  std::optional<int64_t> gone_t_us;
   std::ifstream gone(gone_record_path(run_dir + "/events", rank));
   const json g = json::parse(gone, nullptr, /*allow_exceptions=*/false);
   if (g.is_object() && g.contains("t_us") && g["t_us"].is_number_integer()) {
-    r.gone_us = g["t_us"].get<int64_t>() + r.shift_us.value_or(0);
+    gone_t_us = g["t_us"].get<int64_t>();
   }
-  return r;
+  return rank_evidence_from_events(
+      read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank)), job, gone_t_us);
+}
+
+void read_ranks_log(std::istream& in, JobEvidence& ev) {
+  for (std::string line; std::getline(in, line);) {
+    if (ev.ranks_log_first_error.empty() && line.find("error:") != std::string::npos) {
+      ev.ranks_log_first_error = line;
+    }
+    if (line.find_first_not_of(" \t\r") != std::string::npos) ev.ranks_log_last_line = line;
+  }
+}
+
+JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job) {
+  JobEvidence ev;
+  ev.run_dir = run_dir;
+  try {
+    for (int r = 0; r < world; ++r) ev.ranks.push_back(read_rank_evidence(run_dir, r, job));
+  } catch (const json::exception& e) {
+    ev.unreadable = e.what();
+  }
+  std::ifstream log(run_dir + "/ranks.log");
+  read_ranks_log(log, ev);
+  struct statvfs fs {};
+  if (statvfs(run_dir.c_str(), &fs) == 0) ev.free_bytes = uint64_t(fs.f_bavail) * fs.f_frsize;
+  return ev;
 }
 
 std::map<int, int64_t> ranks_gone_us(const std::vector<RankEvidence>& logs, const JobResult& job) {
@@ -181,8 +212,8 @@ json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job) {
 // events.h), or a run folder on a filesystem with no room left while a rank's log lacks its exit
 // record (a log that could not even be created, an agent's writes refused before any reserve
 // existed).
-std::string evidence_lost(const std::vector<RankEvidence>& logs, const std::string& run_dir,
-                          int64_t& dropped) {
+std::string evidence_lost(const JobEvidence& ev, int64_t& dropped) {
+  const std::vector<RankEvidence>& logs = ev.ranks;
   std::string why;
   for (size_t r = 0; r < logs.size(); ++r) {
     const auto& l = logs[r];
@@ -200,13 +231,11 @@ std::string evidence_lost(const std::vector<RankEvidence>& logs, const std::stri
   if (!why.empty()) return why;
   bool incomplete = false;
   for (const auto& l : logs) incomplete = incomplete || !l.exit_code;
-  struct statvfs fs {};
-  if (incomplete && statvfs(run_dir.c_str(), &fs) == 0 &&
-      uint64_t(fs.f_bavail) * fs.f_frsize < kMinFreeBytes) {
+  if (incomplete && ev.free_bytes && *ev.free_bytes < kMinFreeBytes) {
     return fmt::format(
         "evidence lost: the filesystem of {} is full ({} bytes free) and a rank's event log has "
         "no exit record",
-        run_dir, uint64_t(fs.f_bavail) * fs.f_frsize);
+        ev.run_dir, *ev.free_bytes);
   }
   return "";
 }

@@ -1,5 +1,7 @@
 // What one rank's event log says, read once into named fields for the judge (judge.cpp and its
-// phases, judge_internal.h). Internal to harness/controller: nothing outside the judge includes it.
+// phases, judge_internal.h), and the whole job's evidence (JobEvidence), which
+// read_job_evidence() gathers from the run folder once and judge() reads without opening a file.
+// Internal to harness/controller: only the judge and the callers of judge.h include it.
 //
 // The reader is the one place that knows the log's event names (start, inject, coll_enter, final,
 // ...); the judge's phases read these fields. The events the judge reads are parsed into the
@@ -9,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -57,9 +60,41 @@ struct RankEvidence {
   std::optional<int64_t> shift_us;          ///< added to its t_us (a rank on another host)
 };
 
-/// Reads RUN/events/rank-R.jsonl (missing: an empty log) and moves a remote rank's times onto
-/// the controller's clock. Throws json::type_error on a field of the wrong type.
+/// One rank's evidence from its events (as read_events()/parse_events() give them, in log order)
+/// and the time its own process watch saw it end (its gone record's t_us, on its own clock;
+/// nullopt: no record). Moves a remote rank's times onto the controller's clock. Pure. Throws
+/// json::type_error on a field of the wrong type.
+RankEvidence rank_evidence_from_events(std::vector<nlohmann::json> events, const JobResult& job,
+                                       std::optional<int64_t> gone_t_us);
+
+/// Reads RUN/events/rank-R.jsonl (missing: an empty log) and its gone record into
+/// rank_evidence_from_events(). Throws json::type_error on a field of the wrong type.
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job);
+
+/// Everything the judge reads of one finished job: the only input of judge() besides the
+/// scenario and the launcher's exit state (harness/controller/judge.h). Built by
+/// read_job_evidence() from a run folder, or in memory by a test.
+struct JobEvidence {
+  /// The run folder, named in reasons and report links; judge() never opens anything in it.
+  std::string run_dir;
+  std::vector<RankEvidence> ranks;    ///< one per rank of [job].ranks, in rank order
+  std::string ranks_log_first_error;  ///< RUN/ranks.log's first line containing "error:"
+  std::string ranks_log_last_line;    ///< its last non-blank line ("": none)
+  /// Free bytes (statvfs f_bavail x f_frsize) of the run folder's filesystem, sampled when the
+  /// evidence was read, right after the job ended; nullopt when statvfs failed or nobody sampled.
+  std::optional<uint64_t> free_bytes;
+  /// An event with a field of the wrong type (a corrupted or foreign log): json::type_error's
+  /// text; the ranks are then partial and judge() makes the scenario an `error` naming it.
+  std::optional<std::string> unreadable;
+};
+
+/// RUN/ranks.log's facts (its first "error:" line, its last non-blank line) into `ev`.
+void read_ranks_log(std::istream& in, JobEvidence& ev);
+
+/// Gathers a finished job's evidence from `run_dir`: RUN/events/rank-R.jsonl and the gone records
+/// for R < [job].ranks, RUN/ranks.log's first error and last line, the free space. Never throws
+/// on what the files hold (see JobEvidence::unreadable); a missing file is empty evidence.
+JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job);
 
 /// When each rank's process was gone: the controller's pid watch (JobResult::rank_gone_us) for
 /// the ranks of its host, the rank's own watch (RankEvidence::gone_us) for the others. A rank
@@ -74,9 +109,10 @@ nlohmann::json clock_offsets_json(const std::vector<RankEvidence>& logs);
 /// no rank could be measured.
 nlohmann::json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job);
 
-/// Why the evidence of a job is incomplete ("" when it is not). Adds the dropped-event count of
-/// every rank whose log could not grow to `dropped`.
-std::string evidence_lost(const std::vector<RankEvidence>& logs, const std::string& run_dir,
-                          int64_t& dropped);
+/// Why the evidence of a job is incomplete ("" when it is not): a rank's log that could not
+/// grow, or a full filesystem (free_bytes below 256 KiB) while a rank's log lacks its exit
+/// record. Adds the dropped-event count of every rank whose log could not grow to `dropped`.
+/// Pure: the free space is the sample in `ev`.
+std::string evidence_lost(const JobEvidence& ev, int64_t& dropped);
 
 }  // namespace nanchaos::harness

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 
 namespace nanchaos::harness {
@@ -219,9 +220,10 @@ void trim_event_log(const std::string& path) {
   }
 }
 
-std::vector<nlohmann::json> read_events(const std::string& path) {
+namespace {
+
+std::vector<nlohmann::json> parse_event_stream(std::istream& in) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -229,6 +231,18 @@ std::vector<nlohmann::json> read_events(const std::string& path) {
     if (!j.is_discarded() && j.is_object()) out.push_back(std::move(j));  // events are objects
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<nlohmann::json> read_events(const std::string& path) {
+  std::ifstream in(path);
+  return parse_event_stream(in);
+}
+
+std::vector<nlohmann::json> parse_events(const std::string& text) {
+  std::istringstream in(text);
+  return parse_event_stream(in);
 }
 
 }  // namespace nanchaos::harness

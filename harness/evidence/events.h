@@ -113,4 +113,8 @@ void trim_event_log(const std::string& path);
 /// A missing file gives an empty vector.
 std::vector<nlohmann::json> read_events(const std::string& path);
 
+/// The events of a log's text, as read_events() reads them from a file: one JSON object per
+/// line, lines that are not JSON objects (a garbled last line, NUL bytes) skipped. Pure.
+std::vector<nlohmann::json> parse_events(const std::string& text);
+
 }  // namespace nanchaos::harness

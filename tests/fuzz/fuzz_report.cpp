@@ -82,7 +82,7 @@ void fuzz_events(const uint8_t* data, size_t size) {
     }
   }
   fuzz::write_file(dir + "/ranks.log", "");
-  const results::ScenarioResult res = harness::judge(s, dir, job);
+  const results::ScenarioResult res = harness::judge_run(s, dir, job);
   (void)results::to_json(res).dump();
 }
 

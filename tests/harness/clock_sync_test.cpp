@@ -162,8 +162,8 @@ const char* kRemoteCrashScenario =
 TEST(JudgeRemoteRanks, CrashBlameNeedsNoInjectEvent) {
   RemoteRun d;
   WriteRemoteCrash(d, /*with_inject=*/false);
-  const auto r =
-      judge(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(), RemoteCrashJob());
+  const auto r = judge_run(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(),
+                           RemoteCrashJob());
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
   EXPECT_EQ(r.extra["postmortem"], (json{{"ranks", {1}}, {"cause", "rank_failure"}}));
@@ -176,8 +176,8 @@ TEST(JudgeRemoteRanks, WithoutTheWatchRecordTheInjectionDoesNotDecide) {
   RemoteRun d;
   WriteRemoteCrash(d, /*with_inject=*/true);
   fs::remove(fs::path(d.path()) / "events" / "rank-1.gone.json");
-  const auto r =
-      judge(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(), RemoteCrashJob());
+  const auto r = judge_run(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(),
+                           RemoteCrashJob());
   EXPECT_EQ(r.extra["dead_ranks"], json::array({0, 1})) << r.extra.dump();
 }
 
@@ -186,7 +186,7 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
   WriteRemoteCrash(d, /*with_inject=*/true);
   const Scenario s = load_scenario_string(kRemoteCrashScenario, "remote.toml");
   const JobResult job = RemoteCrashJob();
-  const auto r = judge(s, d.path(), job);
+  const auto r = judge_run(s, d.path(), job);
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
   ASSERT_EQ(r.injections.size(), 1u);
@@ -217,7 +217,7 @@ TEST(JudgeRemoteRanks, MemoryFromExitEventsSaysHowEachRankWasMeasured) {
   job.host = "ctl";
   job.remote_ranks = {1, 2};
   job.rank_vm_hwm_kib = {{0, 4096}};
-  const auto r = judge(
+  const auto r = judge_run(
       load_scenario_string(
           "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 3\n", "m.toml"),
       d.path(), job);

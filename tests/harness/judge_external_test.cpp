@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using test_util::judge_logs;
 using test_util::kT0;
 
 class RunDir : public test_util::EventLogDir {
@@ -118,7 +119,6 @@ void FourIterations(RunDir& d, F at2) {
     }
     d.final_ok(r, 4, 9000);
   }
-  d.flush();
 }
 
 TEST(JudgeExternal, StackDetectionsAccumulateRanksAndTheStackDecisionSetsTheAction) {
@@ -132,10 +132,10 @@ TEST(JudgeExternal, StackDetectionsAccumulateRanksAndTheStackDecisionSetsTheActi
           {"source", "stack"}});
     d.ev(r, "decision", 3400 + r * 10, {{"step", 2}, {"action", "skip_step"}, {"source", "stack"}});
   });
-  const auto res = judge(Load(std::string(kTensorFault) +
-                              "[expect]\ndetected = true\nfirst_detector = \"nan_check\"\n"
-                              "cause = \"activation\"\nlayer = \"net.1\"\nwithin_steps = 0\n"),
-                         d.path(), Job());
+  const auto res = judge_logs(Load(std::string(kTensorFault) +
+                                   "[expect]\ndetected = true\nfirst_detector = \"nan_check\"\n"
+                                   "cause = \"activation\"\nlayer = \"net.1\"\nwithin_steps = 0\n"),
+                              d, Job());
   ASSERT_EQ(res.detections.size(), 1u);
   const auto& fd = *res.first_detection;
   EXPECT_EQ(fd.detector, "nan_check");
@@ -168,9 +168,9 @@ TEST(JudgeExternal, ObservedDetectionsCountAndSameStepOrdersByEarliestTime) {
             {"source", "stack"}});
     }
   });
-  const auto res =
-      judge(Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"zz_guard\"\nrank = 1\n"),
-            d.path(), Job());
+  const auto res = judge_logs(
+      Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"zz_guard\"\nrank = 1\n"), d,
+      Job());
   ASSERT_EQ(res.detections.size(), 2u);
   EXPECT_EQ(res.detections[0].detector, "zz_guard");  // earlier, though it sorts after by name
   EXPECT_EQ(res.detections[1].detector, "observed:skip");
@@ -200,10 +200,10 @@ TEST(JudgeExternal, SameStepStackReportPrecedesAnEarlierObservedSkipOfAPeer) {
             {"source", "stack"}});
     }
   });
-  const auto res =
-      judge(Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"nan_check\"\nrank = 1\n"
-                                             "cause = \"loss_math\"\n"),
-            d.path(), Job());
+  const auto res = judge_logs(
+      Load(std::string(kTensorFault) + "[expect]\nfirst_detector = \"nan_check\"\nrank = 1\n"
+                                       "cause = \"loss_math\"\n"),
+      d, Job());
   ASSERT_EQ(res.detections.size(), 2u);
   EXPECT_EQ(res.detections[0].detector, "nan_check");
   EXPECT_EQ(res.detections[1].detector, "observed:skip");
@@ -216,7 +216,7 @@ TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
     d.ev(r, "decision", 3400, {{"step", 2}, {"action", "skip_step"}, {"source", "stack"}});
   });
   const auto res =
-      judge(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d.path(), Job());
+      judge_logs(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d, Job());
   EXPECT_TRUE(res.detections.empty());
   EXPECT_EQ(res.extra["false_positives"], 0);
   EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
@@ -248,17 +248,16 @@ void HangRun(RunDir& d, bool both_raise) {
           {"message", "Watchdog caught collective operation timeout"}});
     d.ev(r, "exit", 1'002'300, {{"code", 1}});
   }
-  d.flush();
 }
 
 TEST(JudgeExternal, ObservedExceptionBlamesTheRankThatStoppedWithCauseHang) {
   RunDir d("exc-hang");
   HangRun(d, /*both_raise=*/false);
-  const auto res =
-      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
-                 "[detectors]\ncollective_timeout_ms = 1000\n"
-                 "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\ncause = \"hang\"\n"),
-            d.path(), Job(1, 1'500'000));
+  const auto res = judge_logs(
+      Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+           "[detectors]\ncollective_timeout_ms = 1000\n"
+           "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\ncause = \"hang\"\n"),
+      d, Job(1, 1'500'000));
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "hang");
@@ -268,10 +267,10 @@ TEST(JudgeExternal, ObservedExceptionBlamesTheRankThatStoppedWithCauseHang) {
 TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
   RunDir d("exc-both");
   HangRun(d, /*both_raise=*/true);
-  const auto res =
-      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
-                 "[expect]\nrank = 1\n"),
-            d.path(), Job(1, 1'500'000));
+  const auto res = judge_logs(
+      Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+           "[expect]\nrank = 1\n"),
+      d, Job(1, 1'500'000));
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "exception");
@@ -317,11 +316,10 @@ TEST(JudgeExternal, ASkippedCollectiveIsFirstReportedAsACollectiveMismatch) {
           {"source", "observed"}});
     d.ev(r, "exit", 1'004'300, {{"code", 1}});
   }
-  d.flush();
-  const auto res = judge(Load(std::string(kTensorFault) +
-                              "[expect]\nfirst_detector = \"collective_mismatch\"\nrank = 1\n"
-                              "within_steps = 0\noutcome = \"crashed\"\n"),
-                         d.path(), Job(1, 1'500'000));
+  const auto res = judge_logs(Load(std::string(kTensorFault) +
+                                   "[expect]\nfirst_detector = \"collective_mismatch\"\nrank = 1\n"
+                                   "within_steps = 0\noutcome = \"crashed\"\n"),
+                              d, Job(1, 1'500'000));
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->detector, "collective_mismatch");
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
@@ -359,9 +357,8 @@ TEST(JudgeExternal, ACollectiveMismatchAloneIsNotTheStacksDetection) {
     }
     d.final_ok(r, 4, 9000);
   }
-  d.flush();
   const auto res =
-      judge(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d.path(), Job());
+      judge_logs(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d, Job());
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->detector, "collective_mismatch");
   EXPECT_EQ(res.extra["false_positives"], 0);
@@ -402,12 +399,11 @@ TEST(JudgeExternal, AnEntryAfterThePeerGaveUpCountsAsAbsent) {
           {"source", "observed"}});
     d.ev(r, "exit", 1'003'300, {{"code", 1}});
   }
-  d.flush();
-  const auto res =
-      judge(Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
-                 "[detectors]\ncollective_timeout_ms = 1000\n"
-                 "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\n"),
-            d.path(), Job(1, 1'500'000));
+  const auto res = judge_logs(
+      Load("[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
+           "[detectors]\ncollective_timeout_ms = 1000\n"
+           "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\n"),
+      d, Job(1, 1'500'000));
   EXPECT_EQ(res.extra["absent_ranks"], json::array({1}));
   EXPECT_TRUE(res.extra["collective_mismatch"].is_null()) << res.extra["collective_mismatch"];
   ASSERT_TRUE(res.first_detection.has_value());
@@ -422,8 +418,7 @@ TEST(JudgeExternal, AttachErrorIsTheSetupReason) {
   d.launch(1, 2);
   d.ev(1, "attach_error", 20,
        {{"rank", 1}, {"reason", "cannot execute ./x.py: Permission denied"}});
-  d.flush();
-  const auto res = judge(Load(""), d.path(), Job(1));
+  const auto res = judge_logs(Load(""), d, Job(1));
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason, "rank 1: cannot execute ./x.py: Permission denied");
 }
@@ -432,9 +427,8 @@ TEST(JudgeExternal, NeverLoadedAgentNamesTheRankExitCodeAndLastLogLine) {
   RunDir d("never-loaded");
   d.launch(0, 2);
   d.launch(1, 2);
-  d.flush();
   d.ranks_log("hello\nbash: line 1: train: command not found\n\n");
-  const auto res = judge(Load(""), d.path(), Job(127));
+  const auto res = judge_logs(Load(""), d, Job(127));
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a "
@@ -447,13 +441,12 @@ TEST(JudgeExternal, TheControllersAttachFailureIsUsed) {
   RunDir d("controller-kill");
   d.launch(0, 2);
   d.launch(1, 2);
-  d.flush();
   JobResult job = Job(143);
   job.attach_failure =
       "rank 0: the nanchaos agent never loaded (no `agent` event): the command is not a Python "
       "program or its interpreter did not run the bootstrap, nor a LibTorch program that "
       "constructs nanchaos::Agent (attach_timeout_ms = 2000 ms passed)";
-  const auto res = judge(Load(""), d.path(), job);
+  const auto res = judge_logs(Load(""), d, job);
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason, job.attach_failure + "; launcher exit status 143");
 }
@@ -465,8 +458,7 @@ TEST(JudgeExternal, AgentWithoutStartNeverAttachedToAModel) {
     d.agent(r);
     d.ev(r, "exit", 100, {{"code", 0}});
   }
-  d.flush();
-  const auto res = judge(Load(""), d.path(), Job(0));
+  const auto res = judge_logs(Load(""), d, Job(0));
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the agent loaded but never attached to a model (no DistributedDataParallel "
@@ -485,8 +477,7 @@ TEST(JudgeExternal, AnExceptionBeforeAttachIsTheSetupReason) {
           {"message", "ModuleNotFoundError: No module named 'torchvision_nope'"}});
     d.ev(r, "exit", 60, {{"code", 1}});
   }
-  d.flush();
-  const auto res = judge(Load(""), d.path(), Job(1));
+  const auto res = judge_logs(Load(""), d, Job(1));
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason,
             "rank 0: the job raised before the agent attached to a model: ModuleNotFoundError: "
@@ -520,13 +511,12 @@ TEST(JudgeExternal, ObservedExceptionBlamesADeadAbsentRankAsRankFailure) {
           {"source", "observed"}});
     d.ev(r, "exit", 2'002'300, {{"code", 1}});
   }
-  d.flush();
   JobResult job = Job(137, 2'100'000);
   job.rank_gone_us = {{1, kT0 + 2'060}, {0, kT0 + 2'002'400}};
-  const auto res = judge(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n"
-                              "[expect]\nrank = 1\ncause = \"rank_failure\"\n"
-                              "outcome = \"crashed\"\n"),
-                         d.path(), job);
+  const auto res = judge_logs(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n"
+                                   "[expect]\nrank = 1\ncause = \"rank_failure\"\n"
+                                   "outcome = \"crashed\"\n"),
+                              d, job);
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "rank_failure");
@@ -555,13 +545,12 @@ TEST(JudgeExternal, ARankSeenGoneBeforeTheRaisingPeerIsARankFailure) {
           {"source", "observed"}});
     d.ev(r, "exit", 2300, {{"code", 1}});
   }
-  d.flush();
   JobResult job = Job(137, 100'000);
   job.rank_gone_us = {{1, kT0 + 2'250}, {0, kT0 + 12'300}};
   const auto res =
-      judge(Load("[expect]\nrank = 1\ncause = \"rank_failure\"\nmax_false_positives = 1\n"
-                 "outcome = \"crashed\"\n"),
-            d.path(), job);
+      judge_logs(Load("[expect]\nrank = 1\ncause = \"rank_failure\"\nmax_false_positives = 1\n"
+                      "outcome = \"crashed\"\n"),
+                 d, job);
   ASSERT_EQ(res.detections.size(), 1u);
   EXPECT_EQ(res.detections[0].ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.detections[0].cause, "rank_failure");
@@ -571,11 +560,12 @@ TEST(JudgeExternal, ARankSeenGoneBeforeTheRaisingPeerIsARankFailure) {
 TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
   RunDir d("short-job");
   FourIterations(d, [&](int) {});
-  const auto res = judge(Load(std::string(kTensorFault) +
-                                  "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\n"
-                                  "ranks = [1]\nstep = 6\n",
-                              /*steps=*/8),
-                         d.path(), Job());
+  const auto res =
+      judge_logs(Load(std::string(kTensorFault) +
+                          "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.1\"\n"
+                          "ranks = [1]\nstep = 6\n",
+                      /*steps=*/8),
+                 d, Job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_NE(res.reason.find("the job ran 4 iteration(s), so step 6 never came"), std::string::npos)
       << res.reason;
@@ -584,10 +574,10 @@ TEST(JudgeExternal, AFaultStepTheJobNeverReachedSaysSo) {
 TEST(JudgeExternal, ATargetThatMatchesNoModuleGetsTheNearestName) {
   RunDir d("bad-target");
   FourIterations(d, [&](int) {});
-  const auto res = judge(Load(std::string(kTensorFault) +
-                              "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.9\"\n"
-                              "ranks = [1]\nstep = 3\n"),
-                         d.path(), Job());
+  const auto res = judge_logs(Load(std::string(kTensorFault) +
+                                   "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:net.9\"\n"
+                                   "ranks = [1]\nstep = 3\n"),
+                              d, Job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_NE(res.reason.find("[[fault]] #2 (tensor, step 3, target activation:net.9: it matches no "
                             "module (nor a probe that ran) of the model (did you mean "
@@ -601,7 +591,7 @@ TEST(JudgeExternal, ATargetThatMatchesNoModuleGetsTheNearestName) {
 TEST(JudgeExternal, ACleanExitShortOfTheStepsIsAnError) {
   RunDir d("early-exit");
   FourIterations(d, [&](int) {});
-  const auto res = judge(Load("[expect]\ndetected = false\n", /*steps=*/12), d.path(), Job());
+  const auto res = judge_logs(Load("[expect]\ndetected = false\n", /*steps=*/12), d, Job());
   EXPECT_EQ(res.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_NE(res.reason.find("the job exited 0 after 4 of the 12 steps of [job].steps"),
@@ -619,8 +609,7 @@ TEST(JudgeExternal, AnIterationCountThatIsAMultipleOfTheStepsSuggestsMicroBatche
     for (int64_t s = 0; s < 8; ++s) d.step(r, s, 1000 + s * 1000, &seq);
     d.final_ok(r, 8, 20000);
   }
-  d.flush();
-  const auto res = judge(Load("[expect]\ndetected = false\nrecovered = true\n"), d.path(), Job());
+  const auto res = judge_logs(Load("[expect]\ndetected = false\nrecovered = true\n"), d, Job());
   EXPECT_EQ(res.verdict, results::Verdict::kFail);
   EXPECT_EQ(res.reason.rfind("counted 8 iterations for steps = 4: does the job accumulate over 2 "
                              "micro-batches? set micro_batches = 2; recovered: expected true",
@@ -628,18 +617,18 @@ TEST(JudgeExternal, AnIterationCountThatIsAMultipleOfTheStepsSuggestsMicroBatche
             0u)
       << res.reason;
   // micro_batches = 4 for a job that does not accumulate: 4 iterations where 16 were asked.
-  const auto under = judge(
-      Load("micro_batches = 4\n[expect]\ndetected = false\n", /*steps=*/16), d.path(), Job());
+  const auto under =
+      judge_logs(Load("micro_batches = 4\n[expect]\ndetected = false\n", /*steps=*/16), d, Job());
   EXPECT_EQ(under.verdict, results::Verdict::kError);
   EXPECT_NE(under.reason.find("; counted 8 iterations for steps = 16 with micro_batches = 4: does "
                               "the job accumulate over 2 micro-batches? set micro_batches = 2"),
             std::string::npos)
       << under.reason;
   // Counts that agree, or that no accumulation factor explains, add nothing.
-  const auto same = judge(Load("[expect]\ndetected = false\n", /*steps=*/8), d.path(), Job());
+  const auto same = judge_logs(Load("[expect]\ndetected = false\n", /*steps=*/8), d, Job());
   EXPECT_EQ(same.verdict, results::Verdict::kPass);
   EXPECT_EQ(same.reason, "");
-  const auto odd = judge(Load("[expect]\nrecovered = true\n", /*steps=*/3), d.path(), Job());
+  const auto odd = judge_logs(Load("[expect]\nrecovered = true\n", /*steps=*/3), d, Job());
   EXPECT_EQ(odd.reason.find("counted"), std::string::npos) << odd.reason;
 }
 
@@ -652,8 +641,7 @@ TEST(JudgeExternal, AnAttachErrorAfterStartIsTheReason) {
     d.ev(r, "attach_error", 20,
          {{"rank", r}, {"reason", "attach() called again with a different model"}});
   }
-  d.flush();
-  const auto res = judge(Load(kTensorFault), d.path(), Job(134));
+  const auto res = judge_logs(Load(kTensorFault), d, Job(134));
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(res.reason, "rank 0: attach() called again with a different model");
 }
@@ -668,12 +656,11 @@ TEST(JudgeExternal, NoFinalRecordSaysFinishWasNotCalledAndAFaultThatNeverFiredHa
     for (int64_t s = 0; s < 4; ++s) d.step(r, s, 1000 + s * 1000, &seq);
     d.ev(r, "exit", 9000, {{"code", 0}});
   }
-  d.flush();
-  const auto res = judge(Load(kTensorFault), d.path(), Job());
+  const auto res = judge_logs(Load(kTensorFault), d, Job());
   EXPECT_EQ(res.fault_outcome, results::FaultOutcome::kNone);  // the step-2 fault never fired
   EXPECT_EQ(res.verdict, results::Verdict::kError) << res.reason;
   // The same logs judged against a scenario without faults.
-  const auto clean = judge(Load("[expect]\ndetected = false\n"), d.path(), Job());
+  const auto clean = judge_logs(Load("[expect]\ndetected = false\n"), d, Job());
   EXPECT_EQ(clean.verdict, results::Verdict::kFail);
   EXPECT_NE(clean.reason.find("rank(s) 0, 1 exited 0 without a `final` record"), std::string::npos)
       << clean.reason;

@@ -15,6 +15,7 @@ namespace nanchaos::harness {
 namespace {
 
 using test_util::EventLogDir;
+using test_util::judge_logs;
 using test_util::kT0;
 
 const char* kScenario = R"([scenario]
@@ -70,14 +71,12 @@ TEST(JudgeMalformedLogs, LinesThatAreNotObjectsAreSkipped) {
 
   EventLogDir plain("nanchaos_judge_malformed", "plain");
   clean_run(plain);
-  plain.flush();
   EventLogDir junk("nanchaos_judge_malformed", "junk");
   clean_run(junk);
   junk.raw(0, "7\n[\"step_end\"]\ntrue\n");
-  junk.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto a = judge(s, plain.path(), clean_job());
-  const auto b = judge(s, junk.path(), clean_job());
+  const auto a = judge_logs(s, plain, clean_job());
+  const auto b = judge_logs(s, junk, clean_job());
   EXPECT_EQ(a.verdict, results::Verdict::kPass) << a.reason;
   EXPECT_EQ(b.verdict, results::Verdict::kPass) << b.reason;
   EXPECT_EQ(b.outcome, results::Outcome::kCompleted);
@@ -89,9 +88,8 @@ TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
   EventLogDir d("nanchaos_judge_malformed", "wrong_type");
   clean_run(d);
   d.raw(1, "{\"ev\":\"step_end\",\"step\":\"x\",\"t_us\":1000000500}\n");
-  d.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto res = judge(s, d.path(), clean_job());
+  const auto res = judge_logs(s, d, clean_job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
   EXPECT_EQ(
       res.reason.rfind("cannot judge: an event in " + d.path() +
@@ -113,16 +111,14 @@ TEST(JudgeMalformedLogs, AHugeCollectiveSequenceNumberIsJudgedAtOnce) {
     both.ev(r, "coll_enter", 200, {{"seq", huge}, {"name", "grad_allreduce"}, {"step", 1}});
     both.ev(r, "coll_leave", 210, {{"seq", huge}, {"name", "grad_allreduce"}, {"status", "ok"}});
   }
-  both.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto a = judge(s, both.path(), clean_job());
+  const auto a = judge_logs(s, both, clean_job());
   EXPECT_TRUE(a.extra["first_gap_collective"].is_null());
 
   EventLogDir one("nanchaos_judge_malformed", "huge_seq_one");
   clean_run(one);
   one.ev(0, "coll_enter", 200, {{"seq", huge}, {"name", "grad_allreduce"}, {"step", 1}});
-  one.flush();
-  const auto b = judge(s, one.path(), clean_job());
+  const auto b = judge_logs(s, one, clean_job());
   EXPECT_EQ(b.extra["first_gap_collective"], huge);
 }
 
@@ -138,9 +134,8 @@ TEST(JudgeMalformedLogs, AFinalEventWithoutEvalLossIsNotReadOutOfBounds) {
     d.ev(r, "final", 600, {{"steps_completed", 4}, {"params_hash", "aa"}, {"optim_hash", "bb"}});
     d.ev(r, "exit", 700, {{"code", 0}});
   }
-  d.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto res = judge(s, d.path(), clean_job());
+  const auto res = judge_logs(s, d, clean_job());
   ASSERT_TRUE(res.final_loss.has_value());
   EXPECT_TRUE(std::isnan(*res.final_loss));
   EXPECT_EQ(res.outcome, results::Outcome::kCompleted);
@@ -156,9 +151,8 @@ TEST(JudgeMalformedLogs, AnIntegerFieldWrittenAsAHugeFloatIsIgnored) {
   d.raw(0,
         "{\"ev\":\"coll_enter\",\"seq\":2.2e120,\"t_us\":1000000200}\n"
         "{\"ev\":\"step_end\",\"step\":2.5e120,\"t_us\":1000000300}\n");
-  d.flush();
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto res = judge(s, d.path(), clean_job());
+  const auto res = judge_logs(s, d, clean_job());
   EXPECT_EQ(res.steps_completed, 4);
   EXPECT_EQ(res.extra["first_gap_collective"], 0);  // seq counted as 0, which rank 1 never entered
 }

@@ -26,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using test_util::judge_logs;
 using test_util::kT0;
 
 // A run folder under the test temp dir with per-rank JSON-lines logs written by hand, in the
@@ -104,9 +105,8 @@ void CleanRun(RunDir& d, int world, int64_t steps,
 TEST(JudgeOutcome, CleanCompletedRunPasses) {
   RunDir d("clean");
   CleanRun(d, 2, 4);
-  d.flush();
   const Scenario s = Load("[expect]\ndetected = false\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.reason, "");
@@ -135,9 +135,8 @@ TEST(JudgeOutcome, CleanCompletedRunPasses) {
 TEST(JudgeOutcome, CleanRunExpectingDetectionFails) {
   RunDir d("clean_fail");
   CleanRun(d, 2, 4);
-  d.flush();
   const Scenario s = Load("[expect]\ndetected = true\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("detected"), std::string::npos) << r.reason;
@@ -152,9 +151,8 @@ TEST(JudgeOutcome, NonZeroLauncherExitIsCrashed) {
   d.step(0, 0, 1000, &s0);
   d.step(1, 0, 1000, &s1);
   d.final_ok(0, 1, 3000);
-  d.flush();
   const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n", 1);
-  const auto r = judge(s, d.path(), Job(137));
+  const auto r = judge_logs(s, d, Job(137));
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.extra["dead_ranks"], json::array({1}));
 }
@@ -184,12 +182,11 @@ TEST(JudgeOutcome, AbortedJobNamesTheRankThatDiedBeforeTheAbort) {
            {{"detector", "watchdog"}, {"step", 1}, {"layer", "consensus"}, {"cause", "hang"}});
       d.ev(r, "abort", 1'002'200, {{"step", 1}, {"reason", "watchdog"}, {"cause", "hang"}});
     }
-    d.flush();
     const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n");
     JobResult job = Job(4, 1'500'000);
     job.rank_gone_us[0] = kT0 + 1'002'300;
     job.rank_gone_us[1] = kT0 + (died_first ? 2'100 : 1'002'300);
-    const auto r = judge(s, d.path(), job);
+    const auto r = judge_logs(s, d, job);
     EXPECT_EQ(r.outcome, results::Outcome::kAborted);
     EXPECT_EQ(r.extra["dead_ranks"], died_first ? json::array({1}) : json::array())
         << r.extra.dump();
@@ -240,11 +237,10 @@ void DetectionRun(RunDir& d) {
 TEST(JudgeDetection, DetectionAtFaultStepHasLatency) {
   RunDir d("detect");
   DetectionRun(d);
-  d.flush();
   const Scenario s = Load(DetectScenario(
       "detected = true\nfirst_detector = \"grad\"\nwithin_steps = 0\nrank = 1\nlayer = \"head\"\n"
       "cause = \"gradient\"\nwithin_ms = 1.0\nfault_outcome = \"detected_recovered\"\n"));
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   ASSERT_TRUE(r.first_detection.has_value());
@@ -278,9 +274,8 @@ TEST(JudgeDetection, DetectionAtFaultStepHasLatency) {
 TEST(JudgeDetection, WrongRankFailsTheRankCheck) {
   RunDir d("detect_wrong_rank");
   DetectionRun(d);
-  d.flush();
   const Scenario s = Load(DetectScenario("detected = true\nrank = 0\n"));
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   const auto* rank = FindCheck(r, "rank");
   ASSERT_NE(rank, nullptr);
@@ -294,9 +289,8 @@ TEST(JudgeDetection, WrongRankFailsTheRankCheck) {
 TEST(JudgeDetection, TooSlowFailsWithinMs) {
   RunDir d("detect_slow");
   DetectionRun(d);
-  d.flush();
   const Scenario s = Load(DetectScenario("within_ms = 0.25\n"));
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   const auto* c = FindCheck(r, "within_ms");
   ASSERT_NE(c, nullptr);
@@ -332,12 +326,11 @@ TEST(JudgeDetection, LocalDecisionsMergeRanks) {
     d.ev(r, "step_end", 2400, {{"step", 1}, {"lr", 1e-3}, {"action", "early_return"}});
     d.final_ok(r, 2, 3000);
   }
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"loss\"\nranks = \"all\"\nstep = 1\n"
       "[detectors]\npreset = \"naive\"\n[expect]\nrank = [0, 1]\n",
       2);
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   ASSERT_EQ(r.detections.size(), 1u);
   ASSERT_TRUE(r.first_detection.has_value());
   EXPECT_EQ(r.first_detection->ranks, std::vector<int64_t>({0, 1}));
@@ -351,9 +344,8 @@ TEST(JudgeDetection, LocalDecisionsMergeRanks) {
 TEST(JudgeConsistency, DifferentParamsHashIsInconsistent) {
   RunDir d("inconsistent");
   CleanRun(d, 2, 3, {"aaaa", "bbbb"});
-  d.flush();
   const Scenario s = Load("", 3);
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.extra["consistent"], false);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
@@ -373,8 +365,7 @@ TEST(JudgeConsistency, DifferentStepActionsAreInconsistent) {
     d.step(r, 0, 1000, &seq, r == 0 ? "update" : "early_return");
     d.final_ok(r, 1, 3000);
   }
-  d.flush();
-  const auto r = judge(Load("", 1), d.path(), Job());
+  const auto r = judge_logs(Load("", 1), d, Job());
   EXPECT_EQ(r.extra["consistent"], false);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
@@ -382,8 +373,7 @@ TEST(JudgeConsistency, DifferentStepActionsAreInconsistent) {
 TEST(JudgeConsistency, ExpectInconsistentPasses) {
   RunDir d("inconsistent_expected");
   CleanRun(d, 2, 3, {"aaaa", "bbbb"});
-  d.flush();
-  const auto r = judge(Load("[expect]\nconsistent = false\n", 3), d.path(), Job());
+  const auto r = judge_logs(Load("[expect]\nconsistent = false\n", 3), d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
@@ -391,11 +381,10 @@ TEST(JudgeConsistency, ExpectInconsistentPasses) {
 TEST(JudgeVerification, FaultThatNeverFiredIsError) {
   RunDir d("unverified");
   CleanRun(d, 2, 4);
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:layers.1\"\nranks = [1]\nstep = 2\n"
       "[expect]\ndetected = false\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason.rfind("injection not verified", 0), 0u) << r.reason;
   EXPECT_NE(r.reason.find("[[fault]] #1"), std::string::npos) << r.reason;
@@ -405,11 +394,10 @@ TEST(JudgeVerification, FaultThatNeverFiredIsError) {
 TEST(JudgeVerification, ProbabilisticFaultThatNeverFiredIsNotError) {
   RunDir d("unverified_prob");
   CleanRun(d, 2, 4);
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 2\nprobability = 0.5\n"
       "[expect]\ndetected = false\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
 
@@ -438,13 +426,12 @@ TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
       d.coll(r, seq++, "grad_allreduce", 2, 1'000'000, false);
     }
   }
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 2\nduration_ms = \"forever\"\n"
       "[detectors]\ncollective_timeout_ms = 1000\n"
       "[expect]\noutcome = \"hung\"\ndeadlock = true\nrank = 1\ncause = \"hang\"\n"
       "fault_outcome = \"hang\"\n");
-  const auto r = judge(s, d.path(), Job(137, 5'000'000, /*timed_out=*/true));
+  const auto r = judge_logs(s, d, Job(137, 5'000'000, /*timed_out=*/true));
   EXPECT_EQ(r.outcome, results::Outcome::kHung);
   EXPECT_EQ(r.extra["deadlock"], true);
   EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
@@ -472,12 +459,11 @@ TEST(JudgeVerdict, FaultNotReachedBeforeTheTimeoutSaysSo) {
     d.step(r, 0, 1000, &seq);
     d.step(r, 1, 2000, &seq);
   }
-  d.flush();
   const Scenario s = Load(
       "timeout_ms = 20000\n[[fault]]\nkind = \"tensor\"\ntarget = \"activation:layers.1\"\n"
       "ranks = [1]\nstep = 3\n",
       6);
-  const auto r = judge(s, d.path(), Job(137, 20'000'000, /*timed_out=*/true));
+  const auto r = judge_logs(s, d, Job(137, 20'000'000, /*timed_out=*/true));
   EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason,
             "injection not verified: [[fault]] #1 (tensor, step 3: [job].timeout_ms (20000 ms) "
@@ -492,12 +478,11 @@ TEST(JudgeHang, ShortWaitIsNoDeadlock) {
     d.step(r, 0, 1000, &seq);
     if (r == 0) d.coll(r, seq++, "consensus", 1, 3'500'000, false);
   }
-  d.flush();
   // An unexplained hang fails `outcome` unless asked for (AnUnexplainedCrashFailsOutcome...).
   const Scenario s =
       Load("[detectors]\ncollective_timeout_ms = 1000\n[expect]\noutcome = \"hung\"\n");
   // killed at 5 s; rank 0 waited 1.5 s < 2 s.
-  const auto r = judge(s, d.path(), Job(137, 5'000'000, true));
+  const auto r = judge_logs(s, d, Job(137, 5'000'000, true));
   EXPECT_EQ(r.outcome, results::Outcome::kHung);
   EXPECT_EQ(r.extra["deadlock"], false);
   EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
@@ -539,13 +524,12 @@ TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
           {"cause", "hang"}});
     d.ev(r, "exit", 1'002'300, {{"code", 3}});
   }
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"hang\"\nranks = [1]\nstep = 1\nduration_ms = \"forever\"\n"
       "[detectors]\ncollective_timeout_ms = 1000\n"
       "[expect]\noutcome = \"aborted\"\ndetected = true\nfirst_detector = \"watchdog\"\nrank = 1\n"
       "cause = \"hang\"\nwithin_steps = 0\nabort_within_ms = 2000\n");
-  const auto r = judge(s, d.path(), Job(3, 1'500'000));
+  const auto r = judge_logs(s, d, Job(3, 1'500'000));
   EXPECT_EQ(r.outcome, results::Outcome::kAborted);
   ASSERT_TRUE(r.first_detection.has_value());
   EXPECT_EQ(r.first_detection->detector, "watchdog");
@@ -566,10 +550,9 @@ TEST(JudgeLogs, TruncatedLastLineIsIgnored) {
   RunDir d("truncated");
   CleanRun(d, 2, 4);
   d.raw(1, R"({"ev":"step_end","t_us":12345,"st)");
-  d.flush();
   const Scenario s = Load("[expect]\ndetected = false\n");
   results::ScenarioResult r;
-  ASSERT_NO_THROW(r = judge(s, d.path(), Job()));
+  ASSERT_NO_THROW(r = judge_logs(s, d, Job()));
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.steps_completed, 4);
@@ -586,8 +569,7 @@ TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
   d.step(0, 0, 1000, &s0);
   d.step(1, 0, 1000, &s1);
   d.final_ok(0, 1, 3000);
-  d.flush();
-  const auto r = judge(Load("", 1), d.path(), Job(137));
+  const auto r = judge_logs(Load("", 1), d, Job(137));
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_EQ(
@@ -610,9 +592,8 @@ TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
         {"detail", json::object()},
         {"replay", false}});
   e.final_ok(0, 1, 3000);
-  e.flush();
   const auto ok =
-      judge(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n", 2), e.path(), Job(137));
+      judge_logs(Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 1\n", 2), e, Job(137));
   for (const auto& c : ok.checks) EXPECT_NE(c.key, "outcome");
   EXPECT_EQ(ok.outcome, results::Outcome::kCrashed);
 }
@@ -620,8 +601,7 @@ TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
 TEST(JudgeLogs, MissingRankFileIsNeverStartedError) {
   RunDir d("missing");
   d.start(0, 2);
-  d.flush();
-  const auto r = judge(Load(""), d.path(), Job(1));
+  const auto r = judge_logs(Load(""), d, Job(1));
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_NE(r.reason.find("never started"), std::string::npos) << r.reason;
@@ -669,9 +649,8 @@ void EarlyDecisionRun(RunDir& d) {
 TEST(JudgeFalsePositives, DecisionBeforeFirstFaultIsFalsePositive) {
   RunDir d("false_positive");
   EarlyDecisionRun(d);
-  d.flush();
   const Scenario s = Load("[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.extra["false_positives"], 1);
   EXPECT_FALSE(r.first_detection.has_value()) << "a false positive is not the first detection";
   EXPECT_EQ(r.detections.size(), 1u);
@@ -687,11 +666,10 @@ TEST(JudgeFalsePositives, DecisionBeforeFirstFaultIsFalsePositive) {
 TEST(JudgeFalsePositives, AllowedFalsePositivePasses) {
   RunDir d("false_positive_allowed");
   EarlyDecisionRun(d);
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n"
       "[expect]\nmax_false_positives = 1\n");
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(FindCheck(r, "max_false_positives")->pass, true);
 }
@@ -711,8 +689,7 @@ TEST(JudgeFalsePositives, AnyDetectionWithoutFaultIsFalsePositive) {
           {"action", "none"}});
     d.final_ok(r, 1, 3000);
   }
-  d.flush();
-  const auto r = judge(Load("", 1), d.path(), Job());
+  const auto r = judge_logs(Load("", 1), d, Job());
   EXPECT_EQ(r.extra["false_positives"], 1);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
@@ -737,12 +714,11 @@ TEST(JudgeFaultOutcome, UndetectedNonFiniteParamsIsSilentCorruption) {
     d.ev(r, "step_end", 2300, {{"step", 1}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "update"}});
     d.final_ok(r, 2, 3000, "abc", /*params_finite=*/false, json());
   }
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"comm\"\nranks = \"all\"\nstep = 1\n"
       "[expect]\nfault_outcome = \"silent_corruption\"\nrecovered = false\ndetected = false\n",
       2);
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_FALSE(r.first_detection.has_value());
   EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kSilentCorruption);
@@ -770,10 +746,9 @@ TEST(JudgeFaultOutcome, UndetectedHarmlessFaultIsMasked) {
     }
     d.final_ok(r, 1, 3000);
   }
-  d.flush();
   const Scenario s = Load(
       "[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nvalue = 0.5\nstep = 0\n", 1);
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kMasked);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
@@ -790,10 +765,9 @@ TEST(JudgeMemory, PerRankPeakFromExitEventsAndControllerSamples) {
     d.ev(r, "final", 3000, {{"steps_completed", 1}, {"params_hash", "a"}, {"optim_hash", "b"}});
     d.ev(r, "exit", 3001, {{"code", 0}, {"vm_hwm_kib", (r + 1) * 102400}});  // 100, 200 MiB
   }
-  d.flush();
   JobResult job = Job(137);
   job.rank_vm_hwm_kib = {{1, 1024}, {2, 307200}};  // rank 1's sample is older (lower)
-  const auto r = judge(Load("", 1, 3), d.path(), job);
+  const auto r = judge_logs(Load("", 1, 3), d, job);
   const json& m = r.extra["memory"];
   ASSERT_TRUE(m.is_object()) << r.extra.dump();
   EXPECT_EQ(m["source"], "VmHWM");
@@ -809,8 +783,7 @@ TEST(JudgeMemory, PerRankPeakFromExitEventsAndControllerSamples) {
 TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
   RunDir d("memory_none");
   CleanRun(d, 2, 2);
-  d.flush();
-  const auto r = judge(Load("", 2), d.path(), Job());
+  const auto r = judge_logs(Load("", 2), d, Job());
   EXPECT_TRUE(r.extra["memory"].is_null()) << r.extra["memory"].dump();
 }
 
@@ -830,9 +803,8 @@ TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
   d.ev(1, "log_dropped", 9000, {{"count", 41}});
   d.step(0, 1, 2000, &seq0);
   d.final_ok(0, 2, 3000);
-  d.flush();
   const Scenario s = Load("[expect]\ndetected = false\n", 2);
-  const auto r = judge(s, d.path(), Job());
+  const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason,
             "evidence lost: rank 1: cannot grow its event log /run/events/rank-1.jsonl: No space "
@@ -846,13 +818,92 @@ TEST(JudgeEvidence, ALossWithoutACountSaysTheCountIsUnknown) {
   CleanRun(d, 2, 2);
   d.ev(0, "log_error", 9000,
        {{"path", "p"}, {"errno", 27}, {"error", "File too large"}, {"op", "write"}});
-  d.flush();
-  const auto r = judge(Load("[expect]\ndetected = false\n", 2), d.path(), Job());
+  const auto r = judge_logs(Load("[expect]\ndetected = false\n", 2), d, Job());
   EXPECT_EQ(r.verdict, results::Verdict::kError);
   EXPECT_EQ(r.reason,
             "evidence lost: rank 0: cannot grow its event log p: File too large (errno 27, "
             "write); later events dropped (count unknown: the rank did not close its log)");
   EXPECT_EQ(r.dropped_events, 0);
+}
+
+// judge() is a function of the evidence alone (issue 31 point 3): what the run folder holds on
+// disk does not enter the verdict, only what read_job_evidence (or a test) put in JobEvidence.
+TEST(JudgePure, TheRunFolderIsNamedButNeverRead) {
+  RunDir d("pure");
+  d.start(0, 2);  // rank 1 never started
+  d.ranks_log("[rank 1 err] fatal error: from the evidence\n");
+  const Scenario s = Load("[expect]\ndetected = false\n", 2);
+  // What lies in the folder now differs from the evidence in every file the judge once read.
+  d.flush();
+  std::ofstream(fs::path(d.path()) / "ranks.log") << "error: from the disk\n";
+  std::ofstream(fs::path(d.path()) / "events" / "rank-1.jsonl")
+      << R"({"ev":"start","t_us":1000000010,"rank":1,"world":2,"pid":101,"host":"h"})"
+      << "\n";
+  const auto r = judge_logs(s, d, Job(1));
+  EXPECT_EQ(r.verdict, results::Verdict::kError);
+  EXPECT_EQ(r.reason, "[rank 1 err] fatal error: from the evidence");
+  EXPECT_EQ(r.run_dir, d.path());
+  // Evidence of a folder that does not exist judges the same.
+  JobEvidence ev = d.evidence(2, Job(1));
+  ev.run_dir = "/nonexistent/nanchaos-run";
+  const auto elsewhere = judge(s, ev, Job(1));
+  EXPECT_EQ(elsewhere.reason, r.reason);
+  EXPECT_EQ(elsewhere.run_dir, "/nonexistent/nanchaos-run");
+}
+
+// A full disk is read off the free-space sample taken when the job ended, not off the disk at
+// judging time: the same logs judge differently by the sample alone.
+TEST(JudgePure, AFullDiskComesFromTheEvidencesFreeSpaceSample) {
+  RunDir d("full_disk");
+  d.start(0, 2);
+  d.start(1, 2);
+  int64_t s0 = 0, s1 = 0;
+  d.step(0, 0, 1000, &s0);
+  d.step(1, 0, 1000, &s1);
+  d.final_ok(0, 1, 3000);  // rank 1 has no exit record
+  const Scenario s = Load("[expect]\ndetected = false\n", 1);
+  d.free_bytes(4096);
+  const auto full = judge_logs(s, d, Job(137));
+  EXPECT_EQ(full.verdict, results::Verdict::kError);
+  EXPECT_EQ(full.reason,
+            "evidence lost: the filesystem of " + d.path() +
+                " is full (4096 bytes free) and a rank's event log has no exit record");
+  for (const std::optional<uint64_t> room :
+       {std::optional<uint64_t>(uint64_t(1) << 30), std::optional<uint64_t>()}) {
+    d.free_bytes(room);
+    const auto r = judge_logs(s, d, Job(137));
+    EXPECT_EQ(r.reason.rfind("evidence lost", 0), std::string::npos) << r.reason;
+    EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  }
+}
+
+// The reader and the in-memory evidence agree: read_job_evidence on the flushed folder (events,
+// a gone record, ranks.log) judges exactly as the evidence built in memory.
+TEST(JudgePure, ReadJobEvidenceReadsWhatTheInMemoryEvidenceHolds) {
+  RunDir d("reader");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    d.step(r, 0, 1000, &seq);
+    if (r == 0) d.final_ok(0, 1, 3000);
+  }
+  d.gone(1, 2500);
+  d.ranks_log("line one\nerror: rank 1 lost\n\n");
+  d.raw(1, R"({"ev":"step_end","t_us":12345,"st)");  // a torn last line, skipped by both
+  d.flush();
+  const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n", 1);
+  JobResult job = Job(137);
+  const JobEvidence from_disk = read_job_evidence(2, d.path(), job);
+  ASSERT_FALSE(from_disk.unreadable);
+  EXPECT_EQ(from_disk.ranks_log_first_error, "error: rank 1 lost");
+  EXPECT_EQ(from_disk.ranks_log_last_line, "error: rank 1 lost");
+  ASSERT_TRUE(from_disk.ranks[1].gone_us);
+  EXPECT_EQ(*from_disk.ranks[1].gone_us, kT0 + 2500);
+  EXPECT_TRUE(from_disk.free_bytes);
+  const auto a = judge(s, from_disk, job);
+  const auto b = judge_logs(s, d, job);
+  EXPECT_EQ(results::to_json(a).dump(), results::to_json(b).dump());
+  EXPECT_EQ(a.extra["dead_ranks"], json::array({1}));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ using nlohmann::json;
 namespace nanchaos::harness {
 namespace {
 
+using test_util::judge_logs;
 using test_util::kT0;
 using test_util::read_report;
 using test_util::run_cmd;
@@ -55,7 +56,6 @@ void clean_run(test_util::EventLogDir& d, bool exits) {
           {"params_finite", true}});
     if (exits) d.ev(r, "exit", 4001, {{"code", 0}});
   }
-  d.flush();
 }
 
 JobResult reaped(int exit_code) {
@@ -76,7 +76,7 @@ Scenario scenario() {
 TEST(LauncherExit, ASegfaultAfterEveryRankExitedIsNotTheJobs) {
   test_util::EventLogDir d("nanchaos_launcher_exit", "teardown");
   clean_run(d, true);
-  const auto r = judge(scenario(), d.path(), reaped(139));
+  const auto r = judge_logs(scenario(), d, reaped(139));
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.reason, "");
@@ -95,7 +95,7 @@ TEST(LauncherExit, ASegfaultAfterEveryRankExitedIsNotTheJobs) {
 TEST(LauncherExit, ACrashBeforeTheRanksExitedStaysTheJobsEnd) {
   test_util::EventLogDir d("nanchaos_launcher_exit", "early");
   clean_run(d, false);  // no exit record: the launcher went first and took the ranks with it
-  const auto r = judge(scenario(), d.path(), reaped(139));
+  const auto r = judge_logs(scenario(), d, reaped(139));
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("launcher exit status 139 (signal 11"), std::string::npos) << r.reason;
@@ -109,14 +109,14 @@ TEST(LauncherExit, OnlyACrashSignalAfterTheRanksIsForgiven) {
   clean_run(d, true);
   // An exit code (not a signal), and SIGKILL (someone killed it): both still count.
   for (const int status : {1, 137}) {
-    const auto r = judge(scenario(), d.path(), reaped(status));
+    const auto r = judge_logs(scenario(), d, reaped(status));
     EXPECT_EQ(r.outcome, results::Outcome::kCrashed) << status;
     EXPECT_EQ(r.extra["launcher_exit"]["counted"], true) << status;
   }
   // The controller ended the job itself: its kill is no teardown crash.
   JobResult timed_out = reaped(139);
   timed_out.timed_out = true;
-  EXPECT_EQ(judge(scenario(), d.path(), timed_out).extra["launcher_exit"]["after_ranks_exited"],
+  EXPECT_EQ(judge_logs(scenario(), d, timed_out).extra["launcher_exit"]["after_ranks_exited"],
             false);
 }
 
@@ -171,8 +171,7 @@ CrashedRun run_with_crashing_launcher(const std::string& name, bool early) {
       "[scenario]\nname = \"" + name +
           "\"\nseed = 3\n[job]\nworkload = \"external\"\nranks = 2\nsteps = 3\n"
           "timeout_ms = 60000\ncommand = [\"sh\", \"fake_agent.sh\"]\nenv = { SLOW = \"" +
-          (early ? "5" : "0") +
-          "\" }\n[expect]\ndetected = false\nrecovered = true\n");
+          (early ? "5" : "0") + "\" }\n[expect]\ndetected = false\nrecovered = true\n");
   CrashedRun r;
   r.cmd = run_cmd((early ? "EARLY=1 " : "") + kBin + " run " + file + " --launcher " + launcher +
                   " --out " + out);

@@ -101,7 +101,7 @@ results::ScenarioResult judge_dir(const Scenario& s, const std::string& dir, int
   job.exit_code = exit_code;
   job.t0_us = 0;
   job.t_end_us = now_us();
-  return judge(s, dir, job);
+  return judge_run(s, dir, job);
 }
 
 int exit_code_of(const std::string& dir, int ranks) {

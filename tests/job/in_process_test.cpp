@@ -71,7 +71,7 @@ InProcessJob RunInProcess(const std::string& toml, const std::string& name) {
   for (int c : out.codes) {
     if (c != 0 && job.exit_code == 0) job.exit_code = c;
   }
-  out.res = judge(s, run_dir, job);
+  out.res = judge_run(s, run_dir, job);
   for (const auto& e : read_events(run_dir + "/events/rank-0.jsonl")) {
     if (e.value("ev", "") == "abort") out.abort_reason = e.value("reason", "");
   }
