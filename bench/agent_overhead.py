@@ -32,6 +32,7 @@ Output: a table on stderr, one JSON object on stdout.
 
     /usr/bin/python3 bench/agent_overhead.py                      # MLP, 6 rounds, ~2-3 min
     /usr/bin/python3 bench/agent_overhead.py --model transformer
+    /usr/bin/python3 bench/agent_overhead.py --model fsdp2 --python VENV/bin/python  # torch>=2.4
     /usr/bin/python3 bench/agent_overhead.py --profile            # + cProfile of the agent
 
 ``--profile`` adds two more attached jobs (after the rounds, not in the ratio): one where rank 0
@@ -60,6 +61,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 AGENT_DIR = os.path.join(REPO, "inject", "python")
 MARK = "NANCHAOS_BENCH_RESULT "
+VOCAB_DEFAULT = 256
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,6 +92,8 @@ def worker(args) -> int:
 
         def loss_of(out, y):
             return F.cross_entropy(out, y)
+    elif args.model == "fsdp2":
+        return _fsdp2(args, rank)
     else:
         class TinyLM(nn.Module):
             def __init__(self, vocab, d, heads, n_layers, seq):
@@ -160,6 +164,77 @@ def worker(args) -> int:
     if timers is not None and rank == 0:
         _print_timers(timers, len(wall), statistics.median(cpu))
         _warm_write_cost()
+    dist.destroy_process_group()
+    return 0
+
+
+def _fsdp2(args, rank: int) -> int:
+    """``--model fsdp2``: the FSDP2 example's job (examples/pytorch/train_fsdp2.py, its model
+    and data at its default sizes unless given: dim 64, 2 blocks, 4 heads, FFN 128, vocab 64,
+    8 sequences of 32 tokens per rank), stepped as its ``--stack none`` does: forward,
+    ``cross_entropy``, backward, ``clip_grad_norm_`` (a DTensor norm reduced over the mesh),
+    ``AdamW(foreach=True).step()``, ``zero_grad``. ``fully_shard`` on every block, then the root.
+    With ``--paired``: two such models (the same initial weights) in the same processes, the
+    agent attached to the first (``nanchaos.attach``), steps interleaved as ``_paired`` does."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.join(REPO, "examples", "pytorch"))
+    import train_fsdp2 as ex
+
+    if ex.fully_shard is None:
+        raise SystemExit(f"--model fsdp2 needs torch >= 2.4 (FSDP2); this is {torch.__version__}")
+
+    def build():
+        torch.manual_seed(1234)
+        m = ex.Transformer(args.vocab, args.hidden, args.layers, args.heads, 2 * args.hidden,
+                           args.seq)
+        ex.shard_model(m)
+        return m, torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.1, foreach=True)
+
+    data = ex.SyntheticTokens(args.vocab, args.seq, 1234, rank).batches(args.batch)
+    batches = [next(data) for _ in range(8)]
+
+    def one_step(model, opt, tokens, labels):
+        loss = F.cross_entropy(model(tokens).flatten(0, 1).float(), labels.flatten(0, 1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    models = {"attached": build()}
+    if args.paired:
+        import nanchaos
+
+        models["detached"] = build()
+        nanchaos.attach(*models["attached"])
+    n_params = sum(p.numel() for p in models["attached"][0].parameters())
+    wall: Dict[str, List[float]] = {m: [] for m in models}
+    cpu: Dict[str, List[float]] = {m: [] for m in models}
+    modes = list(models)
+    for i in range(args.warmup + args.steps):
+        tokens, labels = batches[i % len(batches)]
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
+            t0, c0 = time.perf_counter(), time.process_time()
+            one_step(*models[mode], tokens, labels)
+            t1, c1 = time.perf_counter(), time.process_time()
+            if i >= args.warmup:
+                wall[mode].append((t1 - t0) * 1e3)
+                cpu[mode].append((c1 - c0) * 1e3)
+    dist.barrier()
+    # The example imports nanchaos (a no-op without NANCHAOS_EVENTS): loaded = an agent exists.
+    agent_mod = sys.modules.get("nanchaos._bootstrap")
+    out: Dict = {"rank": rank, "model": args.model, "params": n_params,
+                 "agent": agent_mod is not None and agent_mod.agent() is not None}
+    if args.paired:
+        out.update(steps=len(wall["attached"]), wall_ms=wall, cpu_ms=cpu,
+                   pair_ratio=[a / d for a, d in zip(wall["attached"], wall["detached"])])
+    else:
+        out.update(steps=len(wall["attached"]), wall_ms=wall["attached"], cpu_ms=cpu["attached"])
+    sys.stdout.write(MARK + json.dumps(out) + "\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
     return 0
 
@@ -482,7 +557,8 @@ def main() -> int:
     ap.add_argument("--paired-jobs", type=int, default=2,
                     help="paired jobs (A attached, B not, in the same processes) after each "
                          "round; 0: none")
-    ap.add_argument("--model", choices=("mlp", "transformer"), default="mlp")
+    ap.add_argument("--model", choices=("mlp", "transformer", "fsdp2"), default="mlp",
+                    help="fsdp2: the FSDP2 example's Llama-style decoder (torch >= 2.4)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=120, help="timed steps per job")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps per job")
@@ -494,7 +570,8 @@ def main() -> int:
                          "(default 2)")
     ap.add_argument("--input", type=int, default=256, help="MLP input features")
     ap.add_argument("--classes", type=int, default=10, help="MLP classes")
-    ap.add_argument("--vocab", type=int, default=256, help="transformer vocabulary")
+    ap.add_argument("--vocab", type=int, default=VOCAB_DEFAULT,
+                    help="transformer vocabulary (fsdp2: 64 unless given)")
     ap.add_argument("--heads", type=int, default=4, help="transformer heads")
     ap.add_argument("--seq", type=int, default=32, help="transformer sequence length")
     ap.add_argument("--world", type=int, default=2)
@@ -510,10 +587,14 @@ def main() -> int:
         args.hidden = 256 if mlp else 64
     if args.batch is None:
         args.batch = 64 if mlp else 8
+    if args.model == "fsdp2" and args.vocab == VOCAB_DEFAULT:
+        args.vocab = 64  # the FSDP2 example's default
     if args.layers is None:
         args.layers = 2
     if args.worker:
         return worker(args)
+    if args.model == "fsdp2" and args.profile:
+        ap.error("--profile times the DDP models' entry points (mlp, transformer), not fsdp2")
     args.python = args.python or default_python()
     if args.rounds < 1 or args.steps < 1:
         ap.error("--rounds and --steps must be >= 1")

@@ -97,6 +97,9 @@ def programs(build: Path, python: str) -> dict[str, dict]:
         "campaign": {"cmd": [str(b / "nanchaos_bench_campaign"), *gb]},
         "agent": {"cmd": [sys.executable, str(ROOT / "bench" / "agent_overhead.py"),
                           "--python", python, "--rounds", "2"]},
+        # The FSDP2 example's job (torch >= 2.4: give --python a torch 2.x interpreter).
+        "agent_fsdp2": {"cmd": [sys.executable, str(ROOT / "bench" / "agent_overhead.py"),
+                                "--python", python, "--model", "fsdp2", "--rounds", "2"]},
     }
 
 
@@ -186,7 +189,7 @@ def rows_of(raw) -> dict[str, dict[str, float]]:
 
 def measure(args) -> int:
     build = Path(args.build).resolve()
-    wants_agent = "agent" in args.programs.split(",")
+    wants_agent = bool({"agent", "agent_fsdp2"} & set(args.programs.split(",")))
     python = args.python or (default_python() if wants_agent else "")
     table = programs(build, python)
     for spec in args.extra:
