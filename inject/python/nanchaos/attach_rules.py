@@ -113,7 +113,7 @@ def owners_of(opt) -> List[torch.nn.Module]:
     from .compiled import unwrap  # DDP's module, torch.compile's _orig_mod
 
     roots = [unwrap(o) for o in roots]
-    uniq = []
+    uniq: List[torch.nn.Module] = []
     for r in roots:
         if all(r is not u for u in uniq):
             uniq.append(r)
@@ -155,8 +155,9 @@ def _names_nothing(where: str, pattern: str, names: Sequence[str], what: str) ->
 def unmatched_target(fault: Any, names: Sequence[str], model_type: str) -> Optional[str]:
     """A parameter:/gradient: target that names no parameter of the model (``names``, stripped),
     or an optimizer: target whose ``PARAM`` part names none, is refused at attach, with the
-    nearest names, instead of a whole run ending in "injection not verified"; so is an activation: target written with a wrapper component (its misspellings
-    wait for ``unmatched_activation``: a probe only appears in the forward). ``model_type`` is the
+    nearest names, instead of a whole run ending in "injection not verified"; so is an
+    activation: target written with a wrapper component (its misspellings wait for
+    ``unmatched_activation``: a probe only appears in the forward). ``model_type`` is the
     model's class name, for the message."""
     where = getattr(fault, "where", None)
     if where == "activation" and wrapper_in(fault.pattern):

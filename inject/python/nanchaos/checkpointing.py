@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import torch
 
@@ -128,5 +128,5 @@ def patch(agent: Any) -> None:
         region = Region(agent.step, bool(agent._open) and torch.is_grad_enabled())
         return orig(_runner(region, function), *args, **kwargs)
 
-    checkpoint._nanchaos_wrapped = True
-    cp.checkpoint = checkpoint
+    cast(Any, checkpoint)._nanchaos_wrapped = True
+    cp.checkpoint = cast(Any, checkpoint)

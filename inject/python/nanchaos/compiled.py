@@ -53,7 +53,7 @@ import functools
 import os
 import shutil
 import weakref
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, cast
 
 import torch
 
@@ -128,7 +128,7 @@ def _disabled(hook: CopySafeHook) -> CopySafeHook:
         def safe(*args, **kwargs):
             return inner(*args, **kwargs)
 
-        safe._nanchaos_compile_safe = True
+        cast(Any, safe)._nanchaos_compile_safe = True
     return CopySafeHook(safe, *hook.args, **hook.keywords)
 
 
@@ -153,7 +153,7 @@ class CompileWatch:
         roots = [r() for r in self._fullgraph if r() is not None]
         if not roots:
             return None
-        inside = {}
+        inside: Dict[int, torch.nn.Module] = {}
         for root in roots:
             for mod in root.modules():
                 inside.setdefault(id(mod), root)
@@ -241,5 +241,5 @@ def patch(agent: Any) -> None:
                                   bool(kwargs.get("fullgraph", False)))
         return orig(model, *args, **kwargs)
 
-    compile_._nanchaos_wrapped = True
+    cast(Any, compile_)._nanchaos_wrapped = True
     torch.compile = compile_

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 
 #: What a copy of the model holds where the original holds the agent's hook: returns None.
-INERT = None.__init__
+INERT = None.__init__  # type: ignore[misc]  # the bound slot wrapper of None itself
 
 
 class CopySafeHook(functools.partial):

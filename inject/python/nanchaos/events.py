@@ -151,7 +151,7 @@ class EventLog:
             start = self._len
             end = start + len(data)
             if end + RESERVE_BYTES <= self._cap:  # the common case: room in the mapping
-                self._map[start:end] = data
+                self._map[start:end] = data  # type: ignore[index]  # _cap > 0: mapped
                 self._len = end
                 return
             self._append_slow(data)
@@ -164,7 +164,7 @@ class EventLog:
             return
         end = self._len + len(data)
         if self._mapping and self._grow(max(end, 2 * self._cap)):
-            self._map[self._len:end] = data
+            self._map[self._len:end] = data  # type: ignore[index]  # _grow mapped it
             self._len = end
             return
         if self._full:

@@ -108,8 +108,8 @@ def _activation_hook(agent: Any, name: str, hits: List) -> Callable:
     return hook
 
 
-def _gradient_hook(agent: Any, owner: torch.nn.Module, name: str, hits: List) -> Callable:
-    owner = weakref.ref(owner)
+def _gradient_hook(agent: Any, module: torch.nn.Module, name: str, hits: List) -> Callable:
+    owner = weakref.ref(module)
 
     def hook(grad):
         if not agent._open or agent.micro != agent.micro_batches - 1:

@@ -1,4 +1,4 @@
-"""The external rank's own watch over the controller (the Python side of ``harness/common/job_guard.h``).
+"""The external rank's own watch over the controller (Python side of harness/common/job_guard.h).
 
 When the controller that launched the job is gone (SIGKILLed, OOM-killed), nobody would enforce
 ``[job].timeout_ms`` any more. A daemon thread of the agent's process therefore ends the process

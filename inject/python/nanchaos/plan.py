@@ -34,7 +34,8 @@ def special_float(v: Any) -> float:
 
 @dataclass
 class FaultSpec:
-    """One ``[[fault]]`` of the scenario, as compiled: common keys typed, kind keys in ``params``."""
+    """One ``[[fault]]`` of the scenario, as compiled: common keys typed, kind keys in
+    ``params``."""
 
     index: int
     kind: str

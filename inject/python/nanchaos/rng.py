@@ -3,8 +3,9 @@
 Every random choice a fault makes (which elements it hits, whether a `probability` draw fires)
 comes from here, keyed by (scenario seed, fault index, step[, rank]), so the same scenario hits
 the same elements in a built-in job and in an external job, on any compiler and any Python. The
-C++ twin is ``harness/common/rng.h``; ``tests/data/generator_vectors.json`` is the shared test vector that
-both test suites check. Pure Python integers (masked to 64 bits); no ``random`` module state.
+C++ twin is ``harness/common/rng.h``; ``tests/data/generator_vectors.json`` is the shared test
+vector that both test suites check. Pure Python integers (masked to 64 bits); no ``random``
+module state.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _finalize(z: int) -> int:
 
 
 def mix(h: int, v: int) -> int:
-    """Folds the 64-bit value ``v`` into the key ``h`` (hash_combine, then the SplitMix64 finalizer)."""
+    """Folds the 64-bit value ``v`` into the key ``h`` (hash_combine, then the SplitMix64
+    finalizer)."""
     h &= MASK64
     v &= MASK64
     h ^= (v + GOLDEN + ((h << 6) & MASK64) + (h >> 2)) & MASK64

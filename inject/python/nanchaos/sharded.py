@@ -88,7 +88,7 @@ def is_dtensor(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and hasattr(t, "_local_tensor") and hasattr(t, "placements")
 
 
-def local(t: torch.Tensor) -> torch.Tensor:
+def local(t: Any) -> torch.Tensor:
     """This rank's local tensor of a DTensor (the storage its writes go to), else ``t``."""
     return t._local_tensor if is_dtensor(t) else t
 
@@ -112,14 +112,14 @@ def on_local(t: Any, fn) -> Any:
                               shape=t.shape, stride=t.stride())
 
 
-def _is_sharded(t: torch.Tensor) -> bool:
+def _is_sharded(t: Any) -> bool:
     """A DTensor sharded on some mesh dimension: ``Shard`` or FSDP2-over-TP's ``_StridedShard``
     (whose ``is_shard()`` is False on torch 2.15, hence the name test)."""
     return is_dtensor(t) and any(p.is_shard() or type(p).__name__.endswith("Shard")
                                  for p in t.placements)
 
 
-def replica_ranks(t: torch.Tensor) -> List[int]:
+def replica_ranks(t: Any) -> List[int]:
     """The global ranks that hold a copy of this rank's local tensor of DTensor ``t``: those
     whose coordinates equal this rank's on every mesh dimension where ``t`` is sharded (or
     partial) and take any value where it is ``Replicate()`` (HSDP's replicate dimension) or
@@ -185,7 +185,7 @@ def named_parameters(model: torch.nn.Module,
     unsharded one that a forward swapped in: the parameters the optimizer holds. (Under
     FSDP2 x TP the unsharded parameter is itself a DTensor, on the TP mesh: FSDP's records, not
     the type, tell the two apart.)"""
-    out = []
+    out: List[Tuple[str, torch.Tensor]] = []
     for name, p in model.named_parameters():
         if managed:
             mod, attr = _owner(model, name)
@@ -227,7 +227,7 @@ class ShardedModel:
         self.managed = managed
         self.named = [(strip_name(n), p) for n, p in named_parameters(model, managed)]
         self._raw = {strip_name(n): n for n, _ in model.named_parameters()}
-        self._by_name = dict(self.named)
+        self._by_name: Dict[str, Any] = dict(self.named)  # DTensors (duck-typed)
         self._hooked = False
         self._probe: Dict[int, Optional[tuple]] = {}
         self._wrote = False
@@ -302,7 +302,7 @@ class ShardedModel:
         p = self._by_name[name]
         fp = self._fsdp_param(name)
         info = getattr(fp, "mesh_info", None)
-        if fp is not None and hasattr(info, "shard_mesh_rank"):
+        if fp is not None and info is not None and hasattr(info, "shard_mesh_rank"):
             placement = getattr(fp, "fsdp_placement", None)
             if getattr(placement, "dim", 0) != 0:
                 return None
@@ -426,7 +426,7 @@ class ShardedModel:
                 mine[name] = digest([local(p)] + per_param.get(id(p), []))
                 peers[name] = [r for r in group if r != self.agent.rank]
         replicas_equal = None
-        if mine:
+        if mine and self.exchange is not None:
             agree = self.exchange.compare(mine, peers)
             consistency += ["replicas"] + [x for name in sorted(agree)
                                            for x in (name, agree[name])]
@@ -447,7 +447,8 @@ class ShardedModel:
     def withdraw(self) -> None:
         """This rank ends without ``final`` (it failed): replicas waiting for its digests stop
         waiting. Nothing when no local tensor of the model is replicated (no rank waits)."""
-        if any(_is_sharded(p) and len(replica_ranks(p)) > 1 for _, p in self.named):
+        if self.exchange is not None and any(_is_sharded(p) and len(replica_ranks(p)) > 1
+                                             for _, p in self.named):
             self.exchange.withdraw()
 
 
@@ -500,9 +501,10 @@ class ReplicaExchange:
         out: Dict[str, Any] = {}
         for name, d in mine.items():
             got = [theirs.get(r) for r in peers[name]]
+            present = [g for g in got if g is not None]
             # a peer without ``name`` holds no copy of it (another pipeline stage's parameters)
-            out[name] = (None if any(g is None for g in got)
-                         else all(g[name] == d for g in got if name in g))
+            out[name] = (None if len(present) < len(got)
+                         else all(g[name] == d for g in present if name in g))
         return out
 
     def withdraw(self) -> None:
@@ -516,6 +518,8 @@ class ReplicaExchange:
             pass
 
     def _done(self) -> None:
+        if self.store is None:
+            return
         try:
             done = self.store.add("nanchaos/replicas/done", 1)
             deadline = time.monotonic() + REPLICA_WAIT_S

@@ -260,7 +260,7 @@ def test_activation_nan_on_one_rank_reaches_every_rank_through_the_all_reduce(tm
         ("activation:layers.0", 3, "nan")]
     assert injections(job, 0) == []
     for r in range(2):
-        flags = [l for l in job.outputs[r].splitlines() if l.startswith("grad-finite")]
+        flags = [ln for ln in job.outputs[r].splitlines() if ln.startswith("grad-finite")]
         assert flags[3] == "grad-finite False" and flags[2] == "grad-finite True"
 
 
@@ -302,7 +302,7 @@ def test_lr_fault_multiplies_the_jobs_own_schedule_at_the_step_and_restores_it(t
     assert job.codes == [0], job.outputs
     lrs = [round(e["lr"], 6) for e in job.of(0, "step_end")]
     assert lrs == [0.01, 0.02, 30.0, 40.0, 0.05]
-    after = [float(l.split()[1]) for l in job.outputs[0].splitlines() if l.startswith("lr-after")]
+    after = [float(ln.split()[1]) for ln in job.outputs[0].splitlines() if ln.startswith("lr-after")]
     assert [round(v, 6) for v in after] == [0.01, 0.02, 0.03, 0.04, 0.05]
     assert [i["step"] for i in injections(job, 0)] == [2, 3]
 
@@ -330,7 +330,7 @@ def test_batch_overflow_and_probe_faults(tmp_path):
     assert got == [(1, "batch", "inputs"), (2, "overflow", "activation:layers.2"),
                    (3, "batch", "inputs")]
     # The job's own batch tensor is not poisoned: the model got a corrupted copy.
-    assert all(l == "x-finite True" for l in job.outputs[0].splitlines() if l.startswith("x-finite"))
+    assert all(ln == "x-finite True" for ln in job.outputs[0].splitlines() if ln.startswith("x-finite"))
     assert [e["name"] for e in job.of(0, "probe")] == ["mid"]
 
 
@@ -358,7 +358,7 @@ def test_comm_fault_hits_the_bucket_and_the_jobs_own_comm_hook_still_runs(tmp_pa
     assert job.codes == [0, 0], job.outputs
     for r in range(2):
         assert "hook-calls 4" in job.outputs[r]
-        flags = [l for l in job.outputs[r].splitlines() if l.startswith("grad-finite")]
+        flags = [ln for ln in job.outputs[r].splitlines() if ln.startswith("grad-finite")]
         assert flags == ["grad-finite True", "grad-finite True", "grad-finite False",
                          "grad-finite False"]  # NaN params after step 2 keep gradients NaN
         assert len(job.of(r, "coll_enter")) == 4

@@ -166,7 +166,7 @@ def test_inductor_compiled_output_equals_the_eager_injected_output(tmp_path, eag
 
 
 def _frames(job) -> list:
-    return [json.loads(l[7:])[1] for l in job.outputs[0].splitlines() if l.startswith("FRAMES ")]
+    return [json.loads(ln[7:])[1] for ln in job.outputs[0].splitlines() if ln.startswith("FRAMES ")]
 
 
 def test_agent_state_never_becomes_a_guard(tmp_path, eager_injected):

@@ -27,7 +27,7 @@ def tiny_fs(tmp_path):
 
 def _lines(path):
     with open(path, "rb") as f:
-        return [json.loads(l) for l in f.read().split(b"\n") if l.strip(b"\0")]
+        return [json.loads(ln) for ln in f.read().split(b"\n") if ln.strip(b"\0")]
 
 
 def test_a_full_filesystem_is_recorded_and_every_later_event_counted(tiny_fs):
@@ -101,7 +101,7 @@ def test_a_killed_writer_leaves_whole_lines_and_the_next_writer_continues(tmp_pa
     data = open(path, "rb").read()
     text, tail = data.split(b"\0", 1)[0], data[len(data.split(b"\0", 1)[0]):]
     assert set(tail) == {0}
-    assert [json.loads(l)["ev"] for l in text.splitlines()] == ["start", "coll_enter"]
+    assert [json.loads(ln)["ev"] for ln in text.splitlines()] == ["start", "coll_enter"]
     log = EventLog(path, os.getpid())
     log.write("exit", code=0)
     log.close()

@@ -116,7 +116,7 @@ def test_fused_adamw_updates_and_a_dropped_step_are_told_apart_and_sum_losses_ar
     job = run_ranks(tmp_path, FUSED_LOOP, plan(steps=6), world=1)
     assert job.codes == [0], job.outputs
     assert steps_of(job, 0) == [(i, "skip" if i == 3 else "update") for i in range(6)]
-    printed = [float(l.split()[2]) for l in job.outputs[0].splitlines() if l.startswith("loss ")]
+    printed = [float(ln.split()[2]) for ln in job.outputs[0].splitlines() if ln.startswith("loss ")]
     recorded = [e["loss"] for e in job.of(0, "step_end")]
     assert recorded == pytest.approx(printed, rel=1e-5)
 

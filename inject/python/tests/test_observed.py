@@ -67,7 +67,7 @@ def test_the_agent_writes_no_observed_detection_itself():
 
 def _events(path):
     with open(path, "rb") as f:
-        return [json.loads(l) for l in f.read().split(b"\n") if l.strip(b"\0")]
+        return [json.loads(ln) for ln in f.read().split(b"\n") if ln.strip(b"\0")]
 
 
 def test_skip_backoff_and_exception_are_reported_as_seen(tmp_path):

@@ -47,7 +47,7 @@ def test_a_job_that_spawns_its_own_ranks_is_refused_at_the_spawn(tmp_path, api):
     assert reason.startswith(f"this job starts its own ranks with torch.multiprocessing.{api}"
                              "(nprocs=2); nanchaos starts every rank itself"), reason
     assert "call the rank function directly when RANK is set" in reason
-    assert f"AttachError: nanchaos: this job starts its own ranks" in out
+    assert "AttachError: nanchaos: this job starts its own ranks" in out
 
 
 def test_a_rank_that_already_trains_may_start_helper_processes(tmp_path):

@@ -14,7 +14,8 @@ def make_faults(plan):
         cls = KINDS.get(spec.kind)
         if cls is None:
             raise FaultRefused(f"[[fault]] #{spec.index + 1}: kind {spec.kind!r} is not "
-                               f"implemented by the Python agent (it has: {', '.join(sorted(KINDS))})")
+                               "implemented by the Python agent (it has: "
+                               f"{', '.join(sorted(KINDS))})")
         fault = cls(spec)
         why = fault.refusal(plan.micro_batches)
         if why:

@@ -29,12 +29,12 @@ thread); hooks never block except ``hang``.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, Optional, Set, Tuple, Type
 
 import torch
 
 from .. import rng
-from ..plan import FaultSpec, fmt_value, special_float
+from ..plan import FaultSpec, fmt_value
 
 KINDS: Dict[str, Type["Fault"]] = {}
 
@@ -84,7 +84,7 @@ class Fault:
     def __init__(self, spec: FaultSpec) -> None:
         self.spec = spec
         self.index = spec.index
-        self._done = set()  # (step, target) already hit (_once)
+        self._done: Set[Tuple[int, str]] = set()  # (step, target) already hit (_once)
 
     # --- load-time checks ------------------------------------------------------------------
     def refusal(self, micro_batches: int) -> Optional[str]:
@@ -118,7 +118,8 @@ class Fault:
         return rng.element_count(numel, s.param("count", 1), fraction)
 
     def pick(self, ctx: Any, numel: int) -> List[int]:
-        """Flat indices hit at this step: from (seed, fault index, step), identical on every rank."""
+        """Flat indices hit at this step: from (seed, fault index, step), the same on every
+        rank."""
         return rng.pick_elements(ctx.seed, self.index, ctx.step, numel, self.count_for(numel))
 
     # --- hooks (no-ops by default) ---------------------------------------------------------
