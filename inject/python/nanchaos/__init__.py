@@ -10,9 +10,12 @@ Checked on torch 1.13 (Debian's python3-torch, gloo on CPU); written for torch 2
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import _bootstrap
+
+if TYPE_CHECKING:  # torch is imported by the job, not by importing nanchaos
+    import torch
 
 __all__ = ["attach", "report_detection", "report_decision", "probe", "active"]
 __version__ = "0.1.0"
@@ -23,10 +26,12 @@ def active() -> bool:
     return _bootstrap.agent() is not None
 
 
-def attach(model, optimizer=None, scaler=None) -> None:
+def attach(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+           scaler: Any = None) -> None:
     """Says which model (``torch.nn.Module``, DDP-wrapped or not), optimizer and GradScaler to
     observe, where finding them alone is ambiguous (several models, an EMA copy, a GAN). Call it
-    before the first training forward. Raises ``AttachError`` when the agent already attached to
+    before the first training forward. ``scaler``: a ``torch.amp.GradScaler`` (or
+    ``torch.cuda.amp``'s), or None. Raises ``AttachError`` when the agent already attached to
     a different model."""
     a = _bootstrap.agent()
     if a is not None:
@@ -54,7 +59,7 @@ def report_decision(action: str, *, step: Optional[int] = None) -> None:
         a.report_decision(action, step=step)
 
 
-def probe(name: str, tensor):
+def probe(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """An extra named injection and probe point, ``activation:NAME``, where no module boundary
     exists (a functional block inside a forward). Returns ``tensor`` (or, when a planned fault
     hits it this iteration, a corrupted copy that autograd still connects): use the return

@@ -5,6 +5,7 @@ torch 1.13 and 2.x alike."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import types
 
@@ -14,6 +15,8 @@ import torch
 from nanchaos.attach_rules import ambiguity, strip_name, unmatched_activation, unmatched_target
 from nanchaos.faults.base import match_target, parse_target
 from nanchaos.plan import FaultSpec, Plan, PlanError, fmt_value, special_float
+
+from ranks import AGENT_DIR
 
 
 def plan_json(**over) -> str:
@@ -142,3 +145,30 @@ def test_strip_name_and_ambiguity():
     assert ambiguity([torch.nn.Linear(1, 1)]) is None
     why = ambiguity([torch.nn.Linear(1, 1), torch.nn.ReLU()])
     assert "2 candidates (Linear, ReLU)" in why and "nanchaos.attach(model, optimizer)" in why
+
+
+def test_log_levels_follow_nanchaos_log():
+    import logging
+    import subprocess
+    import sys
+
+    from nanchaos.log import level_of
+
+    assert level_of(None) == level_of("") == logging.WARNING
+    assert level_of("INFO") == logging.INFO and level_of(" trace ") == 5
+    assert level_of("loud") is None
+    code = ("from nanchaos.log import logger; lg = logger(3); "
+            "lg.info('attached'); lg.debug('per step'); lg.warning('odd')")
+    env = dict(os.environ, PYTHONPATH=AGENT_DIR)
+
+    def stderr_with(level):
+        env["NANCHAOS_LOG"] = level
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, check=True).stderr.splitlines()
+
+    assert stderr_with("info") == ["nanchaos rank 3: INFO: attached",
+                                   "nanchaos rank 3: WARNING: odd"]
+    assert stderr_with("off") == []
+    assert stderr_with("loud") == [
+        "nanchaos rank 3: WARNING: NANCHAOS_LOG=loud: unknown level (one of: trace, debug, "
+        "info, warn, error, off); using warn", "nanchaos rank 3: WARNING: odd"]

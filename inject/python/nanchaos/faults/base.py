@@ -29,7 +29,7 @@ thread); hooks never block except ``hang``.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Set, Tuple, Type
+from typing import Any, Dict, List, Optional, Protocol, Set, Tuple, Type
 
 import torch
 
@@ -37,6 +37,23 @@ from .. import rng
 from ..plan import FaultSpec, fmt_value
 
 KINDS: Dict[str, Type["Fault"]] = {}
+
+
+class FaultContext(Protocol):
+    """What a fault reads of the rank it runs on and how it reports a firing: the agent
+    (agent.py) is one, FSDP2's per-shard wrapper (sharded.py) another. ``step`` is the
+    iteration (0-based), ``micro`` the micro-batch within it (0 .. micro_batches - 1), ``seed``
+    the scenario's seed (every random choice is keyed by it, rng.py). A context may also carry
+    ``replaying`` (True while the job re-executes an iteration), read with ``getattr``."""
+
+    step: int
+    rank: int
+    seed: int
+    micro: int
+
+    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+        """Writes the ``inject`` event of fault index ``fault`` hitting ``target``."""
+
 
 
 def register(kind: str):
@@ -96,7 +113,7 @@ class Fault:
         return None
 
     # --- arming ----------------------------------------------------------------------------
-    def _once(self, ctx: Any, target: str) -> bool:
+    def _once(self, ctx: FaultContext, target: str) -> bool:
         """True the first time ``target`` is reached at ``ctx.step`` (a fault hits one call per
         step: the iteration's first micro-batch, a module's first call), False after. Always
         True in a checkpoint recompute (``ctx.replaying``, checkpointing.py): the recompute
@@ -109,7 +126,7 @@ class Fault:
         self._done.add(key)
         return True
 
-    def armed(self, ctx: Any) -> bool:
+    def armed(self, ctx: FaultContext) -> bool:
         return self.spec.armed(ctx.seed, ctx.step, ctx.rank)
 
     def count_for(self, numel: int) -> int:
@@ -117,40 +134,41 @@ class Fault:
         fraction = s.param("fraction") if s.is_given("fraction") else None
         return rng.element_count(numel, s.param("count", 1), fraction)
 
-    def pick(self, ctx: Any, numel: int) -> List[int]:
+    def pick(self, ctx: FaultContext, numel: int) -> List[int]:
         """Flat indices hit at this step: from (seed, fault index, step), the same on every
         rank."""
         return rng.pick_elements(ctx.seed, self.index, ctx.step, numel, self.count_for(numel))
 
     # --- hooks (no-ops by default) ---------------------------------------------------------
-    def on_step_start(self, ctx: Any) -> None:
+    def on_step_start(self, ctx: FaultContext) -> None:
         pass
 
-    def on_parameters(self, ctx: Any, named: List) -> None:
+    def on_parameters(self, ctx: FaultContext, named: List) -> None:
         pass
 
-    def on_batch(self, ctx: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[tuple]:
+    def on_batch(self, ctx: FaultContext, args: tuple, kwargs: Dict[str, Any]) -> Optional[tuple]:
         return None
 
-    def on_activation(self, ctx: Any, name: str, out: Any) -> Any:
+    def on_activation(self, ctx: FaultContext, name: str, out: Any) -> Any:
         return out
 
-    def on_loss(self, ctx: Any, loss: torch.Tensor) -> torch.Tensor:
+    def on_loss(self, ctx: FaultContext, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
-    def on_gradient(self, ctx: Any, name: str, grad: torch.Tensor) -> torch.Tensor:
+    def on_gradient(self, ctx: FaultContext, name: str, grad: torch.Tensor) -> torch.Tensor:
         return grad
 
-    def on_bucket(self, ctx: Any, bucket_index: int, buffer: torch.Tensor) -> None:
+    def on_bucket(self, ctx: FaultContext, bucket_index: int, buffer: torch.Tensor) -> None:
         pass
 
-    def on_fsdp_collective(self, ctx: Any, point: str, index: int, tensor: torch.Tensor) -> None:
+    def on_fsdp_collective(self, ctx: FaultContext, point: str, index: int,
+                           tensor: torch.Tensor) -> None:
         pass
 
-    def lr_factor(self, ctx: Any) -> float:
+    def lr_factor(self, ctx: FaultContext) -> float:
         return 1.0
 
-    def on_optimizer_state(self, ctx: Any, named: List) -> None:
+    def on_optimizer_state(self, ctx: FaultContext, named: List) -> None:
         pass
 
 
@@ -223,7 +241,7 @@ class TargetedFault(Fault):
                     "accumulated one, so only value = nan/inf/-inf is exact there")
         return None
 
-    def _hit(self, ctx: Any, t: torch.Tensor, target: str) -> None:
+    def _hit(self, ctx: FaultContext, t: torch.Tensor, target: str) -> None:
         idx = self.pick(ctx, t.numel())
         if not idx:
             return
@@ -231,14 +249,14 @@ class TargetedFault(Fault):
         detail["elements"] = len(idx)
         ctx.fired(self.index, target, detail)
 
-    def on_parameters(self, ctx: Any, named: List) -> None:
+    def on_parameters(self, ctx: FaultContext, named: List) -> None:
         if self.where != "parameter" or not self.armed(ctx):
             return
         for name, p in named:
             if match_target(self.pattern, name):
                 self._hit(ctx, p, "parameter:" + name)
 
-    def on_optimizer_state(self, ctx: Any, named: List) -> None:
+    def on_optimizer_state(self, ctx: FaultContext, named: List) -> None:
         """``named``: ``(PARAM.STATE, tensor)`` of the optimizer just stepped (local shards of
         sharded state); each matching tensor is hit once per iteration."""
         if self.where != "optimizer" or not self.armed(ctx):
@@ -247,7 +265,7 @@ class TargetedFault(Fault):
             if match_target(self.pattern, name) and self._once(ctx, "optimizer:" + name):
                 self._hit(ctx, t, "optimizer:" + name)
 
-    def on_activation(self, ctx: Any, name: str, out: Any) -> Any:
+    def on_activation(self, ctx: FaultContext, name: str, out: Any) -> Any:
         if self.where != "activation" or not match_target(self.pattern, name):
             return out
         t = first_tensor(out)
@@ -268,7 +286,7 @@ class TargetedFault(Fault):
         ctx.fired(self.index, "activation:" + name, detail)
         return replace_first(out, torch.where(mask, values, t))
 
-    def on_loss(self, ctx: Any, loss: torch.Tensor) -> torch.Tensor:
+    def on_loss(self, ctx: FaultContext, loss: torch.Tensor) -> torch.Tensor:
         if self.where != "loss" or not self.armed(ctx) or not self._once(ctx, "loss"):
             return loss
         value = loss.detach().clone().reshape(1)
@@ -281,7 +299,7 @@ class TargetedFault(Fault):
             return loss * (after / before)
         return loss * after
 
-    def on_gradient(self, ctx: Any, name: str, grad: torch.Tensor) -> torch.Tensor:
+    def on_gradient(self, ctx: FaultContext, name: str, grad: torch.Tensor) -> torch.Tensor:
         if self.where != "gradient" or not match_target(self.pattern, name):
             return grad
         if not self.armed(ctx) or not self._once(ctx, name):

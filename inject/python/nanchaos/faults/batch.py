@@ -15,10 +15,12 @@ inject/batch.cpp). The agent reaches the batch where it enters the root module's
 
 from __future__ import annotations
 
+from typing import Any, Dict, Optional
+
 import torch
 
 from ..plan import fmt_value, special_float
-from .base import Fault, edit_elements, register
+from .base import Fault, FaultContext, edit_elements, register
 
 LABEL_KWARGS = ("labels", "targets", "target", "y")
 
@@ -44,7 +46,7 @@ class BatchFault(Fault):
         self.value = special_float(spec.param("value", "nan"))
         self.column = int(spec.param("column", 0) or 0)
 
-    def refusal(self, micro_batches: int):
+    def refusal(self, micro_batches: int) -> Optional[str]:
         if self.mode == "empty_mask":
             return "batch mode = \"empty_mask\" belongs to the built-in transformer workload"
         if self.field == "labels" and not self.mode and not kwargs_hooks_supported():
@@ -52,7 +54,8 @@ class BatchFault(Fault):
                     f"pre-hooks); this is torch {torch.__version__}")
         return None
 
-    def on_batch(self, ctx, args, kwargs):
+    def on_batch(self, ctx: FaultContext, args: tuple,
+                 kwargs: Dict[str, Any]) -> Optional[tuple]:
         if not self.armed(ctx) or ctx.micro != 0:
             return None
         if self.field == "labels" and not self.mode:
@@ -78,7 +81,7 @@ class BatchFault(Fault):
                 return args[:i] + (t,) + args[i + 1:]
         return None
 
-    def _values(self, ctx, t, target):
+    def _values(self, ctx: FaultContext, t: torch.Tensor, target: str) -> None:
         idx = self.pick(ctx, t.numel())
         value = self.value
 

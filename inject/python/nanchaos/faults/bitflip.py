@@ -15,6 +15,6 @@ class BitflipFault(TargetedFault):
         bit = int(spec.param("bit", 30))
         self.mask = (1 << bit) if bit < 31 else -(1 << 31)  # as an int32
 
-    def edit(self, host, where) -> None:
+    def edit(self, host: torch.Tensor, where: torch.Tensor) -> None:
         words = host.view(torch.int32)
         words[where] = torch.bitwise_xor(words[where], torch.tensor(self.mask, dtype=torch.int32))

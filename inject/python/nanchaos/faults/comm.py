@@ -27,12 +27,12 @@ dtype). Ground truth cause ``comm_corruption``, rank = the chosen ranks.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
 from ..plan import fmt_value, special_float
-from .base import Fault, register
+from .base import Fault, FaultContext, register
 
 TARGETS = ("reduce_scatter", "all_gather")
 
@@ -52,7 +52,7 @@ class CommFault(Fault):
         self.target: Optional[str] = spec.param("target")  # None: DDP's gradient all-reduce
         self.needs = frozenset({"bucket" if self.target is None else "fsdp_collective"})
 
-    def refusal(self, micro_batches):
+    def refusal(self, micro_batches: int) -> Optional[str]:
         if self.target is not None and self.target not in TARGETS:
             return (f"comm target = {self.target!r}: the Python agent hits \"reduce_scatter\" or "
                     "\"all_gather\" (FSDP2), or, with no target, DDP's gradient all-reduce")
@@ -79,17 +79,18 @@ class CommFault(Fault):
                     "FSDP runs before that: shard its blocks with fully_shard too")
         return None
 
-    def on_bucket(self, ctx, bucket_index, buffer):
+    def on_bucket(self, ctx: FaultContext, bucket_index: int, buffer: torch.Tensor) -> None:
         if bucket_index != 0 or not self.armed(ctx):
             return
         self._corrupt(ctx, buffer.view(-1), "grad_allreduce")
 
-    def on_fsdp_collective(self, ctx, point, index, tensor):
+    def on_fsdp_collective(self, ctx: FaultContext, point: str, index: int,
+                           tensor: torch.Tensor) -> None:
         if point != self.target or index != 0 or not self.armed(ctx):
             return
         self._corrupt(ctx, tensor.view(-1), point)
 
-    def _corrupt(self, ctx: Any, flat: torch.Tensor, where: str) -> None:
+    def _corrupt(self, ctx: FaultContext, flat: torch.Tensor, where: str) -> None:
         """Writes ``value`` into (or flips ``bit`` of) the chosen elements of ``flat`` in place,
         then the ``inject`` event (``first_element``: a flat index into ``flat``, of ``numel``)."""
         idx = self.pick(ctx, flat.numel())

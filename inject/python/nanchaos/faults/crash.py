@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import signal
 
-from .base import Fault, register
+from .base import Fault, FaultContext, register
 
 
 @register("crash")
 class CrashFault(Fault):
     needs = frozenset({"step_start"})
 
-    def on_step_start(self, ctx):
+    def on_step_start(self, ctx: FaultContext) -> None:
         if not self.armed(ctx):
             return
         code = self.spec.param("exit_code")

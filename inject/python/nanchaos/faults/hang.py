@@ -15,8 +15,11 @@ refused.
 from __future__ import annotations
 
 import time
+from typing import Optional
 
-from .base import Fault, register
+import torch
+
+from .base import Fault, FaultContext, register
 
 
 @register("hang")
@@ -29,7 +32,7 @@ class HangFault(Fault):
                                  "before_reduce_scatter": "fsdp_collective"}.get(self.at,
                                                                                  "bucket")})
 
-    def refusal(self, micro_batches):
+    def refusal(self, micro_batches: int) -> Optional[str]:
         if (self.spec.param("stall") or "host") != "host":
             return "hang stall = \"device\" needs the built-in NCCL engine (a kernel on its stream)"
         return None
@@ -49,7 +52,7 @@ class HangFault(Fault):
                     f"has {has}; use where = \"before_grad_allreduce\" or \"step_start\")")
         return None
 
-    def _stall(self, ctx, where):
+    def _stall(self, ctx: FaultContext, where: str) -> None:
         if not self.armed(ctx):
             return
         ctx.fired(self.index, where,
@@ -58,14 +61,15 @@ class HangFault(Fault):
         while self.duration_ms < 0 or time.monotonic() < until:
             time.sleep(0.005)
 
-    def on_step_start(self, ctx):
+    def on_step_start(self, ctx: FaultContext) -> None:
         if self.at == "step_start":
             self._stall(ctx, "step_start")
 
-    def on_bucket(self, ctx, bucket_index, buffer):
+    def on_bucket(self, ctx: FaultContext, bucket_index: int, buffer: torch.Tensor) -> None:
         if self.at == "before_grad_allreduce" and bucket_index == 0:
             self._stall(ctx, "before_grad_allreduce")
 
-    def on_fsdp_collective(self, ctx, point, index, tensor):
+    def on_fsdp_collective(self, ctx: FaultContext, point: str, index: int,
+                           tensor: torch.Tensor) -> None:
         if self.at == "before_reduce_scatter" and point == "reduce_scatter" and index == 0:
             self._stall(ctx, "before_reduce_scatter")

@@ -8,7 +8,7 @@ job's ``optimizer.step()`` runs and restores the job's value right after, so the
 
 from __future__ import annotations
 
-from .base import Fault, register
+from .base import Fault, FaultContext, register
 
 
 @register("lr")
@@ -19,7 +19,7 @@ class LrFault(Fault):
         super().__init__(spec)
         self.factor = float(spec.param("factor"))
 
-    def lr_factor(self, ctx) -> float:
+    def lr_factor(self, ctx: FaultContext) -> float:
         if not self.armed(ctx):
             return 1.0
         ctx.fired(self.index, "lr", {"factor": self.factor})

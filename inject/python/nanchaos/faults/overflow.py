@@ -4,7 +4,10 @@ half range (±inf), as in inject/overflow.cpp."""
 
 from __future__ import annotations
 
-from .base import Fault, first_tensor, match_target, parse_target, register, replace_first
+from typing import Any, Optional
+
+from .base import (Fault, FaultContext, first_tensor, match_target, parse_target, register,
+                   replace_first)
 
 
 @register("overflow")
@@ -16,12 +19,12 @@ class OverflowFault(Fault):
         self.where, self.pattern = parse_target(spec)
         self.factor = float(spec.param("factor", 1e5))
 
-    def refusal(self, micro_batches: int):
+    def refusal(self, micro_batches: int) -> Optional[str]:
         if self.where != "activation":
             return "overflow: target must be activation:MODULE"
         return None
 
-    def on_activation(self, ctx, name, out):
+    def on_activation(self, ctx: FaultContext, name: str, out: Any) -> Any:
         if not match_target(self.pattern, name):
             return out
         t = first_tensor(out)

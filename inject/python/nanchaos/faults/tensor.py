@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ..plan import special_float
 from .base import TargetedFault, register
 
@@ -20,7 +22,7 @@ class TensorFault(TargetedFault):
         # NaN/Inf plus anything stays NaN/Inf: hitting one micro-batch equals hitting the sum.
         return self.factor is None and not math.isfinite(self.value)
 
-    def edit(self, host, where) -> None:
+    def edit(self, host: torch.Tensor, where: torch.Tensor) -> None:
         if self.factor is not None:
             host[where] = host[where] * self.factor
         else:
