@@ -19,7 +19,12 @@ One iteration per ``schedule.step()``, the agent attached to both of a rank's st
 ``activation:`` fault on stage 2's module changes stage 2's output on rank 0 (not stage 0's) and
 stage 3's loss on rank 1; a ``gradient:`` fault with ``ranks = "all"`` acts only on the rank
 holding the parameter's stage; a target held by a stage of another rank is refused naming that
-stage and rank. Skipped where torch has no ``torch.distributed.pipelining`` (Debian's 1.13).
+stage and rank.
+
+Four ranks, one stage each: every rank's sends and receives are logged (``p2p_enter``, numbered
+apart from the collectives) with their peers, each send paired with its receive, and the
+collectives keep one numbering on every rank. Skipped where torch has no
+``torch.distributed.pipelining`` (Debian's 1.13).
 """
 
 from __future__ import annotations
@@ -105,6 +110,21 @@ def results(job, rank):
             if line.startswith("RESULT ")]
 
 
+def channels(job, world):
+    """Every rank's ``p2p_enter`` events paired per directed channel: ``{(src, dst): [(step,
+    numel), ...]}`` in order, asserting that the n-th send from src to dst and dst's n-th
+    receive from src agree (step and size) and that both ends made as many."""
+    sends, recvs = {}, {}
+    for r in range(world):
+        for e in job.of(r, "p2p_enter"):
+            if e["op"] == "send":
+                sends.setdefault((r, e["peer"]), []).append((e["step"], e["numel"]))
+            else:
+                recvs.setdefault((e["peer"], r), []).append((e["step"], e["numel"]))
+    assert sends == recvs, (sends, recvs)
+    return sends
+
+
 def tensor_fault(target, ranks, step, **params):
     return {"kind": "tensor", "ranks": ranks, "step": step,
             "params": {"target": target, "value": "nan", **params}}
@@ -127,13 +147,9 @@ def test_clean_pipeline_one_iteration_per_schedule_step(tmp_path):
     assert f0["local_params_hash"] != f1["local_params_hash"]
     assert (f0["has_loss"], f1["has_loss"]) == (False, True)
     assert (f0["pipeline_stage"], f1["pipeline_stage"]) == (0, 1)
-    # Sends and receives in the flight recorder: the same sequence of "p2p" on both ranks, a
-    # send on one end at the sequence number of a receive on the other.
-    p2p = [{e["seq"]: (e["op"], e["peer"], e["step"]) for e in job.of(r, "coll_enter")
-            if e["name"] == "p2p"} for r in (0, 1)]
-    assert p2p[0] and p2p[0].keys() == p2p[1].keys()
-    for seq, (op, peer, step) in p2p[0].items():
-        assert peer == 1 and p2p[1][seq] == ({"send": "recv", "recv": "send"}[op], 0, step)
+    # Sends and receives in the flight recorder (p2p_enter), each send paired with the receive
+    # at the other end (channels()).
+    assert channels(job, 2) and set(channels(job, 2)) == {(0, 1), (1, 0)}
 
 
 def test_activation_fault_hits_the_stage_that_holds_the_module(tmp_path):
@@ -308,3 +324,62 @@ def test_interleaved_fault_on_another_ranks_stage_is_refused_naming_stage_and_ra
         assert "is held by pipeline stage 3 (rank 1), not by rank 0" in errs[0]["reason"]
         assert "ranks = [1]" in errs[0]["reason"]
         assert job.of(r, "step_end") == []
+
+
+# Four ranks, one stage each (stage r holds layers.r; emb on stage 0, head on stage 3), GPipe, and
+# one all-reduce of the job per step after schedule.step().
+PP4_JOB = textwrap.dedent('''
+    import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Linear(8, 16) if rank == 0 else None
+            self.layers = nn.ModuleDict({str(rank): nn.Linear(16, 16)})
+            self.head = nn.Linear(16, 4) if rank == world - 1 else None
+        def forward(self, x):
+            h = self.emb(x) if self.emb is not None else x
+            for layer in self.layers.values():
+                h = torch.relu(layer(h))
+            return self.head(h) if self.head is not None else h
+    model = Net()
+    stage = PipelineStage(model, rank, world, torch.device("cpu"))
+    sched = ScheduleGPipe(stage, n_microbatches=2, loss_fn=lambda out, y: F.cross_entropy(out, y))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(10)
+    for step in range(3):
+        x, y = torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)
+        if rank == 0:
+            sched.step(x)
+        elif rank == world - 1:
+            sched.step(target=y)
+        else:
+            sched.step()
+        dist.all_reduce(torch.ones(1))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dist.destroy_process_group()
+''')
+
+
+def test_four_stage_pipeline_logs_sends_and_receives_with_their_peers(tmp_path):
+    job = run_ranks(tmp_path, PP4_JOB, plan(steps=3), world=4)
+    assert job.codes == [0] * 4, job.outputs
+    # Before: nothing logged beyond 2 ranks. Now every rank's sends and receives, paired per
+    # channel along the pipeline (forward r -> r+1, backward r+1 -> r), in every step.
+    pairs = channels(job, 4)
+    assert set(pairs) == {(0, 1), (1, 2), (2, 3), (1, 0), (2, 1), (3, 2)}
+    for calls in pairs.values():
+        # 3 steps x 2 micro-batches, plus the shape inference's exchange in step 0
+        assert sorted({step for step, _ in calls}) == [0, 1, 2]
+        assert len([c for c in calls if c[0] == 2]) == 2
+    counts = [len(job.of(r, "p2p_enter")) for r in range(4)]
+    assert counts[1] == counts[2] == 2 * counts[0] == 2 * counts[3]
+    # The collectives keep one numbering every rank shares: the middle stages' extra sends and
+    # receives do not shift it.
+    seqs = [[e["seq"] for e in job.of(r, "coll_enter") if e["name"] == "all_reduce"]
+            for r in range(4)]
+    assert seqs[0] and all(q == seqs[0] for q in seqs), seqs
