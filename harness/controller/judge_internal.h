@@ -23,7 +23,9 @@ namespace nanchaos::harness {
 struct Postmortem {
   nlohmann::json last_collective = nlohmann::json::object();  ///< rank -> its last coll_enter
   int64_t first_gap_seq = -1;         ///< the first collective some ranks entered and others not
-  std::vector<int64_t> absent;        ///< the ranks missing from it
+  /// the ranks missing from it; with no such collective, the ranks that the others' unmatched
+  /// point-to-point sends and receives wait on and that wait on no one (find_p2p_stall)
+  std::vector<int64_t> absent;
   nlohmann::json mismatch = nullptr;  ///< one collective number entered at different steps/names
   /// The first mismatch as evidence (mismatch not null): the ranks that diverged (the minority
   /// of the (step, op, size) groups; on a tie the group furthest ahead, which skipped a

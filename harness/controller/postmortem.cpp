@@ -63,6 +63,46 @@ void find_first_gap(const std::vector<RankEvidence>& logs, Postmortem& pm) {
   }
 }
 
+// Point-to-point (pipeline stages): no collective number is shared by every rank, so the
+// question is who the others wait on. The n-th send from a to b pairs with b's n-th receive from
+// a (torch matches them in order per pair); an entry whose other end never came is a wait of
+// its rank on that peer. A rank that others wait on and that waits on no one is the stopped
+// one: with 4 stages and stage 2 stopped, stage 1 waits on 2 (its send and its receive), stage
+// 0 on 1 (stage 1 never sent its gradient back), stage 3 on 2, and only 2 waits on no one.
+// Caveats: a receive from any source (peer -1) is left out; a stopped rank that comes back
+// later (a finite hang past its peers' timeout) and enters its half of the pair is counted
+// present, so the blame may move to a rank it kept waiting.
+std::vector<int64_t> find_p2p_stall(const std::vector<RankEvidence>& logs) {
+  const int64_t world = int64_t(logs.size());
+  // sends[a][b]: a's sends to b; recvs[b][a]: b's receives from a.
+  std::vector<std::map<int64_t, int64_t>> sends(logs.size()), recvs(logs.size());
+  for (int64_t r = 0; r < world; ++r) {
+    for (const auto& p : logs[size_t(r)].p2p) {
+      if (p.peer < 0 || p.peer >= world || p.peer == r) continue;
+      ++(p.send ? sends : recvs)[size_t(r)][p.peer];
+    }
+  }
+  std::set<int64_t> waiting, waited_on;
+  for (int64_t r = 0; r < world; ++r) {
+    std::map<int64_t, int64_t> sent, received;  // entries so far, per peer
+    for (const auto& p : logs[size_t(r)].p2p) {
+      if (p.peer < 0 || p.peer >= world || p.peer == r) continue;
+      const int64_t n = (p.send ? sent : received)[p.peer]++;
+      const auto& other = p.send ? recvs[size_t(p.peer)] : sends[size_t(p.peer)];
+      const auto it = other.find(r);
+      if (it == other.end() || it->second <= n) {
+        waiting.insert(r);
+        waited_on.insert(p.peer);
+      }
+    }
+  }
+  std::vector<int64_t> stopped;
+  for (int64_t r : waited_on) {
+    if (!waiting.count(r)) stopped.push_back(r);
+  }
+  return stopped;
+}
+
 // Sequence mismatch: the same collective number entered at different steps, ops or sizes (late
 // entries left out). Fills pm.mismatch and, from the first one, the evidence fields.
 void find_mismatch(const std::vector<RankEvidence>& logs, Postmortem& pm) {
@@ -192,6 +232,7 @@ Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
                       const JobResult& job, results::Outcome outcome) {
   Postmortem pm;
   find_first_gap(logs, pm);
+  if (pm.absent.empty()) pm.absent = find_p2p_stall(logs);
   find_mismatch(logs, pm);
   if (outcome == results::Outcome::kCrashed) {
     pm.dead = dead_of_crash(logs, job, pm.absent);

@@ -87,6 +87,11 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
     r.log_error = e;
   } else if (ev == "log_dropped") {
     r.log_dropped = int_field(e, "count", 0);
+  } else if (ev == "p2p_enter") {
+    const auto peer = e.find("peer");
+    r.p2p.push_back({e.value("op", std::string()) == "send",
+                     peer != e.end() && peer->is_number_integer() ? peer->get<int64_t>() : -1,
+                     int_field(e, "step", 0), int_field(e, "t_us", 0)});
   } else if (ev == "attach_error" && !r.attach_error) {
     r.attach_error = e.value("reason", std::string("attach_error"));
   }

@@ -28,6 +28,16 @@ namespace nanchaos::harness {
 /// A detect or decision event: what the stack said, in log order (detections.cpp).
 using StackEvent = std::variant<DetectEvent, DecisionEvent>;
 
+/// External: one point-to-point send or receive the agent logged (`p2p_enter`: pipeline
+/// parallelism's activations and gradients). Numbered on their own, apart from the collectives'
+/// sequence: a middle pipeline stage makes more of them than an end stage.
+struct P2pEntry {
+  bool send = false;  ///< a send (else a receive)
+  int64_t peer = -1;  ///< the other end's global rank (-1: a receive from any source)
+  int64_t step = 0;
+  int64_t t_us = 0;
+};
+
 /// One rank's evidence. Times (t_us, in `events` too) are on the controller's timeline.
 struct RankEvidence {
   std::vector<StackEvent> stack_events;  ///< its detect and decision events, in log order
@@ -48,6 +58,7 @@ struct RankEvidence {
   std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
   std::vector<InjectEvent> injections;           ///< in log order
   std::map<int64_t, CollEnterEvent> coll_enter;  ///< seq -> its last coll_enter
+  std::vector<P2pEntry> p2p;                     ///< external: its sends/receives, in log order
   std::set<int64_t> coll_left;
   std::map<int64_t, int64_t> coll_failed_t;  ///< external: seq -> t_us of a leave with an error
   std::optional<std::string> exception;      ///< external: the first uncaught exception's text

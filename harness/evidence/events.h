@@ -15,6 +15,8 @@
 //   detect {detector, step, layer, cause}   (local, before consensus)
 //   decision {step, detector, ranks, layer, cause, action, flagged}
 //   coll_enter {seq, name, count, dtype}  coll_leave {seq, name, status}
+//   p2p_enter {seq, op (send|recv), peer, numel, dtype, step}  p2p_leave {seq, status}
+//         (the Python agent's point-to-point calls, numbered apart from the collectives)
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
 //         (params_hash/optim_hash: XXH3-64 digests, harness/common/digest.h)
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}

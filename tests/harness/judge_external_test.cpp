@@ -277,6 +277,69 @@ TEST(JudgeExternal, ObservedExceptionKeepsRaisingRanksThatWereAbsent) {
   EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
+// Pipeline parallelism, 4 stages, one per rank: stage 2 (rank 2) stops for good at the start of
+// step 1. The ranks' sends and receives are numbered apart from the collectives (`p2p_enter`),
+// and no collective shows a gap (nobody reached step 1's all-reduce), so the pairs decide: the
+// n-th send from a to b pairs with b's n-th receive from a. Ranks 1 and 3 wait on 2, rank 0 on 1
+// (which never sent its gradient back); 2 waits on no one and is blamed, cause hang.
+TEST(JudgeExternal, APipelineStageThatStoppedIsTheOneTheOthersSendsAndReceivesWaitOn) {
+  RunDir d("pp-hang");
+  std::vector<int64_t> n(4, 0);
+  auto p2p = [&](int r, const std::string& op, int peer, int64_t step, int64_t t) {
+    d.ev(r, "p2p_enter", t,
+         {{"seq", n[size_t(r)]},
+          {"op", op},
+          {"peer", peer},
+          {"numel", 8},
+          {"dtype", "float32"},
+          {"step", step}});
+    d.ev(r, "p2p_leave", t + 1, {{"seq", n[size_t(r)]++}, {"status", "async"}});
+  };
+  for (int r = 0; r < 4; ++r) {
+    d.start(r, 4);
+    int64_t seq = 0;
+    d.ev(r, "step_begin", 1000, {{"step", 0}});
+    if (r > 0) p2p(r, "recv", r - 1, 0, 1010);  // forward: activations in, then out
+    if (r < 3) p2p(r, "send", r + 1, 0, 1020);
+    if (r < 3) p2p(r, "recv", r + 1, 0, 1030);  // backward: gradients in, then out
+    if (r > 0) p2p(r, "send", r - 1, 0, 1040);
+    d.coll(r, seq++, 0, 1050, true);  // the job's all-reduce of the grad norm
+    d.ev(r, "step_end", 1080, {{"step", 0}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "update"}});
+    d.ev(r, "step_begin", 2000, {{"step", 1}});
+    if (r == 2) {
+      d.inject(r, 1, 2005, "hang");
+      continue;  // stopped: torn down later, no exit record
+    }
+    if (r == 0) p2p(r, "send", 1, 1, 2010);
+    if (r == 0) p2p(r, "recv", 1, 1, 2020);  // stage 1 never sends this gradient
+    if (r == 1) p2p(r, "recv", 0, 1, 2015);
+    if (r == 1) p2p(r, "send", 2, 1, 2025);  // stage 2 never receives it
+    if (r == 1) p2p(r, "recv", 2, 1, 2035);
+    if (r == 3) p2p(r, "recv", 2, 1, 2030);
+    d.ev(r, "exception", 1'002'100 + r,
+         {{"type", "DistBackendError"}, {"message", "Timed out waiting for recv"}});
+    d.ev(r, "detect", 1'002'100 + r,
+         {{"detector", "observed:exception"},
+          {"step", 1},
+          {"layer", ""},
+          {"cause", "exception"},
+          {"source", "observed"}});
+    d.ev(r, "exit", 1'002'300, {{"code", 1}});
+  }
+  const auto res = judge_logs(
+      load_scenario_string(
+          "[scenario]\nname = \"t\"\n[job]\nworkload = \"external\"\ncommand = [\"python3\", "
+          "\"t.py\"]\nsteps = 4\nranks = 4\n[[fault]]\nkind = \"hang\"\nranks = [2]\nstep = 1\n"
+          "duration_ms = \"forever\"\n[expect]\nrank = 2\ncause = \"hang\"\n",
+          "judge.toml"),
+      d, Job(1, 1'500'000));
+  EXPECT_EQ(res.extra["absent_ranks"], json::array({2}));
+  ASSERT_TRUE(res.first_detection.has_value());
+  EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({2}));
+  EXPECT_EQ(res.first_detection->cause, "hang");
+  EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
+}
+
 // Rank 1 skips its step-2 update without telling rank 0 (Lightning's `return None`): its step-3
 // bucket all-reduce meets rank 0's step-2 one as collective #2, and rank 0 later waits in #3
 // until its process-group timeout. The flight recorder saw ranks disagree at step 2 long before

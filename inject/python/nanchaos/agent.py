@@ -138,6 +138,7 @@ class Agent:
         self._grad_allreduce_fields = '"name":"grad_allreduce","count":0,"dtype":""'
         # Collectives (a flight recorder): one sequence number per collective, in call order.
         self._coll_seq = itertools.count()  # next() is atomic under the GIL
+        self._p2p_seq = itertools.count()  # sends and receives: their own sequence (collectives.py)
         self._coll_depth = threading.local()
         self._probes: set = set()
         self._module_names: List[str] = []

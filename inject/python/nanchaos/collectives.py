@@ -18,6 +18,9 @@ is attributed by comparing which ranks entered collective #k, as PyTorch's fligh
   their input to ``agent.on_fsdp_collective`` before ``coll_enter`` (comm and hang faults on
   FSDP2: a hang there keeps the rank out of the collective's entry).
 
+Point-to-point sends and receives (pipeline parallelism) are logged apart, as ``p2p_enter``/
+``p2p_leave`` with their own per-rank numbering and their peer (``patch_p2p``).
+
 On NCCL a collective "leaves" when it is enqueued on the stream, not when it completes.
 """
 
@@ -304,35 +307,39 @@ def _peer(kwargs, args, op: str):
 
 
 def _p2p_enter(agent, op: str, tensor, peer) -> int:
-    """``coll_enter`` of one send or receive: name ``p2p`` (the same on both ends, so the judge's
-    per-sequence comparison matches a send with its receive), ``op`` and ``peer``, the element
-    count as ``numel`` (not ``count``: an activation and the gradient crossing it at the same
-    sequence number may differ in size)."""
-    seq = next(agent._coll_seq)
+    """``p2p_enter`` of one send or receive: its number in this rank's own point-to-point
+    sequence (``agent._p2p_seq``, apart from the collectives' ``seq``), ``op`` (``send`` or
+    ``recv``), ``peer`` (the other end's global rank; null for a receive from any source), the
+    element count ``numel`` and dtype, the iteration. Returns the number."""
+    seq = next(agent._p2p_seq)
     numel, dtype = _describe((tensor,), {})
     peer_text = "null" if peer is None else str(peer)
     agent.log.write_line(
-        f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},"name":"p2p","op":"{op}",'
-        f'"peer":{peer_text},"numel":{numel},"dtype":"{dtype}","step":{agent.step},'
-        f'"span":"p2p"}}')
+        f'{{"ev":"p2p_enter","t_us":{now_us()},"seq":{seq},"op":"{op}","peer":{peer_text},'
+        f'"numel":{numel},"dtype":"{dtype}","step":{agent.step}}}')
     return seq
+
+
+def _p2p_leave(agent, seq: int, status: str) -> None:
+    agent.log.write_line(f'{{"ev":"p2p_leave","t_us":{now_us()},"seq":{seq},'
+                         f'"status":"{status}"}}')
 
 
 def patch_p2p(agent) -> None:
     """Wraps ``dist.send/recv/isend/irecv``, ``send_object_list``/``recv_object_list`` and
-    ``batch_isend_irecv`` (one entry per ``P2POp``) into the flight recorder, in jobs of exactly
-    2 ranks: each rank's sends and receives pair up one for one there, so the shared per-rank
-    sequence stays aligned and a stage that stops is the rank missing from sequence #k. With
-    more ranks a middle pipeline stage makes twice the point-to-point calls of an end stage,
-    which would misalign the sequence for every later collective, so they are not logged
-    (docs/external-jobs.md "Pipeline parallelism"). Asynchronous calls leave at once with
-    status ``async`` (issued, not completed); blocking ones when they return."""
+    ``batch_isend_irecv`` (one entry per ``P2POp``) into the flight recorder, in jobs of any
+    size, as ``p2p_enter``/``p2p_leave`` events numbered on their own (``_p2p_enter``): a middle
+    pipeline stage makes twice the point-to-point calls of an end stage, so they cannot share
+    the collectives' per-rank sequence, which every rank must number alike. The judge pairs the
+    n-th send from a to b with b's n-th receive from a (torch matches them in that order) and
+    blames the rank that the others' unmatched calls wait on and that waits on no one
+    (harness/controller/postmortem.cpp ``find_p2p_stall``; docs/external-jobs.md "Pipeline
+    parallelism"). Asynchronous calls leave at once with status ``async`` (issued, not
+    completed); blocking ones when they return (``ok``) or raise (``error``)."""
     depth = agent._coll_depth
 
     def logged() -> bool:
-        if getattr(depth, "n", 0) > 0 or not dist.is_initialized():
-            return False
-        return dist.get_world_size() == 2
+        return getattr(depth, "n", 0) == 0 and dist.is_initialized()
 
     def wrap(name, orig):
         op = P2P_NAMES[name]
@@ -348,11 +355,11 @@ def patch_p2p(agent) -> None:
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
-                agent.coll_leave(seq, "p2p", "error")
+                _p2p_leave(agent, seq, "error")
                 raise
             finally:
                 depth.n -= 1
-            agent.coll_leave(seq, "p2p", "ok" if blocking else "async")
+            _p2p_leave(agent, seq, "ok" if blocking else "async")
             return out
 
         wrapper._nanchaos_wrapped = True
@@ -372,12 +379,12 @@ def patch_p2p(agent) -> None:
                 out = orig(p2p_op_list)
             except BaseException:
                 for seq in seqs:
-                    agent.coll_leave(seq, "p2p", "error")
+                    _p2p_leave(agent, seq, "error")
                 raise
             finally:
                 depth.n -= 1
             for seq in seqs:
-                agent.coll_leave(seq, "p2p", "async")
+                _p2p_leave(agent, seq, "async")
             return out
 
         batch_isend_irecv._nanchaos_wrapped = True
