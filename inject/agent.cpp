@@ -411,14 +411,14 @@ bool Agent::collective(const std::string& name, torch::Tensor& buffer,
       }
     }
   }
-  a.log->write_line(fmt::format(
-      R"({{"ev":"coll_enter","t_us":{},"seq":{},"name":"{}","count":{},"dtype":"{}","step":{}}})",
-      harness::now_us(), seq, name, buffer.numel(),
-      std::string(c10::toString(buffer.scalar_type())), a.step));
+  fmt::memory_buffer line;
+  harness::append_coll_enter(line, harness::now_us(), seq, name, buffer.numel(),
+                             c10::toString(buffer.scalar_type()), a.step);
+  a.log->write_line(std::string_view(line.data(), line.size()));
   const bool ok = run();
-  a.log->write_line(fmt::format(R"({{"ev":"coll_leave","t_us":{},"seq":{},"name":"{}",)"
-                                R"("status":"{}"}})",
-                                harness::now_us(), seq, name, ok ? "ok" : "error"));
+  line.clear();
+  harness::append_coll_leave(line, harness::now_us(), seq, name, a.step, ok ? "ok" : "error");
+  a.log->write_line(std::string_view(line.data(), line.size()));
   return ok;
 }
 

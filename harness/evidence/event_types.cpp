@@ -3,7 +3,11 @@
 // (opt_*) are for fields no reader checks, which must never make a log unreadable.
 #include "harness/evidence/event_types.h"
 
+#include <fmt/compile.h>
+
+#include <cctype>
 #include <cmath>
+#include <iterator>
 
 namespace nanchaos::harness {
 namespace {
@@ -317,6 +321,49 @@ int64_t event_time_us(const TypedEvent& e) {
         }
       },
       e);
+}
+
+namespace {
+
+// True when `s` needs no JSON escaping (collective names are plain identifiers).
+bool plain(std::string_view s) {
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `s` as a JSON string, quotes included: plain names as they are, others through nlohmann.
+void append_json_string(fmt::memory_buffer& out, std::string_view s) {
+  if (plain(s)) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE("\"{}\""), s);
+  } else {
+    const std::string quoted = json(std::string(s)).dump();
+    out.append(quoted.data(), quoted.data() + quoted.size());
+  }
+}
+
+}  // namespace
+
+void append_coll_enter(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::string_view name,
+                       int64_t count, std::string_view dtype, int64_t step) {
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"({{"count":{},"dtype":)"), count);
+  append_json_string(out, dtype);
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"ev":"coll_enter","name":)"));
+  append_json_string(out, name);
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"seq":{},"step":{},"t_us":{}}})"), seq,
+                 step, t_us);
+}
+
+void append_coll_leave(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::string_view name,
+                       int64_t step, std::string_view status) {
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"({{"ev":"coll_leave","name":)"));
+  append_json_string(out, name);
+  fmt::format_to(std::back_inserter(out),
+                 FMT_COMPILE(R"(,"seq":{},"status":"{}","step":{},"t_us":{}}})"), seq, status, step,
+                 t_us);
 }
 
 }  // namespace nanchaos::harness

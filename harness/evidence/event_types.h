@@ -16,15 +16,19 @@
 // CLOCK_MONOTONIC (`t_us`), steps are training iterations counted from 0.
 //
 // Writers leave `t_us` 0 (absent for AbortEvent): EventLog::write stamps the time. The hot-path
-// coll_enter/coll_leave lines are formatted by hand (harness/comm/collective.cpp,
-// inject/agent.cpp); their structs here are for the readers. Thread-safety: plain values.
+// coll_enter/coll_leave lines have one writer each, append_coll_enter/append_coll_leave below,
+// used by every C++ writer (harness/comm/collective.cpp, inject/agent.cpp); the Python agent's
+// twin is inject/python/nanchaos/agent.py. Thread-safety: plain values.
 #pragma once
+
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -120,7 +124,7 @@ struct FinalEvent {
   /// false: the rank computes no loss by design (a pipeline stage before the last, whose
   /// eval_loss is null); the judge reads the loss off the ranks that do (absent: true)
   bool has_loss = true;
-  int64_t t_us = 0;                          ///< when (us; absent: 0)
+  int64_t t_us = 0;  ///< when (us; absent: 0)
 };
 
 /// `exit {code, vm_hwm_kib}`: the rank's last record.
@@ -197,6 +201,17 @@ ExitEvent parse_exit(const nlohmann::json& e);
 StepEndEvent parse_step_end(const nlohmann::json& e);
 CollEnterEvent parse_coll_enter(const nlohmann::json& e);
 CollLeaveEvent parse_coll_leave(const nlohmann::json& e);
+
+/// The flight recorder's hot-path lines, appended to `out` (the caller's stack buffer: no JSON
+/// object is built per collective, bench/README.md) as one JSON object with no newline, keys
+/// sorted as EventLog::write sorts them, `name` JSON-escaped (a name with a `"` or a control
+/// character stays one valid line). `t_us`: CLOCK_MONOTONIC us (now_us()); `count`: elements;
+/// `step`: the training iteration. parse_coll_enter/parse_coll_leave read them back.
+void append_coll_enter(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::string_view name,
+                       int64_t count, std::string_view dtype, int64_t step);
+/// `status`: "ok", "timeout" or "error" (plain words, not escaped).
+void append_coll_leave(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::string_view name,
+                       int64_t step, std::string_view status);
 
 /// Dispatches on "ev" (a string; absent: "", another type: type_error) to the parsers above.
 TypedEvent parse_event(const nlohmann::json& e);

@@ -265,5 +265,38 @@ TEST(EventTypes, AFieldOfTheWrongTypeIsATypeErrorUnlessNothingReadsIt) {
   EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"loss", "x"}, {"cpu_us", "y"}}), "no error");
 }
 
+// The one writer of the flight recorder's lines: each line is one JSON object that the readers
+// parse back field for field, whatever the name holds (a quote, a backslash, a newline).
+TEST(EventTypes, CollLinesRoundTripAnyName) {
+  for (const std::string name : {std::string("grad_allreduce"), std::string(R"(we"ird\name)"),
+                                 std::string("two\nlines"), std::string("")}) {
+    fmt::memory_buffer line;
+    append_coll_enter(line, 123, 7, name, 4096, "float32", 3);
+    const std::string enter(line.data(), line.size());
+    EXPECT_EQ(enter.find('\n'), std::string::npos) << enter;
+    const auto e = std::get<CollEnterEvent>(parse_event(json::parse(enter)));
+    EXPECT_EQ(e.name, name);
+    EXPECT_EQ(e.seq, 7);
+    EXPECT_EQ(e.count, 4096);
+    EXPECT_EQ(e.dtype, "float32");
+    EXPECT_EQ(e.step, 3);
+    EXPECT_EQ(e.t_us, 123);
+    line.clear();
+    append_coll_leave(line, 456, 7, name, 3, "error");
+    const auto l =
+        std::get<CollLeaveEvent>(parse_event(json::parse(std::string(line.data(), line.size()))));
+    EXPECT_EQ(l.name, name);
+    EXPECT_EQ(l.status, "error");
+    EXPECT_EQ(l.step, 3);
+    EXPECT_EQ(l.t_us, 456);
+  }
+  // Plain names keep the exact bytes EventLog::write would give (sorted keys).
+  fmt::memory_buffer line;
+  append_coll_enter(line, 1, 2, "consensus", 8, "float64", 0);
+  EXPECT_EQ(
+      std::string(line.data(), line.size()),
+      R"({"count":8,"dtype":"float64","ev":"coll_enter","name":"consensus","seq":2,"step":0,"t_us":1})");
+}
+
 }  // namespace
 }  // namespace nanchaos::harness
