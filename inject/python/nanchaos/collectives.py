@@ -3,7 +3,8 @@
 Two sources, numbered by one per-rank sequence in call order (DESIGN.md "Process model": a hang
 is attributed by comparing which ranks entered collective #k, as PyTorch's flight recorder does):
 
-* DDP's gradient buckets, through a communication hook (``DistributedDataParallel.register_comm_hook``).
+* DDP's gradient buckets, through a communication hook
+  (``DistributedDataParallel.register_comm_hook``).
   DDP accepts one hook per model, so the agent wraps whatever the job registers (its own Python
   hook or a built-in one) and otherwise registers DDP's default all-reduce
   (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook``) wrapped, at the
@@ -27,7 +28,7 @@ On NCCL a collective "leaves" when it is enqueued on the stream, not when it com
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable, Dict, List, cast
 
 import torch
 import torch.distributed as dist
@@ -110,8 +111,9 @@ def patch_ddp(agent) -> None:
         return orig_register(self, state, _wrap_hook(agent, hook))
 
     _ORIG_REGISTER[0] = orig_register
-    DDP.__init__ = __init__
-    DDP.register_comm_hook = register_comm_hook
+    patched: Any = DDP  # monkeypatching: the job's DDP class gains the agent's wrappers
+    patched.__init__ = __init__
+    patched.register_comm_hook = register_comm_hook
     if orig_builtin is not None:
         @functools.wraps(orig_builtin)
         def _register_builtin_comm_hook(self, comm_hook_type):
@@ -125,7 +127,7 @@ def patch_ddp(agent) -> None:
                 return orig_builtin(self, comm_hook_type)  # unknown: the agent cannot see inside
             return register_comm_hook(self, self.process_group, python_twin)
 
-        DDP._register_builtin_comm_hook = _register_builtin_comm_hook
+        patched._register_builtin_comm_hook = _register_builtin_comm_hook
 
 
 def ensure_comm_hook(agent, ddp) -> None:
@@ -152,8 +154,8 @@ def ensure_comm_hook(agent, ddp) -> None:
 
 _DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
           torch.float64: "float64"}
-_ORIGINALS = {}
-_ORIG_REGISTER = [None]
+_ORIGINALS: Dict[str, Callable[..., Any]] = {}  # torch.distributed's own functions, by name
+_ORIG_REGISTER: List[Any] = [None]  # DDP.register_comm_hook as torch defines it
 
 
 def _describe(args, kwargs) -> tuple:
@@ -254,7 +256,7 @@ def patch_functional(agent) -> None:
         return
     if getattr(funcol, "_nanchaos_patched", False):
         return
-    funcol._nanchaos_patched = True
+    cast(Any, funcol)._nanchaos_patched = True
     depth = agent._coll_depth
 
     def wrap(name, orig):

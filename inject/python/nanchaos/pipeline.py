@@ -1,4 +1,5 @@
-"""Pipeline parallelism (``torch.distributed.pipelining``) under the agent: step clock, stages, final.
+"""Pipeline parallelism (``torch.distributed.pipelining``) under the agent: step clock, stages,
+final.
 
 Facts it relies on (checked on torch 2.15, CPU, gloo; ``PipelineStage`` exists from torch 2.4):
 
@@ -54,7 +55,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 import torch
 
@@ -97,7 +98,7 @@ class Pipeline:
         self.agent = agent
         self.steps = 0          # schedule.step() calls so far: the next iteration's number
         self.depth = 0          # schedule.step() calls in progress (a schedule calling another)
-        self.stage = None       # the rank's first PipelineStage (first step)
+        self.stage: Any = None  # the rank's first PipelineStage (first step)
         self.stages: List[Any] = []  # all the rank's PipelineStages, by stage index
         self.num_stages = 0
         self.is_last = True
@@ -263,7 +264,7 @@ def _patch_module(agent: Any) -> None:
     schedules = sys.modules.get(PACKAGE + ".schedules")
     if schedules is None or getattr(schedules, "_nanchaos_patched", False):
         return
-    schedules._nanchaos_patched = True
+    cast(Any, schedules)._nanchaos_patched = True
     pipeline = agent.pipeline
     for cls in list(vars(schedules).values()):
         if not (isinstance(cls, type) and "step" in vars(cls)):
@@ -285,7 +286,7 @@ def _patch_module(agent: Any) -> None:
 
             return step
 
-        cls.step = make(orig)
+        cast(Any, cls).step = make(orig)
     for cls in list(vars(schedules).values()):
         for name in INIT_METHODS:
             if isinstance(cls, type) and name in vars(cls):

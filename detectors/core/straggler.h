@@ -1,0 +1,90 @@
+// The statistic of the `straggler` detector (SCENARIO_FORMAT.md "Slow ranks and finite silent data
+// corruption"): which rank, if any, is persistently slower than its peers, and in which phase.
+//
+// Input, once per step and the same on every rank (it travels in the consensus row): each rank's
+// own time per phase (us): the phase's wall time minus the time the rank spent waiting in
+// collectives (waiting for a slow peer is not being slow) and minus the time it sat runnable on a
+// run queue (Linux schedstat run_delay: a rank that the host's scheduler kept off the CPU, as on
+// a 2-core runner with 4 ranks, is not a slow rank). What is left is the time the rank's own work
+// took, including its own sleeps and blocking waits (a throttled GPU, a slow data loader, a
+// `slow` fault).
+//
+// Rules (chosen for zero false positives on noisy shared hosts, after the per-rank scoring of
+// NVIDIA's resiliency extension and Minder's consecutive-window rule):
+// - warm-up: the first `warmup_steps` steps only build baselines (first iterations allocate,
+//   autotune and fault in pages);
+// - a rank's score at a step is its own total time over the median of all ranks' (the one
+//   percentile definition, harness/common/percentile.h: nearest rank, so with 2 ranks the
+//   median is the faster one);
+// - the score is compared with the rank's own baseline score (median over its last
+//   `baseline_steps` unflagged steps, clamped to [1, factor]): a rank that is always a little
+//   slower (a different socket, a busier host) is not a straggler, and one that is more than
+//   factor x slower from its first step on still is;
+// - a step is slow for a rank when score > factor x baseline AND its own time exceeds the
+//   median by more than `min_excess_us` (timer and scheduling jitter on millisecond steps);
+// - `consecutive` slow steps in a row flag the rank; every flagged rank is reported, with the
+//   phase whose own time exceeds the ranks' median for that phase by the most.
+// Torch-free and pure given its state: every rank feeds the same rows and derives the same
+// flags. Thread-safety: one instance per rank, on the training thread.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace nanchaos::harness {
+
+/// The phases of a training step whose own time is measured (SCENARIO_FORMAT `slow` `where`).
+enum class StepPhase { kData = 0, kCompute = 1, kBackward = 2, kComm = 3 };
+constexpr size_t kStepPhases = 4;
+
+/// "data", "compute", "backward", "comm" (the `slow` fault's `where` words).
+const char* phase_name(StepPhase p);
+
+/// One rank's own time per phase at one step (us), indexed by StepPhase.
+using PhaseTimes = std::array<double, kStepPhases>;
+
+struct StragglerParams {
+  double factor = 1.5;           ///< `straggler_factor`: slow when score > factor x baseline
+  int64_t consecutive = 3;       ///< `straggler_steps`: slow steps in a row before a flag
+  int64_t warmup_steps = 5;      ///< steps that only build the baselines
+  int64_t baseline_steps = 20;   ///< window of a rank's baseline (steps, unflagged ones)
+  double min_excess_us = 500.0;  ///< own time must exceed the median by more than this (us)
+};
+
+/// A flagged rank and the phase that grew.
+struct StragglerFlag {
+  int64_t rank = 0;
+  StepPhase phase = StepPhase::kCompute;
+  double score = 0;  ///< own time / median of the ranks at the flagging step
+};
+
+class StragglerTracker {
+ public:
+  /// Throws std::invalid_argument for factor <= 1, consecutive < 1, warmup_steps < 0 or
+  /// baseline_steps < 1 (the message names the key).
+  explicit StragglerTracker(StragglerParams p);
+
+  /// Feeds one step: `times[r]` is rank r's own time per phase (us, >= 0; world = its size,
+  /// the same every step: a change restarts the baselines). Returns the ranks flagged at this
+  /// step, ascending (a rank stays flagged, and reported, while it stays slow).
+  std::vector<StragglerFlag> observe(const std::vector<PhaseTimes>& times);
+
+  /// Forgets everything (a rollback re-executes steps; a relaunch starts over).
+  void reset();
+
+ private:
+  struct RankState {
+    std::deque<double> scores;      ///< recent unflagged scores (baseline)
+    std::deque<PhaseTimes> phases;  ///< recent unflagged phase times (baseline)
+    int64_t slow_run = 0;           ///< consecutive slow steps so far
+  };
+  StragglerParams p_;
+  int64_t steps_ = 0;
+  std::vector<RankState> ranks_;
+};
+
+}  // namespace nanchaos::harness
