@@ -78,9 +78,8 @@ class StragglerTracker {
 
  private:
   struct RankState {
-    std::deque<double> scores;      ///< recent unflagged scores (baseline)
-    std::deque<PhaseTimes> phases;  ///< recent unflagged phase times (baseline)
-    int64_t slow_run = 0;           ///< consecutive slow steps so far
+    std::deque<double> scores;  ///< recent unflagged scores (baseline)
+    int64_t slow_run = 0;       ///< consecutive slow steps so far
   };
   StragglerParams p_;
   int64_t steps_ = 0;
