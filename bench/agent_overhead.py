@@ -118,6 +118,8 @@ def worker(args) -> int:
 
     if args.paired:
         return _paired(args, rank, model, batches, loss_of)
+    if args.opcodes:
+        return _count_opcodes(args, model, batches, loss_of)
     timers = _install_timers() if args.time_hooks else None
     ddp = DDP(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
@@ -165,6 +167,54 @@ def worker(args) -> int:
         _print_timers(timers, len(wall), statistics.median(cpu))
         _warm_write_cost()
     dist.destroy_process_group()
+    return 0
+
+
+def _count_opcodes(args, model, batches, loss_of) -> int:
+    """``--opcodes``: the Python bytecode instructions one DDP step executes, by where they run
+    (``sys.settrace`` with per-opcode events, 20 steps after the warm-up): the agent's files
+    (inject/python), ``torch/nn/modules/module.py`` (its hook dispatch: a model with hooks leaves
+    ``_call_impl``'s fast path), the rest of torch, other code. Deterministic, unlike times: the
+    driver runs it detached and attached (world 1) and prints the difference, the Python work the
+    agent adds per step, which on a CPU-bound step is what its cost follows."""
+    import collections
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+
+    def step(i):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss_of(ddp(x), y).backward()
+        opt.step()
+
+    for i in range(args.warmup):
+        step(i)
+    counts: Dict[str, int] = collections.Counter()
+
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            f = frame.f_code.co_filename
+            where = ("agent" if f.startswith(AGENT_DIR) else
+                     "torch_module" if f.endswith(os.path.join("nn", "modules", "module.py")) else
+                     "torch" if os.sep + "torch" + os.sep in f else "other")
+            counts[where] += 1
+        return tracer
+
+    n = 20
+    sys.settrace(tracer)
+    for i in range(n):
+        step(args.warmup + i)
+    sys.settrace(None)
+    agent_mod = sys.modules.get("nanchaos._bootstrap")
+    out = {"opcodes_per_step": {k: v / n for k, v in counts.items()},
+           "agent": agent_mod is not None and agent_mod.agent() is not None}
+    sys.stdout.write(MARK + json.dumps(out) + "\n")
+    sys.stdout.flush()
     return 0
 
 
@@ -455,6 +505,8 @@ def run_job(args, mode: str, tmp: str, tag: str, profile: str = "") -> Dict:
                    "--heads", str(args.heads), "--seq", str(args.seq)]
     if profile == "paired":
         worker_args.append("--paired")
+    elif profile == "opcodes":
+        worker_args.append("--opcodes")
     elif profile == "cprofile":
         worker_args.append("--profile-rank0")
     elif profile == "timers":
@@ -503,7 +555,7 @@ def run_job(args, mode: str, tmp: str, tag: str, profile: str = "") -> Dict:
         sys.stderr.write(err0)
     if res["agent"] != (mode == "attached"):
         raise SystemExit(f"agent_overhead: {mode} job {tag}: agent loaded = {res['agent']}")
-    if mode == "attached":
+    if mode == "attached" and profile != "opcodes":
         n_end = 0
         with open(paths[0], encoding="utf-8") as fh:
             for line in fh:
@@ -516,6 +568,29 @@ def run_job(args, mode: str, tmp: str, tag: str, profile: str = "") -> Dict:
                              f"expected {args.warmup + args.steps} (did the agent attach?)")
         res["step_end_events"] = n_end
     return res
+
+
+def opcode_counts(args) -> int:
+    """``--opcodes``: one world-1 job detached, one attached (``_count_opcodes``); prints both
+    counts and the agent's addition per step as one JSON object (and a table on stderr)."""
+    args.world = 1
+    res = {}
+    with tempfile.TemporaryDirectory(prefix="nanchaos-agent-opcodes-") as tmp:
+        for mode in ("detached", "attached"):
+            res[mode] = run_job(args, mode, tmp, mode, profile="opcodes")["opcodes_per_step"]
+    total = {m: sum(c.values()) for m, c in res.items()}
+    added = {k: res["attached"].get(k, 0) - res["detached"].get(k, 0)
+             for k in sorted(set(res["attached"]) | set(res["detached"]))}
+    out = {"bench": "agent_opcodes", "model": args.model, "detached": res["detached"],
+           "attached": res["attached"], "added_per_step": added,
+           "agent_opcodes_per_step": total["attached"] - total["detached"]}
+    sys.stderr.write(f"Python opcodes per DDP step ({args.model}, world 1):\n")
+    for k, v in added.items():
+        sys.stderr.write(f"  {k:13s} detached {res['detached'].get(k, 0):8.0f}  attached "
+                         f"{res['attached'].get(k, 0):8.0f}  added {v:+8.0f}\n")
+    sys.stderr.write(f"  total added by the agent: {out['agent_opcodes_per_step']:.0f} per step\n")
+    print(json.dumps(out))
+    return 0
 
 
 def _paired_summary(paired, jobs: List[Dict], pairs: List[float]) -> Dict:
@@ -554,6 +629,9 @@ def main() -> int:
     ap.add_argument("--profile-rank0", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--time-hooks", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--paired", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--opcodes", action="store_true",
+                    help="only count the Python opcodes per step, detached and attached (world 1, "
+                         "mlp/transformer): deterministic, ~20 s")
     ap.add_argument("--paired-jobs", type=int, default=2,
                     help="paired jobs (A attached, B not, in the same processes) after each "
                          "round; 0: none")
@@ -593,6 +671,11 @@ def main() -> int:
         args.layers = 2
     if args.worker:
         return worker(args)
+    if args.opcodes:
+        if args.model == "fsdp2":
+            ap.error("--opcodes: mlp and transformer only")
+        args.python = args.python or default_python()
+        return opcode_counts(args)
     if args.model == "fsdp2" and args.profile:
         ap.error("--profile times the DDP models' entry points (mlp, transformer), not fsdp2")
     args.python = args.python or default_python()
