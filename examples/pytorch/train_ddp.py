@@ -19,6 +19,14 @@ MASTER_PORT)::
           equivalent on CPU before torch 2.3, loss_scaler.py); the scaler's own found_inf skip
           is the stack.
 
+Checkpoints (``--ckpt-dir DIR --save-every N``): after every N-th step rank 0 saves
+``{"model", "optimizer", "step"}`` to ``DIR/step-<s>.pt`` (``s``: the next step to run, the
+step the checkpoint resumes at), atomically (``torch.save`` to a temporary file, then
+``os.replace``), keeping the newest ``--keep``. At start every rank resumes from the newest
+checkpoint in DIR that loads, skipping the data the resumed steps already consumed, so a resumed
+run continues the uninterrupted one. nanchaos relaunches such a job with ``[job] restarts`` and
+gives it its own folder through ``{run_dir}`` in ``command``.
+
 Model module names (``named_modules()`` of the unwrapped model, the names fault targets use)::
 
     layers, layers.0, layers.0.linear, layers.0.act, layers.1, layers.1.linear, layers.1.act,
@@ -31,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
+import os
 import sys
 import time
 from typing import Iterator, List, Optional, Tuple
@@ -294,6 +304,35 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Tuple[float,
     return loss, accuracy
 
 
+def save_checkpoint(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    next_step: int, keep: int) -> str:
+    """Writes ``ckpt_dir/step-<next_step>.pt`` atomically; removes all but the newest ``keep``."""
+    os.makedirs(ckpt_dir, exist_ok=True)
+    path = os.path.join(ckpt_dir, f"step-{next_step:06d}.pt")
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "step": next_step}, tmp)
+    os.replace(tmp, path)  # a crash before this line leaves the previous newest intact
+    for old in sorted(glob.glob(os.path.join(ckpt_dir, "step-*.pt")))[:-keep]:
+        os.remove(old)
+    return path
+
+
+def resume(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+           device: torch.device) -> int:
+    """Loads the newest checkpoint of ``ckpt_dir`` that loads; returns its step (0: none)."""
+    for path in sorted(glob.glob(os.path.join(ckpt_dir, "step-*.pt")), reverse=True):
+        try:
+            state = torch.load(path, map_location=device)
+        except Exception as e:  # a truncated or unreadable file: try the next older one
+            print(f"train_ddp: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
+            continue
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return int(state["step"])
+    return 0
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stack", choices=sorted(STACKS), default="none",
@@ -309,6 +348,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=5, help="loss line on rank 0 every N steps")
     p.add_argument("--eval-every", type=int, default=0, help="held-out eval every N steps "
                    "(0: only at the end)")
+    p.add_argument("--ckpt-dir", default="", help="save and resume checkpoints here")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="save a checkpoint after every N-th step (0: never)")
+    p.add_argument("--keep", type=int, default=2, help="checkpoints kept (newest)")
     p.add_argument("--print-digest", action="store_true",
                    help="print each rank's parameter digest at the end")
     return p.parse_args(argv)
@@ -326,16 +369,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
     stack = STACKS[args.stack](ddp_model, optimizer, device)
 
+    start = resume(args.ckpt_dir, model, optimizer, device) if args.ckpt_dir else 0
     data = SyntheticClassification(args.features, args.classes, args.seed, rank, device)
     heldout_x, heldout_y = data.heldout(256)
     batches = data.batches(args.batch_size)
+    for _ in range(start):  # the data position: the batches the resumed steps already used
+        next(batches)
     if rank == 0:
         print(f"train_ddp: stack={args.stack} backend={backend} world_size={world_size} "
-              f"steps={args.steps} torch={torch.__version__}", flush=True)
+              f"steps={args.steps} torch={torch.__version__}"
+              + (f" resumed at step {start}" if start else ""), flush=True)
 
     skipped = 0
     t0 = time.perf_counter()
-    for step in range(args.steps):
+    for step in range(start, args.steps):
         x, y = next(batches)
         with stack.forward_context():
             logits = ddp_model(x)
@@ -345,6 +392,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             skipped += 1
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step:4d} | loss {loss_value:.4f} | skipped {skipped}", flush=True)
+        if args.save_every and args.ckpt_dir and (step + 1) % args.save_every == 0 and rank == 0:
+            save_checkpoint(args.ckpt_dir, model, optimizer, step + 1, args.keep)
         if args.eval_every and step % args.eval_every == args.eval_every - 1 and rank == 0:
             print(f"step {step:4d} | heldout loss {evaluate(model, heldout_x, heldout_y)[0]:.4f}",
                   flush=True)
@@ -352,7 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     heldout_loss, accuracy = evaluate(model, heldout_x, heldout_y)
     if rank == 0:
-        print(f"done: {args.steps} steps ({skipped} skipped on rank 0) in {elapsed:.2f} s | "
+        print(f"done: {args.steps - start} steps ({skipped} skipped on rank 0) in {elapsed:.2f} s | "
               f"heldout loss {heldout_loss:.4f} accuracy {accuracy:.3f}", flush=True)
     if args.print_digest:
         print(f"digest rank {rank} {parameter_digest(model)}", flush=True)

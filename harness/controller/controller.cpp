@@ -37,6 +37,7 @@
 #include "harness/controller/judge.h"
 #include "harness/controller/merged_log.h"
 #include "harness/controller/progress.h"
+#include "harness/controller/rank_evidence.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
@@ -141,6 +142,43 @@ MpiSessionDir::~MpiSessionDir() {
   fs::remove_all(dir_, ec);
 }
 
+namespace {
+
+// An earlier run in the same folder (--out reused) must leave nothing a job could read: no event
+// log that would pass for this job's, no checkpoint of the job's own under {run_dir}. The
+// scenario file itself stays when it lives there (a campaign writes it there first).
+void empty_run_folder(const std::string& run_dir, const std::string& scenario_file) {
+  fs::create_directories(run_dir);
+  std::error_code same_ec;
+  for (const auto& entry : fs::directory_iterator(run_dir)) {
+    if (fs::equivalent(entry.path(), scenario_file, same_ec)) continue;
+    fs::remove_all(entry.path());
+  }
+}
+
+// Launch K's evidence out of the way of launch K+1: RUN/{events,ranks.log,ranks,plan.json} into
+// RUN/launches/K/ (rank_evidence.h launch_dir). Every process of the launch is gone, so nothing
+// writes to them any more. Throws fs::filesystem_error.
+void keep_launch_evidence(const std::string& run_dir, size_t launch) {
+  const fs::path to = launch_dir(run_dir, launch);
+  fs::create_directories(to);
+  for (const char* name : {"events", "ranks.log", "ranks", "plan.json"}) {
+    const fs::path from = fs::path(run_dir) / name;
+    if (fs::exists(from)) fs::rename(from, to / name);
+  }
+  fs::create_directories(fs::path(run_dir) / "events");
+}
+
+// Sleeps `ms`, waking every 10 ms for a stop signal (then returns early).
+void wait_between_launches(int64_t ms) {
+  const int64_t until = now_us() + ms * 1000;
+  while (now_us() < until && stop_signal() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(10, ms)));
+  }
+}
+
+}  // namespace
+
 results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& run_dir,
                                          const LaunchContext& ctx, const std::string& job_id,
                                          std::optional<uint64_t> seed) {
@@ -149,8 +187,8 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     // A full disk or a read-only --out: this scenario is an error naming the path and errno;
     // the suite goes on and the reports keep what was measured. A log left by an earlier run in
     // the same folder (--out reused) must not pass for this job's: a rank that never starts
-    // would be judged on it (run_external_job clears it for external jobs the same way).
-    fs::remove_all(run_dir + "/events");
+    // would be judged on it; nor a checkpoint folder the job keeps under {run_dir}.
+    empty_run_folder(run_dir, s.file);
     fs::create_directories(run_dir + "/events");
     const fs::path copy = fs::path(run_dir) / "scenario.toml";
     std::error_code same_ec;
@@ -165,24 +203,72 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     res.reason = job.launch_error;  // verdict stays "error"
     return res;
   }
-  std::map<std::string, std::string> env;
-  std::optional<MpiSessionDir> mpi_tmp(std::in_place, ctx, job_id, env);
-  if (s.job.external()) {
-    job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed, false,
-                           env);
-  } else {
-    auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
-                              fs::absolute(run_dir).string(), seed);
-    job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
-                     int(s.job.ranks), 0, env);
+  std::vector<JobResult> earlier;  // the launches before the last one ([job] restarts)
+  LaunchIndex launch;
+  for (;;) {
+    std::map<std::string, std::string> env;
+    std::optional<MpiSessionDir> mpi_tmp(std::in_place, ctx, job_id, env);
+    if (s.job.external()) {
+      job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed,
+                             false, env, launch);
+    } else {
+      auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
+                                fs::absolute(run_dir).string(), seed);
+      if (!launch.fired_earlier.empty()) {
+        argv.insert(argv.end(),
+                    {"--skip-faults", fmt::format("{}", fmt::join(launch.fired_earlier, ","))});
+      }
+      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
+                       int(s.job.ranks), 0, env);
+    }
+    mpi_tmp.reset();
+    // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
+    // the logs are plain JSON lines for every reader, not only read_events().
+    for (int64_t r = 0; r < s.job.ranks; ++r) {
+      trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+    }
+    // Relaunch only a job that ran and ended abnormally: not one that could not start, never
+    // attached (its command is wrong; a relaunch would fail alike) or was interrupted.
+    if (launch.launch >= s.job.restarts || job.interrupted_by != 0 || !job.launch_error.empty() ||
+        !job.attach_failure.empty()) {
+      break;
+    }
+    const JobEvidence ev = read_job_evidence(int(s.job.ranks), run_dir, job);
+    if (ev.unreadable || launch_outcome(ev.ranks, job) == results::Outcome::kCompleted) break;
+    // The launch must be completely gone before the next starts (launch_job swept its orphans;
+    // a process that survived SIGKILL would share the next launch's port and files).
+    if (const auto left = job_processes(job_id); !left.empty()) {
+      job.launch_error = fmt::format(
+          "launch {}: {} process(es) of the job still alive after its end (pid {}); not "
+          "relaunched",
+          launch.launch, left.size(), left.front());
+      break;
+    }
+    std::set<int> fired(launch.fired_earlier.begin(), launch.fired_earlier.end());
+    for (const auto& rank : ev.ranks) {
+      for (const auto& inj : rank.injections) fired.insert(inj.fault);
+    }
+    try {
+      keep_launch_evidence(run_dir, earlier.size());
+    } catch (const std::exception& e) {
+      job.launch_error =
+          fmt::format("launch {}: cannot keep its evidence: {}", launch.launch, e.what());
+      break;
+    }
+    earlier.push_back(job);
+    launch.launch += 1;
+    launch.fired_earlier.assign(fired.begin(), fired.end());
+    log::info("job {}: launch {} ended abnormally; relaunch {} of {} in {} ms", job_id,
+              launch.launch - 1, launch.launch, s.job.restarts, s.job.restart_delay_ms);
+    wait_between_launches(s.job.restart_delay_ms);
+    if (const int sig = stop_signal()) {  // interrupted between two launches
+      job = JobResult{};
+      job.interrupted_by = sig;
+      job.t0_us = job.t_end_us = now_us();
+      break;
+    }
   }
-  mpi_tmp.reset();
-  // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
-  // the logs are plain JSON lines for every reader, not only read_events().
-  for (int64_t r = 0; r < s.job.ranks; ++r) {
-    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
-  }
-  results::ScenarioResult res = judge_run(s, run_dir, job);
+  results::ScenarioResult res = judge_run(s, run_dir, job, earlier);
   res.logs = job_logs(run_dir, int(s.job.ranks));
   if (!job.launch_error.empty()) {
     res.verdict = results::Verdict::kError;
@@ -194,7 +280,8 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     res.reason = "interrupted";
     res.extra["interrupted_by"] = signal_name(job.interrupted_by);
   }
-  res.extra["job_start_us"] = job.t0_us;  // the timeline's zero (CLOCK_MONOTONIC us)
+  // The timeline's zero (CLOCK_MONOTONIC us): the first launch's start.
+  res.extra["job_start_us"] = earlier.empty() ? job.t0_us : earlier.front().t0_us;
   // No orphans: what of this job is alive now, after launch_job's sweep (0, or a bug).
   res.extra["orphans_left"] = job_processes(job_id).size();
   // The controller's own footprint after each job (the soak test bounds its growth).

@@ -46,10 +46,12 @@ std::string agent_never_loaded(int64_t rank);
 
 /// How a launched job ended, as the controller saw it.
 struct JobResult {
-  int exit_code = -1;        ///< launcher exit code (or 128 + signal)
-  bool timed_out = false;    ///< the controller killed it at timeout_ms
-  int64_t t0_us = 0;         ///< launch time (CLOCK_MONOTONIC us, as in events.h)
-  int64_t t_end_us = 0;      ///< launcher reaped
+  int exit_code = -1;      ///< launcher exit code (or 128 + signal)
+  bool timed_out = false;  ///< the controller killed it at timeout_ms
+  int64_t t0_us = 0;       ///< launch time (CLOCK_MONOTONIC us, as in events.h)
+  int64_t t_end_us = 0;    ///< launcher reaped
+  /// Every process of the job gone (after the orphan sweep; CLOCK_MONOTONIC us); 0: not recorded.
+  int64_t t_gone_us = 0;
   int orphans_killed = 0;    ///< job processes still alive after the launcher was reaped
   std::string launch_error;  ///< the launcher could not start: "cannot execute mpirun: ..."
   /// SIGINT or SIGTERM when the controller got one while the job ran (0: not interrupted); the
@@ -198,14 +200,23 @@ std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scena
                                         const std::string& python,
                                         std::optional<uint64_t> seed = std::nullopt);
 
-/// Runs one external job: writes RUN/plan.json (compile_plan(s, dry_run)), clears RUN/events,
-/// picks MASTER_PORT, launches through `launcher` and waits (launch_job). `seed`: as for
+/// Which launch of a job ([job] restarts) a command line starts: 0 for the first, and the
+/// one-shot faults that fired in the earlier ones (drop_fired_faults, harness/scenario/plan.h).
+struct LaunchIndex {
+  int64_t launch = 0;
+  std::vector<int> fired_earlier;  ///< [[fault]] indices, ascending
+};
+
+/// Runs one external job: writes RUN/plan.json (compile_plan of `s` less the faults
+/// `launch.fired_earlier` retires, plus "launch" and "fired_earlier"), clears RUN/events, picks
+/// a fresh MASTER_PORT, launches through `launcher` and waits (launch_job). `seed`: as for
 /// launcher_argv.
 JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& self_exe, const std::string& run_dir,
                            const std::string& python, const std::string& job_id,
                            std::optional<uint64_t> seed, bool dry_run = false,
-                           const std::map<std::string, std::string>& extra_env = {});
+                           const std::map<std::string, std::string>& extra_env = {},
+                           const LaunchIndex& launch = {});
 
 /// Whitespace-separated words of a command line (no quoting): "mpirun --mca x y" -> 3 words.
 std::vector<std::string> split_words(const std::string& s);
@@ -281,9 +292,15 @@ class MpiSessionDir {
   std::string dir_;
 };
 
-/// Runs one job of `s` in `run_dir` and judges it: makes run_dir/events, copies the scenario to
-/// run_dir/scenario.toml (unless it is that file), launches (run_external_job or launch_job with
-/// launcher_argv), trims the event logs, judge(). A launch that cannot start, an interruption
+/// Runs one job of `s` in `run_dir` and judges it: empties run_dir (but for a scenario.toml that
+/// is the scenario's own file), copies the scenario to run_dir/scenario.toml, launches
+/// (run_external_job or launch_job with launcher_argv), trims the event logs, judge().
+/// [job] restarts: a launch that ended abnormally (launch_outcome() not completed; not for a
+/// launch that could not start, a rank that never attached, or an interruption) is checked
+/// gone (no process with its job id), its evidence moved to run_dir/launches/K/ (events/,
+/// ranks.log, ranks/, plan.json), and after [job] restart_delay_ms the job is launched again
+/// (fresh launcher, fresh MASTER_PORT; built-in ranks get `--skip-faults`), up to N times; the
+/// last launch's evidence stays at the top of run_dir. A launch that cannot start, an interruption
 /// (stop_signal()) and an unpreparable folder give verdict `error` with the reason; the rest of
 /// the evidence stays. Adds extra.job_start_us, orphans_left and the controller's footprint.
 /// `seed` overrides the scenario's (a trial). Safe to call from several threads at once for

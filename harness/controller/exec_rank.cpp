@@ -87,6 +87,24 @@ void write_line(int fd, const nlohmann::json& e) {
 
 }  // namespace
 
+std::string substitute_launch_vars(const std::string& text, const std::string& run_dir,
+                                   int64_t launch) {
+  static const std::string kRunDir = "{run_dir}", kLaunch = "{launch}";
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kRunDir.size(), kRunDir) == 0) {
+      out += run_dir;
+      i += kRunDir.size();
+    } else if (text.compare(i, kLaunch.size(), kLaunch) == 0) {
+      out += std::to_string(launch);
+      i += kLaunch.size();
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 std::string agent_path() {
   if (const char* p = env_or_null("NANCHAOS_AGENT_PATH")) return p;
   return NANCHAOS_AGENT_DIR;
@@ -127,6 +145,15 @@ int exec_rank(const ExecRankOptions& opts) {
     plan_text.pop_back();
   }
   const std::string events = fmt::format("{}/events/rank-{}.jsonl", opts.run_dir, id.rank);
+  // Which launch of the job this is ([job] restarts): the controller wrote it into the plan.
+  const auto plan_json = nlohmann::json::parse(plan_text, nullptr, /*allow_exceptions=*/false);
+  const int64_t launch = plan_json.is_object() && plan_json.contains("launch") &&
+                                 plan_json["launch"].is_number_integer()
+                             ? plan_json["launch"].get<int64_t>()
+                             : 0;
+  auto vars = [&](const std::string& text) {
+    return substitute_launch_vars(text, opts.run_dir, launch);
+  };
 
   auto set = [](const char* k, const std::string& v) { setenv(k, v.c_str(), 1); };
   if (s.job.launch == Launch::kPlain) {
@@ -156,7 +183,7 @@ int exec_rank(const ExecRankOptions& opts) {
   set("PYTHONPATH", old_path ? agent + ":" + old_path : agent);
   for (const auto& [k, v] : s.job.env) {
     // The agent's folder stays first on a PYTHONPATH the scenario sets.
-    set(k.c_str(), k == "PYTHONPATH" ? agent + ":" + v : v);
+    set(k.c_str(), k == "PYTHONPATH" ? agent + ":" + vars(v) : vars(v));
   }
   // A bare program name is searched in PATH, then in the folder of this nanchaos binary, where
   // the C++ example job (examples/libtorch, nanchaos-example-libtorch) is built.
@@ -172,6 +199,7 @@ int exec_rank(const ExecRankOptions& opts) {
   // from there (execvp searches PATH only for a bare name).
   const fs::path folder = fs::absolute(opts.scenario).parent_path();
   std::vector<std::string> argv = s.job.command;
+  for (auto& a : argv) a = vars(a);
   if (chdir(folder.c_str()) != 0) {
     std::cerr << fmt::format("nanchaos exec-rank: error: cannot enter {}: {}\n", folder.string(),
                              std::strerror(errno));

@@ -17,6 +17,9 @@
 // (job_guard.h). Once it knows its rank it makes RUN/ranks/rank-R.out and .err its stdout and
 // stderr when $NANCHAOS_RANK_OUTPUT names that folder (rank_output.h), so the command's output
 // lands there, whole lines in order, whatever the launcher does with its pipes.
+// In [job].command and the values of [job].env, `{run_dir}` becomes the run folder (absolute;
+// kept across the launches of a relaunched job) and `{launch}` the launch index (0, 1, ...,
+// from plan.json's "launch"; [job] restarts).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,11 @@ struct ExecRankOptions {
 
 /// The folder put first on PYTHONPATH: $NANCHAOS_AGENT_PATH, else <source dir>/inject/python.
 std::string agent_path();
+
+/// `text` with every `{run_dir}` replaced by `run_dir` and every `{launch}` by `launch`; other
+/// braces stay as written. Pure.
+std::string substitute_launch_vars(const std::string& text, const std::string& run_dir,
+                                   int64_t launch);
 
 /// Never returns on success (execvp); returns the exit status on an error (printed to stderr).
 int exec_rank(const ExecRankOptions& opts);

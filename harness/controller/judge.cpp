@@ -98,9 +98,10 @@ struct Fired {
   std::set<int> faults;  // [[fault]] indices that fired at least once
 };
 
-Fired collect_injections(const std::vector<RankEvidence>& logs, const JobResult& job,
+// `t0_us`: the timeline's zero (the first launch's start).
+Fired collect_injections(const std::vector<RankEvidence>& logs, int64_t t0_us,
                          results::ScenarioResult& res) {
-  const double t0 = double(job.t0_us);
+  const double t0 = double(t0_us);
   Fired f;
   for (size_t r = 0; r < logs.size(); ++r) {
     for (const auto& e : logs[r].injections) {
@@ -134,6 +135,8 @@ struct Judged {
   std::string blamed_cause;
   double abort_ms = -1;  // first injection -> the job's end (-1: no injection)
   int64_t false_positives = 0;
+  int64_t restarts = 0;                      // relaunches ([job] restarts) that happened
+  std::optional<int64_t> resumed_from_step;  // of the last launch
 };
 
 // The [expect] checks, in the order report.json lists them.
@@ -217,6 +220,12 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
   }
   add("max_false_positives", ex.max_false_positives, j.false_positives,
       j.false_positives <= ex.max_false_positives);
+  if (ex.restarts) add("restarts", *ex.restarts, j.restarts, j.restarts == *ex.restarts);
+  if (ex.resumed_from_step) {
+    add("resumed_from_step", *ex.resumed_from_step,
+        j.resumed_from_step ? json(*j.resumed_from_step) : json(nullptr),
+        j.resumed_from_step == ex.resumed_from_step);
+  }
 }
 
 // An external job whose agent counted a different number of iterations than [job].steps, in a
@@ -386,7 +395,9 @@ void judge_end_state(const Scenario& s, const std::vector<RankEvidence>& logs, J
 results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
                                        const JobResult& reaped) {
   results::ScenarioResult res = result_for(s, ev.run_dir);
-  res.wall_ms = double(reaped.t_end_us - reaped.t0_us) / 1000.0;
+  // A relaunched job ([job] restarts) is timed from its first launch's start.
+  const int64_t t0 = ev.earlier.empty() ? reaped.t0_us : ev.earlier.front().job.t0_us;
+  res.wall_ms = double(reaped.t_end_us - t0) / 1000.0;
   const std::vector<RankEvidence>& logs = ev.ranks;
   // The launcher's crash in its own teardown, once every rank wrote its exit record, is not the
   // job's end: from here on the launcher's status is the one the ranks' records give
@@ -396,7 +407,28 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   job.exit_code = launcher.counted;
 
   res.outcome = job_outcome(logs, job);
-  const Fired fired = collect_injections(logs, job, res);
+  // The injections of every launch; a fault that fired in any of them has fired. The last
+  // launch's own first injection times its abort.
+  Fired fired;
+  for (const auto& launch : ev.earlier) {
+    const Fired f = collect_injections(launch.ranks, t0, res);
+    fired.faults.insert(f.faults.begin(), f.faults.end());
+    if (f.first_fault_step) {
+      fired.first_fault_step =
+          std::min(fired.first_fault_step.value_or(*f.first_fault_step), *f.first_fault_step);
+    }
+    if (f.first_inject_t) {
+      fired.first_inject_t =
+          std::min(fired.first_inject_t.value_or(*f.first_inject_t), *f.first_inject_t);
+    }
+  }
+  const Fired own = collect_injections(logs, t0, res);
+  fired.faults.insert(own.faults.begin(), own.faults.end());
+  if (own.first_fault_step) {
+    fired.first_fault_step =
+        std::min(fired.first_fault_step.value_or(*own.first_fault_step), *own.first_fault_step);
+  }
+  if (own.first_inject_t) fired.first_inject_t = own.first_inject_t;
   // The post-mortem and the attribution see the processes' ends (the controller's pid watch, the
   // ranks' own watch across hosts), never the injections: who died is what the processes say.
   JobResult seen = job;
@@ -433,8 +465,35 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   } else if (!pm.absent.empty() && res.outcome != Outcome::kCompleted) {
     j.blamed = pm.absent;
     j.blamed_cause = "hang";
+  } else {
+    // A relaunched job: the post-mortem of the first launch that ended abnormally.
+    for (const auto& launch : ev.earlier) {
+      const Outcome outcome = launch_outcome(launch.ranks, launch.job);
+      if (outcome == Outcome::kCompleted) continue;
+      JobResult seen_then = launch.job;
+      seen_then.rank_gone_us = ranks_gone_us(launch.ranks, launch.job);
+      const Postmortem then = postmortem(s, launch.ranks, seen_then, outcome);
+      if (!then.dead.empty()) {
+        j.blamed = then.dead;
+        j.blamed_cause = "rank_failure";
+      } else if (!then.absent.empty()) {
+        j.blamed = then.absent;
+        j.blamed_cause = "hang";
+      }
+      break;
+    }
   }
-  if (fired.first_inject_t) j.abort_ms = double(job.t_end_us - *fired.first_inject_t) / 1000.0;
+  if (own.first_inject_t) j.abort_ms = double(job.t_end_us - *own.first_inject_t) / 1000.0;
+  j.restarts = int64_t(ev.earlier.size());
+  if (s.job.restarts > 0) {
+    std::vector<LaunchView> views;
+    for (const auto& launch : ev.earlier) views.push_back({&launch.ranks, &launch.job});
+    views.push_back({&logs, &reaped});
+    const LaunchesJudged launches = judge_launches(s, views);
+    j.resumed_from_step = launches.last_resumed_from_step;
+    res.extra["launches"] = launches.launches;
+    res.extra["restarts"] = launches.restarts;
+  }
 
   res.extra["postmortem"] = nullptr;
   if (!res.first_detection && !j.blamed.empty()) {
@@ -508,8 +567,14 @@ results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const Jo
 }
 
 results::ScenarioResult judge_run(const Scenario& s, const std::string& run_dir,
-                                  const JobResult& job) {
-  return judge(s, read_job_evidence(int(s.job.ranks), run_dir, job), job);
+                                  const JobResult& job, const std::vector<JobResult>& earlier) {
+  return judge(s, read_job_evidence(int(s.job.ranks), run_dir, job, earlier), job);
+}
+
+results::Outcome launch_outcome(const std::vector<RankEvidence>& ranks, const JobResult& reaped) {
+  JobResult job = reaped;
+  job.exit_code = launcher_exit(ranks, reaped).counted;
+  return job_outcome(ranks, job);
 }
 
 }  // namespace nanchaos::harness

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "harness/controller/controller.h"
 #include "harness/controller/rank_evidence.h"
@@ -19,10 +20,17 @@ namespace nanchaos::harness {
 /// "cannot judge: an event in RUN/events has a field of the wrong type: ...".
 results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const JobResult& job);
 
-/// read_job_evidence(s.job.ranks, run_dir, job) then judge(): what the controller calls once the
-/// job has ended (the free-space sample is taken then).
+/// read_job_evidence(s.job.ranks, run_dir, job, earlier) then judge(): what the controller calls
+/// once the job has ended (the free-space sample is taken then). `earlier`: the launches before
+/// the last one ([job] restarts), in order.
 results::ScenarioResult judge_run(const Scenario& s, const std::string& run_dir,
-                                  const JobResult& job);
+                                  const JobResult& job, const std::vector<JobResult>& earlier = {});
+
+/// How one launch ended, from its ranks' evidence and the launcher's exit state (read against the
+/// ranks' exit records, as judge() reads it): killed at its timeout -> hung; every rank through
+/// to its `final` record, exit 0 and no abort -> completed; a rank's abort -> aborted; else
+/// crashed. Pure. The controller relaunches a job ([job] restarts) whose launch did not complete.
+results::Outcome launch_outcome(const std::vector<RankEvidence>& ranks, const JobResult& job);
 
 /// A result that names its scenario (name, file, seed, ranks) and run folder ("" for a scenario
 /// that never got one), verdict still "error": what every path that judges, skips or refuses a

@@ -2,7 +2,8 @@
 // - postmortem.cpp: which collectives each rank was in, the absent, dead and deadlocked ranks;
 // - detections.cpp: the stack's detections merged across ranks, attributed, with latencies;
 // - external_job.cpp: why an external job never got going, and why a target matched nothing;
-// - launcher_exit.cpp: whether the launcher's exit status is the job's, or its own teardown crash.
+// - launcher_exit.cpp: whether the launcher's exit status is the job's, or its own teardown crash;
+// - launches.cpp: the launches of a relaunched job ([job] restarts) and what each restart cost.
 // Each reads the per-rank evidence (rank_evidence.h) and the launcher's exit state only.
 #pragma once
 
@@ -81,6 +82,40 @@ LauncherExit launcher_exit(const std::vector<RankEvidence>& logs, const JobResul
 /// report.json `launcher_exit`: {status, signal ("SIGSEGV" or null), after_ranks_exited,
 /// counted (whether the verdict used status), note (or null)}.
 nlohmann::json launcher_exit_json(const LauncherExit& l);
+
+/// One launch of a job as the judge reads it: its ranks' evidence and the launcher's exit state.
+struct LaunchView {
+  const std::vector<RankEvidence>* ranks;
+  const JobResult* job;
+};
+
+/// The launches of a job, judged together (launches.cpp).
+struct LaunchesJudged {
+  /// report.json `launches`: per launch {launch, start_ms, end_ms (from the first launch's
+  /// start), outcome, resumed_from_step, checkpoint_loaded ({path, step} or null),
+  /// steps_reached}.
+  nlohmann::json launches;
+  /// report.json `restarts`: per relaunch {after_launch, cause (the launch's outcome),
+  /// failed_ms, resume_ms (the failing event -> every rank of the next launch completed its
+  /// first step), detect_ms (-> the first rank of the launch gone), teardown_ms (-> every
+  /// process of it gone), relaunch_ms (-> every rank of the next launch up: `start`, or an external
+  /// rank's `agent`; includes [job] restart_delay_ms), load_ms (-> every rank that loads a
+  /// checkpoint loaded it; null when none did), first_step_ms (-> every rank completed its first
+  /// step)}; null phases where the evidence lacks the event. The failing event: the first abort
+  /// (aborted), the deadline t0 + timeout_ms (hung), the crash fault's injection or else the first
+  /// rank gone (crashed).
+  nlohmann::json restarts;
+  std::optional<int64_t> last_resumed_from_step;
+  std::optional<double> resume_ms_max;
+};
+/// `launches` in launch order (the last is the job's last launch). Pure.
+LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& launches);
+/// The step launch k resumed from: the step recorded in the first checkpoint it loaded; else,
+/// for a load whose object carries no step, the agent's step count at the latest save of that
+/// path in an earlier launch; else the first step the launch began (0 for a built-in relaunch,
+/// which has no checkpoint). nullopt for a first launch that loaded nothing, or a launch that
+/// began no step. Pure.
+std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches, size_t k);
 
 /// Why a target may have matched nothing, given rank 0's `start` event (null: none).
 std::string target_hint(const std::string& target, const nlohmann::json& start);

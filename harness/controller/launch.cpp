@@ -185,7 +185,8 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
                            const std::string& self_exe, const std::string& run_dir,
                            const std::string& python, const std::string& job_id,
                            std::optional<uint64_t> seed, bool dry_run,
-                           const std::map<std::string, std::string>& extra_env) {
+                           const std::map<std::string, std::string>& extra_env,
+                           const LaunchIndex& launch) {
   const std::string abs_run = fs::absolute(run_dir).string();
   // A log left by an earlier run in the same folder must not pass for this job's first line.
   std::error_code ec;
@@ -198,7 +199,12 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   {
     errno = 0;
     std::ofstream plan(abs_run + "/plan.json");
-    plan << compile_plan(s, dry_run).dump() << "\n";  // one line: $NANCHAOS_PLAN reads well
+    Scenario this_launch = s;
+    drop_fired_faults(this_launch, launch.fired_earlier);
+    auto compiled = compile_plan(this_launch, dry_run);
+    compiled["launch"] = launch.launch;  // exec-rank substitutes it for {launch}
+    compiled["fired_earlier"] = launch.fired_earlier;
+    plan << compiled.dump() << "\n";  // one line: $NANCHAOS_PLAN reads well
     plan.close();
     if (!plan) {
       JobResult r;
@@ -405,6 +411,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     kill_job(pid, job_id, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  r.t_gone_us = now_us();
   merged.finish();  // every process of the job is gone: nothing more will be written
   return r;
 }

@@ -55,6 +55,7 @@ struct TypedReader {
     if (e.vm_hwm_kib) r.vm_hwm_kib = e.vm_hwm_kib;
   }
   void operator()(const StepEndEvent& e) {
+    if (!r.first_step_end_t) r.first_step_end_t = e.t_us;
     r.steps_done = std::max(r.steps_done, e.step + 1);
     r.actions[e.step] = e.action;
   }
@@ -70,15 +71,47 @@ struct TypedReader {
 
 // The events only this reader needs (the start, the agent's own records, the log's records of
 // lost evidence), read from the JSON.
+CheckpointEvent checkpoint_event(const json& e) {
+  CheckpointEvent c;
+  c.t_us = int_field(e, "t_us", 0);
+  c.path = e.value("path", std::string());
+  if (e.contains("step") && e["step"].is_number_integer()) c.step = e["step"].get<int64_t>();
+  if (e.contains("agent_step") && e["agent_step"].is_number_integer()) {
+    c.agent_step = e["agent_step"].get<int64_t>();
+  }
+  return c;
+}
+
 void read_other(const json& e, const std::string& ev, RankEvidence& r) {
-  if (ev == "start") {
+  if (ev == "step_begin") {
+    const int64_t step = int_field(e, "step", 0);
+    r.first_step = std::min(r.first_step.value_or(step), step);
+  } else if (ev == "ckpt_save") {
+    r.ckpt_saves.push_back(checkpoint_event(e));
+  } else if (ev == "ckpt_rename") {
+    // An atomic save renamed into place: the same checkpoint, now under its final path.
+    const std::string from = e.value("from", std::string());
+    for (auto it = r.ckpt_saves.rbegin(); it != r.ckpt_saves.rend(); ++it) {
+      if (it->path != from) continue;
+      CheckpointEvent moved = *it;
+      moved.path = e.value("path", std::string());
+      moved.t_us = int_field(e, "t_us", 0);
+      r.ckpt_saves.push_back(moved);
+      break;
+    }
+  } else if (ev == "ckpt_load") {
+    r.ckpt_loads.push_back(checkpoint_event(e));
+  } else if (ev == "start") {
     r.started = true;
+    if (!r.start_t) r.start_t = int_field(e, "t_us", 0);
     r.start_ev = e;
   } else if (ev == "probe" && r.start_ev.is_object()) {
     r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
   } else if (ev == "exception" && !r.exception) {
     r.exception = e.value("message", std::string("an exception"));
   } else if (ev == "agent") {
+    // An external rank is up when its agent loaded, before the job built its model (`start`).
+    r.start_t = std::min(r.start_t.value_or(int_field(e, "t_us", 0)), int_field(e, "t_us", 0));
     r.agent = true;
     r.agent_kind = e.value("agent", std::string("python"));
   } else if (ev == "agent_warning") {
@@ -135,10 +168,23 @@ void read_ranks_log(std::istream& in, JobEvidence& ev) {
   }
 }
 
-JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job) {
+std::string launch_dir(const std::string& run_dir, size_t launch) {
+  return fmt::format("{}/launches/{}", run_dir, launch);
+}
+
+JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job,
+                              const std::vector<JobResult>& earlier) {
   JobEvidence ev;
   ev.run_dir = run_dir;
   try {
+    for (size_t k = 0; k < earlier.size(); ++k) {
+      LaunchEvidence launch;
+      launch.job = earlier[k];
+      for (int r = 0; r < world; ++r) {
+        launch.ranks.push_back(read_rank_evidence(launch_dir(run_dir, k), r, earlier[k]));
+      }
+      ev.earlier.push_back(std::move(launch));
+    }
     for (int r = 0; r < world; ++r) ev.ranks.push_back(read_rank_evidence(run_dir, r, job));
   } catch (const json::exception& e) {
     ev.unreadable = e.what();

@@ -38,6 +38,15 @@ struct P2pEntry {
   int64_t t_us = 0;
 };
 
+/// A checkpoint the job saved or loaded, as the agent observed it (`ckpt_save` / `ckpt_load`,
+/// harness/evidence/events.h): external jobs only.
+struct CheckpointEvent {
+  int64_t t_us = 0;
+  std::string path;                   ///< as the job passed it ("" for a file object without name)
+  std::optional<int64_t> step;        ///< the object's own step field ("step", "global_step", ...)
+  std::optional<int64_t> agent_step;  ///< save: iterations the agent had seen complete
+};
+
 /// One rank's evidence. Times (t_us, in `events` too) are on the controller's timeline.
 struct RankEvidence {
   std::vector<StackEvent> stack_events;  ///< its detect and decision events, in log order
@@ -54,6 +63,13 @@ struct RankEvidence {
   /// controller's timeline; what decides for a rank the controller could not pid-watch.
   std::optional<int64_t> gone_us;
   int64_t last_t = 0;
+  /// When it was up: its `start` (built-in), or its agent's `agent` event (external, earlier).
+  std::optional<int64_t> start_t;
+  std::optional<int64_t> first_step;        ///< the lowest step it began (step_begin)
+  std::optional<int64_t> first_step_end_t;  ///< when it completed its first step (step_end)
+  /// In log order; a save renamed into place (`ckpt_rename`) is listed again under its new path.
+  std::vector<CheckpointEvent> ckpt_saves;
+  std::vector<CheckpointEvent> ckpt_loads;       ///< in log order
   int64_t steps_done = 0;                        ///< highest step_end step + 1
   std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
   std::vector<InjectEvent> injections;           ///< in log order
@@ -82,10 +98,22 @@ RankEvidence rank_evidence_from_events(std::vector<nlohmann::json> events, const
 /// rank_evidence_from_events(). Throws json::type_error on a field of the wrong type.
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job);
 
+/// A launch of the job that ended abnormally and was followed by a relaunch ([job] restarts):
+/// its ranks' evidence and how the controller saw it end. Its files are in RUN/launches/K/
+/// (events/, ranks.log, ranks/, plan.json: the layout of the run folder's own, which holds the
+/// last launch).
+struct LaunchEvidence {
+  JobResult job;
+  std::vector<RankEvidence> ranks;  ///< one per rank of [job].ranks
+};
+
 /// Everything the judge reads of one finished job: the only input of judge() besides the
-/// scenario and the launcher's exit state (harness/controller/judge.h). Built by
-/// read_job_evidence() from a run folder, or in memory by a test.
+/// scenario and the launcher's exit state of its last launch (harness/controller/judge.h). Built
+/// by read_job_evidence() from a run folder, or in memory by a test.
 struct JobEvidence {
+  /// The launches before the last one, in order (empty: the job was launched once). `ranks`
+  /// and the rest below are the last launch's.
+  std::vector<LaunchEvidence> earlier;
   /// The run folder, named in reasons and report links; judge() never opens anything in it.
   std::string run_dir;
   std::vector<RankEvidence> ranks;    ///< one per rank of [job].ranks, in rank order
@@ -105,7 +133,13 @@ void read_ranks_log(std::istream& in, JobEvidence& ev);
 /// Gathers a finished job's evidence from `run_dir`: RUN/events/rank-R.jsonl and the gone records
 /// for R < [job].ranks, RUN/ranks.log's first error and last line, the free space. Never throws
 /// on what the files hold (see JobEvidence::unreadable); a missing file is empty evidence.
-JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job);
+/// `earlier`: how the controller saw each launch before the last one end; launch K's events are
+/// read from RUN/launches/K/events into JobEvidence::earlier.
+JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job,
+                              const std::vector<JobResult>& earlier = {});
+
+/// RUN/launches/K: where launch K's evidence goes once a relaunch follows it.
+std::string launch_dir(const std::string& run_dir, size_t launch);
 
 /// When each rank's process was gone: the controller's pid watch (JobResult::rank_gone_us) for
 /// the ranks of its host, the rank's own watch (RankEvidence::gone_us) for the others. A rank

@@ -20,6 +20,11 @@
 //   final {steps_completed, eval_loss, initial_eval_loss, params_hash, optim_hash, params_finite}
 //         (params_hash/optim_hash: XXH3-64 digests, harness/common/digest.h)
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
+// Written by the Python agent when an external job saves or loads its own training state
+// (inject/python/nanchaos/ckpt_io.py; [job] restarts):
+//   ckpt_save {path, step, agent_step, tensors}   ckpt_load {path, step, tensors}
+//   ckpt_rename {from, path}   (an atomic save's temporary file renamed into place)
+//   (step: the object's own "step"/"global_step"/"iteration", or null; agent_step: steps)
 // Beside the log, by the rank's own process watch when its process ended (proc_watch.h):
 //   RUN/events/rank-R.gone.json  {"ev":"gone", rank, pid, t_us}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into

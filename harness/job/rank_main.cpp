@@ -12,6 +12,7 @@
 #include "harness/common/rank_output.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/job/runner.h"
+#include "harness/scenario/plan.h"
 #include "harness/scenario/scenario.h"
 #include "harness/tensor/torch_compat.h"
 
@@ -58,7 +59,8 @@ std::vector<InLaunchFault> campaign_faults(const std::string& file, std::optiona
 }  // namespace
 
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
-             std::optional<uint64_t> seed, const std::string& campaign_file) {
+             std::optional<uint64_t> seed, const std::string& campaign_file,
+             const std::vector<int>& skip_faults) {
   // Before anything can hang (MPI_Init included): this rank ends itself if the controller or
   // the launcher dies, or the job outlives its deadline (job_guard.h).
   const char* launcher_rank = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -79,6 +81,7 @@ int run_rank(const std::string& scenario_path, const std::string& run_dir,
     // file fails every rank alike).
     Scenario s = load_scenario(scenario_path);
     if (seed) s.seed = *seed;
+    drop_fired_faults(s, skip_faults);  // a relaunch: one-shot faults that fired stay fired
     comm = make_communicator(s);
     const int code = campaign_file.empty()
                          ? run_rank_on(std::move(s), std::move(comm), run_dir)

@@ -27,9 +27,12 @@ inline constexpr int kRankExitSetup = 2;
 /// trial of `nanchaos run --trials N`). `campaign_file` non-empty: an in-launch campaign
 /// (run_campaign_on) over the fault scenarios it lists, one path a line, each fault's folder the
 /// folder of its scenario file; the launch's scenario is `scenario_path` without its faults.
+/// `skip_faults`: indices of one-shot faults that fired in an earlier launch of the job ([job]
+/// restarts; harness/scenario/plan.h drop_fired_faults): they do not fire in this launch.
 /// Returns the process exit code.
 int run_rank(const std::string& scenario_path, const std::string& run_dir,
-             std::optional<uint64_t> seed = std::nullopt, const std::string& campaign_file = "");
+             std::optional<uint64_t> seed = std::nullopt, const std::string& campaign_file = "",
+             const std::vector<int>& skip_faults = {});
 
 /// One fault of an in-launch campaign: its complete scenario (the launch's, with its own
 /// [[fault]]s) and its folder; its evidence goes to `dir/events/rank-<rank>.jsonl`.

@@ -49,6 +49,11 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
                      label + ".kind: expected string, got " + toml_type(*kind_node));
     }
     f.kind = kind_node->as_string()->get();
+    if (auto ni = not_implemented_keys().find("fault.kind." + f.kind);
+        ni != not_implemented_keys().end()) {
+      scenario_error(at(*kind_node), label + ".kind: " + quote(f.kind) +
+                                         " is not implemented yet (" + ni->second + ")");
+    }
     auto kit = kinds.find(f.kind);
     if (kit == kinds.end()) {
       scenario_error(at(*kind_node), label + " kind " + quote(f.kind) + " is unknown" +
@@ -207,6 +212,13 @@ void Loader::load_recovery(const toml::table& root, Scenario& s) const {
 
 void Loader::load_expect(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "expect", false);
+  for (const auto& [k, n] : t ? in_file_order(*t) : std::vector<Entry>{}) {
+    const std::string name(k->str());
+    if (auto ni = not_implemented_keys().find("expect." + name);
+        ni != not_implemented_keys().end()) {
+      scenario_error(at(*k), "[expect]." + name + ": not implemented yet (" + ni->second + ")");
+    }
+  }
   const toml::table empty;
   Params p = check_table(t ? *t : empty, expect_keys(), "[expect]", t ? at(*t) : nowhere());
   ExpectConfig& x = s.expect;
@@ -242,6 +254,8 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("consistent")) x.consistent = p.get_bool("consistent");
   if (p.has("fault_outcome")) x.fault_outcome = p.get_string("fault_outcome");
   x.max_false_positives = p.get_int("max_false_positives");
+  if (p.has("restarts")) x.restarts = p.get_int("restarts");
+  if (p.has("resumed_from_step")) x.resumed_from_step = p.get_int("resumed_from_step");
   x.params = std::move(p);
   // A fault nobody judges passes whatever the stack does: a forgotten assertion would be green.
   if (!s.faults.empty() && (t == nullptr || t->empty())) {

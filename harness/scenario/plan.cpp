@@ -43,6 +43,15 @@ ordered_json value_json(const Value& v) {
 
 }  // namespace
 
+void drop_fired_faults(Scenario& s, const std::vector<int>& fired) {
+  s.faults.erase(std::remove_if(s.faults.begin(), s.faults.end(),
+                                [&](const FaultSpec& f) {
+                                  return !f.persistent && std::find(fired.begin(), fired.end(),
+                                                                    f.index) != fired.end();
+                                }),
+                 s.faults.end());
+}
+
 ordered_json compile_plan(const Scenario& s, bool dry_run) {
   ordered_json plan;
   plan["version"] = 1;

@@ -38,6 +38,13 @@ struct PlanRead {
 /// than 1, an unknown fault kind, a param of the wrong type.
 PlanRead read_plan(const nlohmann::json& plan, const std::string& source);
 
+/// Across the launches of a job ([job] restarts), a fault fires as across a rollback: a one-shot
+/// fault that fired in an earlier launch does not fire again, a `persistent` one does. Removes
+/// from `s.faults` every fault whose index is in `fired` and that is not persistent; the others
+/// keep their index (the generator's draws are keyed by it). Applied by the controller to the
+/// plan of an external launch and by a built-in rank to its scenario (`rank --skip-faults`).
+void drop_fired_faults(Scenario& s, const std::vector<int>& fired);
+
 /// Elements fault `f` hits in a tensor of `numel` elements (harness/common/rng.h element_count):
 /// its `fraction` when written, else its `count` (1 when the kind has no `count` key).
 int64_t fault_element_count(const FaultSpec& f, int64_t numel);

@@ -111,6 +111,8 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.grad_allreduce_dtype = dtype_of(p.get_string("grad_allreduce_dtype"));
   j.grad_predivide = p.get_bool("grad_predivide");
   j.timeout_ms = p.get_int("timeout_ms");
+  j.restarts = p.get_int("restarts");
+  j.restart_delay_ms = p.get_int("restart_delay_ms");
 
   // External jobs: the command and its environment; the built-in stack's keys are refused.
   static const std::set<std::string> external_only = {

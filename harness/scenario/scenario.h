@@ -66,6 +66,8 @@ struct ExpectConfig {
   std::optional<bool> consistent;  ///< nullopt: default (true when the job completes)
   std::optional<std::string> fault_outcome;
   int64_t max_false_positives = 0;
+  std::optional<int64_t> restarts;           ///< exact number of relaunches
+  std::optional<int64_t> resumed_from_step;  ///< the step the last launch resumed from
 };
 
 /// [campaign]: minima `nanchaos campaign` gates on (docs/scenario-format.md "Campaigns");

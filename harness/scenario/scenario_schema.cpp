@@ -138,9 +138,19 @@ const std::vector<KeySpec>& job_keys() {
       Key("grad_predivide", K::kBool, "divide by the world size before the SUM instead of after")
           .def(false),
       Key("timeout_ms", K::kInt,
-          "hard wall-clock limit for the whole job; past it the outcome is hung")
+          "hard wall-clock limit for each launch of the job; past it the outcome is hung")
           .def(120000)
           .min(1),
+      Key("restarts", K::kInt,
+          "relaunch the whole job up to N times after a launch ends abnormally (a crashed rank, "
+          "an abort, a hang), with fresh processes and a fresh MASTER_PORT; one-shot faults that "
+          "fired do not fire again, persistent ones do")
+          .def(0)
+          .min(0),
+      Key("restart_delay_ms", K::kInt,
+          "wait (ms) between the end of one launch (every process gone) and the next")
+          .def(0)
+          .min(0),
       Key("command", K::kStringArray,
           "external: the program and its arguments, run once per rank (required when external); "
           "a relative program is taken from the scenario file's folder, the working directory"),
@@ -292,6 +302,13 @@ const std::vector<KeySpec>& expect_keys() {
       Key("max_false_positives", K::kInt, "detections before the first fault <= this")
           .def(0)
           .min(0),
+      Key("restarts", K::kInt,
+          "exact number of relaunches that happened ([job] restarts is the budget)")
+          .min(0),
+      Key("resumed_from_step", K::kInt,
+          "the step the last launch resumed from (its first step; 0 for a relaunch that loaded "
+          "no checkpoint)")
+          .min(0),
   };
   return keys;
 }
@@ -372,6 +389,22 @@ const std::vector<KeySpec>& detector_common_keys() {
       Key("replay", K::kBool,
           "on a detection, replay the step with activation probes and anomaly mode (default true, "
           "false for naive)"),
+  };
+  return keys;
+}
+
+const std::map<std::string, std::string>& not_implemented_keys() {
+  // Recovery by restart (issue 32): relaunch, {run_dir}/{launch}, the agent's checkpoint events,
+  // [expect] restarts and resumed_from_step are implemented; these are not.
+  static const std::map<std::string, std::string> keys = {
+      {"checkpoint",
+       "built-in checkpoints ([checkpoint] every/keep/validate/format); a relaunched built-in job "
+       "starts from step 0, an external job checkpoints itself"},
+      {"expect.steps_lost_max", "steps lost across relaunches"},
+      {"expect.resume_ms_max",
+       "a bound on resume latency; report.json's `restarts` reports it (resume_ms)"},
+      {"expect.final_matches_clean", "the clean reference run and its digests"},
+      {"fault.kind.checkpoint", "corrupting a written checkpoint"},
   };
   return keys;
 }

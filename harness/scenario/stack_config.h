@@ -47,7 +47,11 @@ struct JobConfig {
   DType precision = DType::kFp32;
   DType grad_allreduce_dtype = DType::kFp32;
   bool grad_predivide = false;
-  int64_t timeout_ms = 120000;  ///< whole-job wall-clock limit (ms)
+  int64_t timeout_ms = 120000;  ///< whole-job wall-clock limit (ms), per launch
+  /// Relaunches of the whole job after a launch that ended abnormally (crashed, aborted, hung);
+  /// 0 = none (docs/scenario-format.md "Recovery by restart").
+  int64_t restarts = 0;
+  int64_t restart_delay_ms = 0;  ///< wait between the end of one launch and the next (ms)
   // External jobs only (workload = "external"):
   std::vector<std::string> command;                      ///< argv, run once per rank
   std::vector<std::pair<std::string, std::string>> env;  ///< added to every rank, file order

@@ -160,6 +160,10 @@ def _patch(a) -> None:
     from . import checkpointing
 
     checkpointing.patch(a)
+    # The job's own checkpoints: torch.save/torch.load of training state (ckpt_io.py).
+    from . import ckpt_io
+
+    ckpt_io.patch(a)
     # torch.compile: hooks run by dynamo rather than traced, inductor's compiler (compiled.py).
     from . import compiled
 

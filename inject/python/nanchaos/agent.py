@@ -112,6 +112,7 @@ class Agent:
         self.step = -1
         self.micro = 0
         self._forwards = 0
+        self._step_offset = 0  # the first iteration's step: a resumed checkpoint's (resume_at)
         self._model_depth = 0  # the model's forwards in progress (_track_depth)
         self._open = False
         self._params: List[torch.Tensor] = []
@@ -358,7 +359,7 @@ class Agent:
         self._forwards += 1
         micro = (self._forwards - 1) % self.micro_batches
         if micro == 0:
-            self._begin_iteration((self._forwards - 1) // self.micro_batches)
+            self._begin_iteration(self._step_offset + (self._forwards - 1) // self.micro_batches)
         self.micro = micro
         self._awaiting_loss = True
         self._loss_seen_micro = False
@@ -373,7 +374,7 @@ class Agent:
         return None
 
     def _begin_iteration(self, i: int) -> None:
-        if self.plan.dry_run and i >= 1:
+        if self.plan.dry_run and i >= self._step_offset + 1:
             if self._open:
                 self._end_iteration()
             self.log.write("dry_run_done", step=i)
@@ -626,6 +627,31 @@ class Agent:
             tensor = apply_activation(self, name, [f for f in self.faults if "activation" in f.needs],
                                       True, tensor)
         return tensor
+
+    # ------------------------------------------------------------------------------------------
+    # the job's own checkpoints (ckpt_io.py)
+    def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int) -> None:
+        """The job saved training state: ``ckpt_save {path, step, agent_step, tensors}``;
+        ``agent_step`` is the step a resume from it would run first: the open iteration's step
+        + 1 (a job saves after its update; the iteration's ``step_end`` comes at the next
+        forward), else the iterations completed."""
+        agent_step = self.step + 1 if self._open else self.steps_done
+        self.log.write("ckpt_save", path=path, step=step, agent_step=agent_step, tensors=tensors)
+
+    def on_checkpoint_load(self, path: str, step: Optional[int], tensors: int) -> None:
+        """The job loaded training state: ``ckpt_load {path, step, tensors}``, and, before the
+        first iteration, ``resume_at(step)``."""
+        self.log.write("ckpt_load", path=path, step=step, tensors=tensors)
+        if step is not None:
+            self.resume_at(step)
+
+    def resume_at(self, step: int) -> None:
+        """Numbers the first iteration ``step`` (steps, 0-based): a job that resumed from a
+        checkpoint at that step runs it first. No effect once an iteration began (pipeline jobs
+        count their ``schedule.step()`` calls from 0 and are not renumbered)."""
+        if self._forwards == 0 and self.step < 0 and step >= 0:
+            self._step_offset = int(step)
+            self.steps_done = int(step)
 
     def report_detection(self, detector: str, layer=None, cause=None, step=None) -> None:
         st = self.step if step is None else int(step)

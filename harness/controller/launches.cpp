@@ -1,0 +1,162 @@
+// The launches of a job that [job] restarts relaunched, judged from their evidence: how each
+// ended, the step each resumed from and the checkpoint it loaded, and what each restart cost
+// (docs/scenario-format.md "Recovery by restart"). Pure, like the rest of the judge: the times
+// are the events' (the controller's timeline) and the launcher's exit states.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "harness/controller/judge.h"
+#include "harness/controller/judge_internal.h"
+
+namespace nanchaos::harness {
+namespace {
+
+using nlohmann::json;
+using results::Outcome;
+
+json ms_or_null(std::optional<int64_t> from_us, std::optional<int64_t> to_us) {
+  if (!from_us || !to_us) return nullptr;
+  return double(*to_us - *from_us) / 1000.0;
+}
+
+// The latest of one time per rank, when every rank has one (the launch's phase is over only
+// when the last rank is through it).
+template <typename Get>
+std::optional<int64_t> last_of_all(const std::vector<RankEvidence>& ranks, Get get) {
+  std::optional<int64_t> last;
+  for (const auto& r : ranks) {
+    const std::optional<int64_t> t = get(r);
+    if (!t) return std::nullopt;
+    last = std::max(last.value_or(*t), *t);
+  }
+  return last;
+}
+
+// When the launch began to fail: the crash (its fault's injection, else the first rank gone),
+// the abort decision (the first abort), the hang's deadline ([job] timeout_ms).
+std::optional<int64_t> failing_t(const Scenario& s, const LaunchView& l, Outcome outcome) {
+  if (outcome == Outcome::kHung) return l.job->t0_us + s.job.timeout_ms * 1000;
+  std::optional<int64_t> t;
+  auto earliest = [&t](int64_t v) { t = std::min(t.value_or(v), v); };
+  if (outcome == Outcome::kAborted) {
+    for (const auto& r : *l.ranks) {
+      if (r.abort && r.abort->t_us) earliest(*r.abort->t_us);
+    }
+    if (t) return t;
+  }
+  for (const auto& r : *l.ranks) {
+    for (const auto& inj : r.injections) {
+      if (inj.kind == "crash") earliest(inj.t_us);
+    }
+  }
+  if (t) return t;
+  for (const auto& [rank, gone] : ranks_gone_us(*l.ranks, *l.job)) earliest(gone);
+  if (t) return t;
+  return l.job->t_end_us;
+}
+
+}  // namespace
+
+std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches, size_t k) {
+  const auto& ranks = *launches[k].ranks;
+  // The load's own record first (the object's step), then the step the agent had counted when
+  // that path was saved in an earlier launch, then the first step the launch ran.
+  std::optional<CheckpointEvent> load;
+  for (const auto& r : ranks) {
+    if (!r.ckpt_loads.empty()) {
+      load = r.ckpt_loads.front();
+      break;
+    }
+  }
+  if (load && load->step) return load->step;
+  if (load) {
+    std::optional<int64_t> saved;
+    for (size_t e = 0; e < k; ++e) {
+      for (const auto& r : *launches[e].ranks) {
+        for (const auto& save : r.ckpt_saves) {
+          if (save.path == load->path && save.agent_step) saved = save.agent_step;
+        }
+      }
+    }
+    if (saved) return saved;
+  }
+  if (!load && k == 0) return std::nullopt;  // a first launch that loaded nothing resumed nothing
+  std::optional<int64_t> first;
+  for (const auto& r : ranks) {
+    if (r.first_step) first = std::min(first.value_or(*r.first_step), *r.first_step);
+  }
+  return first;
+}
+
+LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& launches) {
+  LaunchesJudged out;
+  out.launches = json::array();
+  out.restarts = json::array();
+  if (launches.empty()) return out;
+  const int64_t t0 = launches.front().job->t0_us;
+  std::vector<Outcome> outcomes;
+  for (size_t k = 0; k < launches.size(); ++k) {
+    const LaunchView& l = launches[k];
+    const Outcome outcome = launch_outcome(*l.ranks, *l.job);
+    outcomes.push_back(outcome);
+    const std::optional<int64_t> resumed = resumed_from_step(launches, k);
+    if (k + 1 == launches.size()) out.last_resumed_from_step = resumed;
+    json loaded = nullptr;
+    for (const auto& r : *l.ranks) {
+      if (r.ckpt_loads.empty()) continue;
+      const auto& c = r.ckpt_loads.front();
+      loaded = {{"path", c.path}, {"step", c.step ? json(*c.step) : json(nullptr)}};
+      break;
+    }
+    int64_t steps_done = 0;
+    for (const auto& r : *l.ranks) steps_done = std::max(steps_done, r.steps_done);
+    out.launches.push_back({{"launch", k},
+                            {"start_ms", double(l.job->t0_us - t0) / 1000.0},
+                            {"end_ms", double(l.job->t_end_us - t0) / 1000.0},
+                            {"outcome", to_string(outcome)},
+                            {"resumed_from_step", resumed ? json(*resumed) : json(nullptr)},
+                            {"checkpoint_loaded", loaded},
+                            {"steps_reached", steps_done}});
+  }
+  // One restart per launch after the first: from the failure of launch k-1 to the first step
+  // launch k completed, in consecutive phases that add up to resume_ms.
+  for (size_t k = 1; k < launches.size(); ++k) {
+    const LaunchView& prev = launches[k - 1];
+    const LaunchView& next = launches[k];
+    const std::optional<int64_t> failed = failing_t(s, prev, outcomes[k - 1]);
+    std::optional<int64_t> decided;
+    for (const auto& [rank, gone] : ranks_gone_us(*prev.ranks, *prev.job)) {
+      decided = std::min(decided.value_or(gone), gone);
+    }
+    if (!decided) decided = prev.job->t_end_us;
+    decided = std::max(*decided, *failed);
+    const int64_t gone =
+        std::max(*decided, prev.job->t_gone_us ? prev.job->t_gone_us : prev.job->t_end_us);
+    const auto attached = last_of_all(*next.ranks, [](const RankEvidence& r) { return r.start_t; });
+    std::optional<int64_t> loaded;
+    for (const auto& r : *next.ranks) {
+      if (!r.ckpt_loads.empty()) {
+        loaded = std::max(loaded.value_or(r.ckpt_loads.front().t_us), r.ckpt_loads.front().t_us);
+      }
+    }
+    const auto first_step =
+        last_of_all(*next.ranks, [](const RankEvidence& r) { return r.first_step_end_t; });
+    const json resume_ms = ms_or_null(failed, first_step);
+    if (resume_ms.is_number()) {
+      out.resume_ms_max = std::max(out.resume_ms_max.value_or(0.0), resume_ms.get<double>());
+    }
+    out.restarts.push_back({{"after_launch", k - 1},
+                            {"cause", to_string(outcomes[k - 1])},
+                            {"failed_ms", double(*failed - t0) / 1000.0},
+                            {"resume_ms", resume_ms},
+                            {"detect_ms", ms_or_null(failed, decided)},
+                            {"teardown_ms", ms_or_null(decided, gone)},
+                            {"relaunch_ms", ms_or_null(gone, attached)},
+                            {"load_ms", loaded ? ms_or_null(attached, loaded) : json(nullptr)},
+                            {"first_step_ms", ms_or_null(loaded ? loaded : attached, first_step)}});
+  }
+  return out;
+}
+
+}  // namespace nanchaos::harness

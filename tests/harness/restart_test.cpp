@@ -1,0 +1,332 @@
+// Recovery by restart ([job] restarts): the loader's keys and its "not implemented" refusals,
+// drop_fired_faults, and the judge on hand-written evidence of several launches (built in
+// memory, and read back from RUN/launches/K by read_job_evidence).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/controller/exec_rank.h"
+#include "harness/controller/judge.h"
+#include "harness/controller/judge_internal.h"
+#include "harness/controller/rank_evidence.h"
+#include "harness/scenario/plan.h"
+#include "harness/scenario/scenario.h"
+#include "results/report.h"
+#include "tests/harness/event_logs.h"
+
+namespace nanchaos::harness {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test_util::kT0;
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    load_scenario_string(text, "x.toml");
+  } catch (const ScenarioError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// [scenario] + [job] on lines 1-5; `rest` follows on line 6.
+std::string WithHead(const std::string& rest) {
+  return "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 8\n" + rest;
+}
+
+// --- loader --------------------------------------------------------------------------------
+
+TEST(RestartLoader, KeysAndDefaults) {
+  const Scenario none = load_scenario_string(WithHead(""), "x.toml");
+  EXPECT_EQ(none.job.restarts, 0);
+  EXPECT_EQ(none.job.restart_delay_ms, 0);
+  EXPECT_FALSE(none.expect.restarts);
+  const Scenario s =
+      load_scenario_string(WithHead("restarts = 2\nrestart_delay_ms = 250\n[expect]\nrestarts = 1\n"
+                                    "resumed_from_step = 4\n"),
+                           "x.toml");
+  EXPECT_EQ(s.job.restarts, 2);
+  EXPECT_EQ(s.job.restart_delay_ms, 250);
+  EXPECT_EQ(s.expect.restarts, 1);
+  EXPECT_EQ(s.expect.resumed_from_step, 4);
+}
+
+TEST(RestartLoader, ExternalJobsTakeThem) {
+  const Scenario s = load_scenario_string(
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"external\"\nsteps = 4\n"
+      "command = [\"python3\", \"train.py\", \"--ckpt-dir\", \"{run_dir}/ckpt\"]\n"
+      "restarts = 1\n",
+      "x.toml");
+  EXPECT_EQ(s.job.restarts, 1);
+}
+
+TEST(RestartLoader, NegativeIsRefused) {
+  EXPECT_EQ(ErrorOf(WithHead("restarts = -1\n")),
+            "x.toml:6:12: error: [job].restarts: expected integer >= 0, got -1");
+  EXPECT_EQ(ErrorOf(WithHead("restart_delay_ms = -5\n")),
+            "x.toml:6:20: error: [job].restart_delay_ms: expected integer >= 0, got -5");
+}
+
+TEST(RestartLoader, CheckpointTableIsNotImplemented) {
+  EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 10\n")),
+            "x.toml:6:2: error: [checkpoint]: not implemented yet (built-in checkpoints "
+            "([checkpoint] every/keep/validate/format); a relaunched built-in job starts from "
+            "step 0, an external job checkpoints itself)");
+}
+
+TEST(RestartLoader, UnimplementedExpectKeysAreNamed) {
+  EXPECT_EQ(ErrorOf(WithHead("[expect]\nrestarts = 1\nsteps_lost_max = 5\n")),
+            "x.toml:8:1: error: [expect].steps_lost_max: not implemented yet (steps lost across "
+            "relaunches)");
+  EXPECT_NE(ErrorOf(WithHead("[expect]\nresume_ms_max = 2000\n"))
+                .find("x.toml:7:1: error: [expect].resume_ms_max: not implemented yet"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithHead("[expect]\nfinal_matches_clean = true\n"))
+                .find("x.toml:7:1: error: [expect].final_matches_clean: not implemented yet"),
+            std::string::npos);
+}
+
+TEST(RestartLoader, CheckpointFaultKindIsNotImplemented) {
+  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"checkpoint\"\nstep = 2\n[expect]\n"
+                             "deadlock = false\n")),
+            "x.toml:7:8: error: [[fault]] #1.kind: \"checkpoint\" is not implemented yet "
+            "(corrupting a written checkpoint)");
+}
+
+TEST(RestartSubstitution, RunDirAndLaunchInCommandAndEnv) {
+  EXPECT_EQ(substitute_launch_vars("--ckpt-dir={run_dir}/ckpt-{launch}", "/r/x", 2),
+            "--ckpt-dir=/r/x/ckpt-2");
+  EXPECT_EQ(substitute_launch_vars("{run_dir}{run_dir}", "/a", 0), "/a/a");
+  // Other braces stay as written (a Python format string, a JSON value).
+  EXPECT_EQ(substitute_launch_vars("{step}-{launch", "/a", 1), "{step}-{launch");
+  EXPECT_EQ(substitute_launch_vars("", "/a", 1), "");
+}
+
+// --- faults across launches ----------------------------------------------------------------
+
+TEST(RestartFaults, FiredOneShotFaultsAreDroppedPersistentOnesStay) {
+  Scenario s = load_scenario_string(
+      WithHead("ranks = 2\n[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 3\n"
+               "[[fault]]\nkind = \"crash\"\nranks = [0]\nstep = 5\npersistent = true\n"
+               "[[fault]]\nkind = \"crash\"\nranks = [0]\nstep = 6\n"
+               "[expect]\ndeadlock = false\n"),
+      "x.toml");
+  drop_fired_faults(s, {0, 1});
+  ASSERT_EQ(s.faults.size(), 2u);
+  EXPECT_EQ(s.faults[0].index, 1);  // persistent: fires again
+  EXPECT_EQ(s.faults[1].index, 2);  // never fired
+}
+
+// --- the judge on several launches -----------------------------------------------------------
+
+// One launch's logs, in the format the built-in ranks write.
+class Launch : public test_util::EventLogDir {
+ public:
+  explicit Launch(const std::string& name) : EventLogDir("nanchaos_restart", name) {}
+  void start(int rank, int64_t t) {
+    ev(rank, "start", t, {{"rank", rank}, {"world", 2}, {"pid", 100 + rank}, {"host", "h"}});
+  }
+  void step(int rank, int64_t step, int64_t t) {
+    ev(rank, "step_begin", t, {{"step", step}});
+    ev(rank, "step_end", t + 30,
+       {{"step", step}, {"loss", 2.0}, {"lr", 1e-3}, {"action", "update"}});
+  }
+  void final_ok(int rank, int64_t steps, int64_t t) {
+    ev(rank, "final", t,
+       {{"steps_completed", steps},
+        {"eval_loss", 1.0},
+        {"initial_eval_loss", 2.3},
+        {"params_hash", "abc"},
+        {"optim_hash", "def"},
+        {"params_finite", true}});
+    ev(rank, "exit", t + 1, {{"code", 0}});
+  }
+  // Both ranks run steps [from, to) from `t`, 1000 us apart.
+  void steps(int64_t from, int64_t to, int64_t t) {
+    for (int r = 0; r < 2; ++r) {
+      for (int64_t s = from; s < to; ++s) step(r, s, t + (s - from) * 1000);
+    }
+  }
+  // Rank 1 is killed at step `at` (its crash fault's injection), rank 0 exits with an error.
+  void crash_at(int64_t at, int64_t t) {
+    ev(1, "step_begin", t, {{"step", at}});
+    ev(1, "inject", t + 5,
+       {{"fault", 0}, {"kind", "crash"}, {"step", at}, {"target", ""}, {"replay", false}});
+    gone(1, t + 10);
+    ev(0, "exit", t + 500, {{"code", 1}});
+  }
+};
+
+JobResult Reaped(int exit_code, int64_t t0, int64_t t_end) {
+  JobResult j;
+  j.exit_code = exit_code;
+  j.t0_us = kT0 + t0;
+  j.t_end_us = kT0 + t_end;
+  j.t_gone_us = kT0 + t_end + 20;
+  return j;
+}
+
+Scenario CrashScenario(const std::string& expect, int64_t restarts = 1, bool persistent = false) {
+  return load_scenario_string(
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 6\nranks = 2\nrestarts = " +
+          std::to_string(restarts) +
+          "\n[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 3\npersistent = " +
+          (persistent ? "true" : "false") + "\n[expect]\n" + expect,
+      "x.toml");
+}
+
+// A launch that crashes at step 3 from `t0` (us after kT0).
+JobResult CrashedLaunch(Launch& l, int64_t t0) {
+  l.start(0, t0 + 10);
+  l.start(1, t0 + 10);
+  l.steps(0, 3, t0 + 1000);
+  l.crash_at(3, t0 + 4000);
+  return Reaped(137, t0, t0 + 5000);
+}
+
+TEST(RestartJudge, OneShotCrashRelaunchedFromStepZeroCompletes) {
+  const Scenario s = CrashScenario(
+      "outcome = \"completed\"\nrestarts = 1\nresumed_from_step = 0\nrank = 1\n"
+      "cause = \"rank_failure\"\nrecovered = true\n");
+  Launch first("oneshot0"), last("oneshot1");
+  const JobResult job0 = CrashedLaunch(first, 0);
+  // The relaunch: started 100 ms after launch 0 ended, runs all 6 steps (nothing fires).
+  for (int r = 0; r < 2; ++r) last.start(r, 105'000);
+  last.steps(0, 6, 106'000);
+  for (int r = 0; r < 2; ++r) last.final_ok(r, 6, 113'000);
+  const JobResult job1 = Reaped(0, 105'000, 114'000);
+
+  JobEvidence ev = last.evidence(2, job1);
+  ev.earlier.push_back({job0, first.evidence(2, job0).ranks});
+  const auto r = judge(s, ev, job1);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
+  EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
+  ASSERT_EQ(r.injections.size(), 1u);  // launch 0's crash, on the first launch's timeline
+  EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 4.005);
+  const json& launches = r.extra.at("launches");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0]["outcome"], "crashed");
+  EXPECT_EQ(launches[0]["resumed_from_step"], nullptr);
+  EXPECT_EQ(launches[1]["outcome"], "completed");
+  EXPECT_EQ(launches[1]["resumed_from_step"], 0);
+  EXPECT_DOUBLE_EQ(launches[1]["start_ms"].get<double>(), 105.0);
+  const json& restarts = r.extra.at("restarts");
+  ASSERT_EQ(restarts.size(), 1u);
+  const json& rs = restarts[0];
+  // Crash at 4.005 ms; rank 1 gone at 4.010; every process gone at 5.020; both ranks started at
+  // 105.000; both completed their first step at 106.030.
+  EXPECT_NEAR(rs["resume_ms"].get<double>(), 106.030 - 4.005, 1e-9);
+  EXPECT_NEAR(rs["detect_ms"].get<double>(), 4.010 - 4.005, 1e-9);
+  EXPECT_NEAR(rs["teardown_ms"].get<double>(), 5.020 - 4.010, 1e-9);
+  EXPECT_NEAR(rs["relaunch_ms"].get<double>(), 105.000 - 5.020, 1e-9);
+  EXPECT_EQ(rs["load_ms"], nullptr);
+  EXPECT_NEAR(rs["first_step_ms"].get<double>(), 106.030 - 105.000, 1e-9);
+  EXPECT_EQ(rs["cause"], "crashed");
+}
+
+TEST(RestartJudge, PersistentCrashExhaustsTheBudgetAndEndsCrashed) {
+  const Scenario s = CrashScenario(
+      "outcome = \"crashed\"\nrestarts = 2\nresumed_from_step = 0\nrank = 1\n"
+      "cause = \"rank_failure\"\n",
+      2, true);
+  Launch l0("persist0"), l1("persist1"), l2("persist2");
+  const JobResult j0 = CrashedLaunch(l0, 0);
+  const JobResult j1 = CrashedLaunch(l1, 10'000);
+  const JobResult j2 = CrashedLaunch(l2, 20'000);
+  JobEvidence ev = l2.evidence(2, j2);
+  ev.earlier.push_back({j0, l0.evidence(2, j0).ranks});
+  ev.earlier.push_back({j1, l1.evidence(2, j1).ranks});
+  const auto r = judge(s, ev, j2);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  EXPECT_EQ(r.injections.size(), 3u);
+  EXPECT_EQ(r.extra.at("restarts").size(), 2u);
+}
+
+TEST(RestartJudge, WrongRestartCountFails) {
+  const Scenario s = CrashScenario("outcome = \"crashed\"\nrestarts = 1\n", 2, true);
+  Launch l0("count0"), l1("count1");
+  const JobResult j0 = CrashedLaunch(l0, 0);
+  const JobResult j1 = CrashedLaunch(l1, 10'000);
+  JobEvidence ev = l1.evidence(2, j1);
+  ev.earlier.push_back({j0, l0.evidence(2, j0).ranks});
+  ev.earlier.push_back({j0, l0.evidence(2, j0).ranks});
+  const auto r = judge(s, ev, j1);
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
+  EXPECT_NE(r.reason.find("restarts: expected 1, got 2"), std::string::npos) << r.reason;
+}
+
+TEST(RestartJudge, ResumedStepFromTheLoadedCheckpoint) {
+  const Scenario s =
+      CrashScenario("outcome = \"completed\"\nrestarts = 1\nresumed_from_step = 2\n");
+  Launch first("ckpt0"), last("ckpt1");
+  const JobResult job0 = CrashedLaunch(first, 0);
+  for (int r = 0; r < 2; ++r) {
+    first.ev(r, "ckpt_save", 2100,
+             {{"path", "/run/ckpt/step-2.pt"}, {"step", 2}, {"agent_step", 2}});
+    last.start(r, 105'000);
+    last.ev(r, "ckpt_load", 105'500, {{"path", "/run/ckpt/step-2.pt"}, {"step", 2}});
+  }
+  last.steps(2, 6, 106'000);
+  for (int r = 0; r < 2; ++r) last.final_ok(r, 6, 111'000);
+  const JobResult job1 = Reaped(0, 105'000, 112'000);
+  JobEvidence ev = last.evidence(2, job1);
+  ev.earlier.push_back({job0, first.evidence(2, job0).ranks});
+  const auto r = judge(s, ev, job1);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
+  const json& l1 = r.extra.at("launches")[1];
+  EXPECT_EQ(l1["resumed_from_step"], 2);
+  EXPECT_EQ(l1["checkpoint_loaded"]["path"], "/run/ckpt/step-2.pt");
+  EXPECT_NEAR(r.extra.at("restarts")[0]["load_ms"].get<double>(), 105.500 - 105.000, 1e-9);
+  EXPECT_NEAR(r.extra.at("restarts")[0]["first_step_ms"].get<double>(), 106.030 - 105.500, 1e-9);
+}
+
+TEST(RestartJudge, LoadWithoutStepTakesTheStepCountedAtItsSave) {
+  Launch first("nostep0"), last("nostep1");
+  first.ev(0, "ckpt_save", 100, {{"path", "ck.pt"}, {"step", nullptr}, {"agent_step", 3}});
+  last.ev(0, "ckpt_load", 100, {{"path", "ck.pt"}, {"step", nullptr}});
+  last.ev(0, "step_begin", 200, {{"step", 0}});
+  const JobResult job = Reaped(0, 0, 1000);
+  const auto a = first.evidence(2, job), b = last.evidence(2, job);
+  const std::vector<LaunchView> views = {{&a.ranks, &job}, {&b.ranks, &job}};
+  EXPECT_EQ(resumed_from_step(views, 1), 3);
+  EXPECT_EQ(resumed_from_step(views, 0), std::nullopt);
+}
+
+TEST(RestartJudge, LaunchOutcome) {
+  Launch l("outcome");
+  const JobResult crashed = CrashedLaunch(l, 0);
+  EXPECT_EQ(launch_outcome(l.evidence(2, crashed).ranks, crashed), results::Outcome::kCrashed);
+  JobResult hung = crashed;
+  hung.timed_out = true;
+  EXPECT_EQ(launch_outcome(l.evidence(2, hung).ranks, hung), results::Outcome::kHung);
+}
+
+TEST(RestartEvidence, ReaderReadsEveryLaunchFolder) {
+  Launch first("read0"), last("read1");
+  const JobResult job0 = CrashedLaunch(first, 0);
+  for (int r = 0; r < 2; ++r) last.start(r, 105'000);
+  last.steps(0, 6, 106'000);
+  for (int r = 0; r < 2; ++r) last.final_ok(r, 6, 113'000);
+  const JobResult job1 = Reaped(0, 105'000, 114'000);
+  first.flush();
+  last.flush();
+  fs::create_directories(launch_dir(last.path(), 0));
+  fs::rename(fs::path(first.path()) / "events", fs::path(launch_dir(last.path(), 0)) / "events");
+  const JobEvidence ev = read_job_evidence(2, last.path(), job1, {job0});
+  ASSERT_FALSE(ev.unreadable);
+  ASSERT_EQ(ev.earlier.size(), 1u);
+  ASSERT_EQ(ev.earlier[0].ranks.size(), 2u);
+  EXPECT_EQ(ev.earlier[0].ranks[1].injections.size(), 1u);
+  EXPECT_TRUE(ev.earlier[0].ranks[1].gone_us.has_value());
+  EXPECT_EQ(ev.ranks[0].steps_done, 6);
+  const auto r = judge(CrashScenario("outcome = \"completed\"\nrestarts = 1\n"), ev, job1);
+  EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
+}
+
+}  // namespace
+}  // namespace nanchaos::harness
