@@ -16,6 +16,7 @@ import atexit
 import functools
 import os
 import sys
+from typing import Any, cast
 
 _agent = None
 
@@ -38,8 +39,9 @@ def agent():
 def _refuse(log, rank: int, reason: str) -> None:
     log.write("attach_error", rank=rank, reason=reason)
     log.close()
-    sys.stderr.write(f"nanchaos: error: {reason}\n")
-    sys.stderr.flush()
+    from .log import logger
+
+    logger(rank).error("%s", reason)
     os._exit(2)
 
 
@@ -59,7 +61,9 @@ def install() -> None:
     try:
         log = EventLog(events, os.getpid())
     except OSError as e:
-        sys.stderr.write(f"nanchaos: error: cannot open the event log {events}: {e.strerror}\n")
+        from .log import logger
+
+        logger(rank).error("cannot open the event log %s: %s", events, e.strerror)
         os._exit(2)
     log.write("agent", rank=rank, pid=os.getpid(), python=sys.executable,
               python_version=sys.version.split()[0])
@@ -116,7 +120,7 @@ def _patch(a) -> None:
         _wrap_step(a, self)
         a.on_optimizer(self)
 
-    torch.optim.Optimizer.__init__ = opt_init
+    cast(Any, torch.optim.Optimizer).__init__ = opt_init
 
     for path in ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cpu.amp.GradScaler"):
         cls = _resolve(path)
@@ -212,7 +216,7 @@ def _wrap_init(cls, callback) -> None:
         orig(self, *args, **kwargs)
         callback(self)
 
-    init._nanchaos_wrapped = True
+    cast(Any, init)._nanchaos_wrapped = True
     cls.__init__ = init
 
 
@@ -248,7 +252,8 @@ def _summed_items(args, kwargs):
     if not isinstance(target, torch.Tensor):
         return None
     if target.is_floating_point():  # class probabilities: one item per row
-        return torch.tensor(max(1, target.numel() // max(1, target.shape[-1])), device=target.device)
+        rows = max(1, target.numel() // max(1, target.shape[-1]))
+        return torch.tensor(rows, device=target.device)
     return (target != kwargs.get("ignore_index", -100)).sum().clamp(min=1)
 
 

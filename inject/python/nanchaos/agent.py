@@ -3,7 +3,8 @@
 One ``Agent`` per rank process, created by the bootstrap (``nanchaos._bootstrap``) when the
 harness launched the process. It never adds a check of its own: it applies the planned faults and
 records what the job's stack did (steps, losses, updates or skips, the job's detections and
-decisions, collectives, exceptions, digests at exit) in the event schema of ``harness/evidence/events.h``.
+decisions, collectives, exceptions, digests at exit) in the event schema of
+``harness/evidence/events.h``.
 
 Attach (docs/scenario-format.md "The Python agent"): the model is the module a
 ``DistributedDataParallel`` wraps or else the module that owns every parameter of the first
@@ -16,18 +17,19 @@ Step clock: every ``micro_batches`` training-mode forwards of the model with aut
 make one iteration; eval-mode and ``no_grad`` forwards never count, nor does a forward of the
 model nested inside one of its forwards (Lightning 2.x routes ``self(x)`` in ``training_step``
 back through the DDP wrapper). A pipeline-parallel job's iterations are its ``schedule.step()``
-calls instead, whatever the micro-batch count (``pipeline.py``). Iteration i's ``step_end`` is written when iteration i+1 starts
-(or at exit): ``action`` is ``update`` when some parameter's version counter moved since the
-iteration began (an optimizer really wrote it; PyTorch bumps ``Tensor._version`` on every
-in-place write) or, for ``fused=True`` optimizers, whose kernels write without bumping it, when
-the optimizer's step count moved (``_fused_steps``); else ``skip`` (GradScaler's found_inf, an
-early ``continue``, a hand-written check: ``observed:skip``).
+calls instead, whatever the micro-batch count (``pipeline.py``). Iteration i's ``step_end`` is
+written when iteration i+1 starts (or at exit): ``action`` is ``update`` when some parameter's
+version counter moved since the iteration began (an optimizer really wrote it; PyTorch bumps
+``Tensor._version`` on every in-place write) or, for ``fused=True`` optimizers, whose kernels
+write without bumping it, when the optimizer's step count moved (``_fused_steps``); else ``skip``
+(GradScaler's found_inf, an early ``continue``, a hand-written check: ``observed:skip``).
 
 Cost on the clean path (measured on torch 1.13 and 2.15, bench/agent_overhead.py): a forward
 pre-hook on the model, a wrapper around ``torch.nn.functional`` losses, ``torch.autograd.backward``
 and the optimizer's ``step``, the job's own ``torch.distributed`` calls wrapped (and its comm hook,
-when it registers one; the agent registers its own only for bucket faults), two passes over the parameters' version counters and one
-host read of the loss per iteration. Module hooks only on targeted modules; no global module hook.
+when it registers one; the agent registers its own only for bucket faults), two passes over the
+parameters' version counters and one host read of the loss per iteration. Module hooks only on
+targeted modules; no global module hook.
 
 Modules: the observed:* detections are ``observe.py`` (built without the plan, which reaches only
 the fault modules), the attach rules ``attach_rules.py``, the activation and gradient
@@ -60,6 +62,7 @@ from .events import EventLog, now_us, num
 from .copy_safe import CopySafeHook
 from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
+from .log import logger
 from . import compiled, pipeline, sharded
 from .observe import Observer
 from .plan import Plan
@@ -228,10 +231,10 @@ class Agent:
     def _candidates(self) -> List[torch.nn.Module]:
         if self._explicit is not None:
             return [self._explicit]
-        ddps = [r() for r in self._ddps if r() is not None]
+        ddps = [d for d in (r() for r in self._ddps) if d is not None]
         if ddps:
             return [compiled.unwrap(d.module) for d in ddps]
-        out = []
+        out: List[torch.nn.Module] = []
         for ref, _ in self._candidate_hooks.values():
             m = ref()
             if m is not None and all(m is not o for o in out):
@@ -290,6 +293,11 @@ class Agent:
                 from . import collectives
 
                 collectives.ensure_comm_hook(self, self.ddp)
+        logger(self.rank).info(
+            "attached to %s (%d parameters%s, optimizers: %s, scaler: %s)", own_type(model),
+            len(self._named_params), ", DDP" if self.ddp is not None else "",
+            ", ".join(type(o).__name__ for o in self.optimizers) or "none",
+            type(self.scaler).__name__ if self.scaler is not None else "none")
         self.log.write(
             "start", rank=self.rank, world=self.world, pid=os.getpid(), host=socket.gethostname(),
             external=True, agent="python", torch=torch.__version__, python=sys.executable,
@@ -417,7 +425,7 @@ class Agent:
         self._names_checked = True
         for f in self.faults:
             why = unmatched_activation(f, self._module_names, sorted(self._probes),
-                                       own_type(self.model))
+                                       own_type(self.model) if self.model is not None else "?")
             if why:
                 self._open = False  # no step_end for an iteration the job never finishes
                 self._fail(f"[[fault]] #{f.index + 1} ({f.kind}): {why}")
@@ -624,8 +632,8 @@ class Agent:
             self._probes.add(name)
             self.log.write("probe", name=name, step=self.step)
         if "activation" in self.needs:  # also inside activation checkpointing (fault_hooks.py)
-            tensor = apply_activation(self, name, [f for f in self.faults if "activation" in f.needs],
-                                      True, tensor)
+            hits = [f for f in self.faults if "activation" in f.needs]
+            tensor = apply_activation(self, name, hits, True, tensor)
         return tensor
 
     # ------------------------------------------------------------------------------------------

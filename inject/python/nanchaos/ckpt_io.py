@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, cast
 
 #: Top-level keys whose integer value is the checkpoint's step, in the order they are tried.
 STEP_KEYS = ("step", "global_step", "iteration")
@@ -143,7 +143,7 @@ def patch(agent) -> None:
 
         return rename
 
-    save._nanchaos_wrapped = True
+    cast(Any, save)._nanchaos_wrapped = True
     torch.save = save
     torch.load = load
     os.replace = wrap_rename(os.replace)

@@ -407,6 +407,17 @@ def test_a_fault_the_agent_cannot_apply_faithfully_is_refused_at_start(tmp_path)
     err = job.of(0, "attach_error")
     assert err and "micro_batches = 2" in err[0]["reason"]
     assert job.of(0, "step_begin") == []
+    # The reason on stderr too, as the agent's leveled diagnostics print it (log.py).
+    assert f"nanchaos rank 0: ERROR: {err[0]['reason']}" in job.outputs[0]
+
+
+def test_nanchaos_log_info_says_what_the_agent_attached_to(tmp_path):
+    job = run_ranks(tmp_path, SOLO_LOOP, plan(), world=1, env={"NANCHAOS_LOG": "info"})
+    assert job.codes == [0]
+    assert "nanchaos rank 0: INFO: attached to " in job.outputs[0]
+    (tmp_path / "quiet").mkdir()
+    quiet = run_ranks(tmp_path / "quiet", SOLO_LOOP, plan(), world=1)
+    assert "nanchaos rank 0" not in quiet.outputs[0]  # default level warn: nothing on a clean run
 
 
 def test_comm_fault_without_ddp_is_refused_at_attach(tmp_path):
