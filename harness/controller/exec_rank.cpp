@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@ namespace {
 
 struct Identity {
   int rank = -1, world = 0, local_rank = 0, local_world = 1;
+  bool from_slurm = false;
 };
 
 const char* env_or_null(const char* name) {
@@ -59,8 +62,14 @@ bool identity_from_launcher(Identity& id, int scenario_world) {
     id.rank = std::atoi(r);
     id.world = num(env_or_null("SLURM_NTASKS"), scenario_world);
     id.local_rank = num(env_or_null("SLURM_LOCALID"), id.rank);
-    // SLURM_NTASKS_PER_NODE may read "2(x3)": atoi takes the leading count.
-    id.local_world = num(env_or_null("SLURM_NTASKS_PER_NODE"), id.world);
+    // This node's count in the step's "2(x3),1" (SLURM_NODEID: the node's index in the step);
+    // SLURM_NTASKS_PER_NODE is set only when --ntasks-per-node was given.
+    id.local_world = 0;
+    if (const char* t = env_or_null("SLURM_STEP_TASKS_PER_NODE")) {
+      id.local_world = slurm_tasks_on_node(t, num(env_or_null("SLURM_NODEID"), 0));
+    }
+    if (id.local_world <= 0) id.local_world = num(env_or_null("SLURM_NTASKS_PER_NODE"), id.world);
+    id.from_slurm = true;
     return true;
   }
   if (const char* r = env_or_null("PMIX_RANK")) {
@@ -85,6 +94,33 @@ void write_line(int fd, const nlohmann::json& e) {
   }
 }
 
+bool resolves(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const bool ok = getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0;
+  if (res) freeaddrinfo(res);
+  return ok;
+}
+
+// MASTER_ADDR: $NANCHAOS_MASTER_ADDR; under srun on several nodes, the step's first node (rank 0
+// is there: srun's block and cyclic distributions both start on it), as torchrun-on-Slurm
+// recipes do; else (one node, mpirun) 127.0.0.1.
+std::string master_addr(const Identity& id) {
+  if (const char* a = env_or_null("NANCHAOS_MASTER_ADDR")) return a;
+  const char* nodes = env_or_null("SLURM_STEP_NODELIST");
+  const char* n_nodes = env_or_null("SLURM_STEP_NUM_NODES");
+  if (!id.from_slurm || !nodes || !n_nodes || std::atoi(n_nodes) <= 1) return "127.0.0.1";
+  const std::string first = first_slurm_host(nodes);
+  if (!first.empty() && resolves(first)) return first;
+  std::cerr << fmt::format(
+      "nanchaos exec-rank: warning: rank 0's node {} (first of SLURM_STEP_NODELIST={}) does not "
+      "resolve to an address; MASTER_ADDR=127.0.0.1, right only when every node of the step is "
+      "this host: set NANCHAOS_MASTER_ADDR to rank 0's host\n",
+      first, nodes);
+  return "127.0.0.1";
+}
+
 }  // namespace
 
 std::string substitute_launch_vars(const std::string& text, const std::string& run_dir,
@@ -103,6 +139,48 @@ std::string substitute_launch_vars(const std::string& text, const std::string& r
     }
   }
   return out;
+}
+
+std::string first_slurm_host(const std::string& hostlist) {
+  std::string out;
+  for (size_t i = 0; i < hostlist.size(); ++i) {
+    const char c = hostlist[i];
+    if (c == ',') break;
+    if (c != '[') {
+      out += c;
+      continue;
+    }
+    // A range set: its first element ("01" of "[01-04,07]"), then past the ']'.
+    size_t j = i + 1;
+    while (j < hostlist.size() && hostlist[j] != '-' && hostlist[j] != ',' && hostlist[j] != ']') {
+      out += hostlist[j++];
+    }
+    const size_t close = hostlist.find(']', j);
+    if (close == std::string::npos) return "";
+    i = close;
+  }
+  return out;
+}
+
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node) {
+  std::istringstream in(tasks_per_node);
+  int index = 0;
+  for (std::string group; std::getline(in, group, ',');) {
+    char* end = nullptr;
+    const long tasks = std::strtol(group.c_str(), &end, 10);
+    if (end == group.c_str() || tasks <= 0) return 0;
+    long repeat = 1;
+    if (*end == '(') {  // "2(x3)"
+      if (end[1] != 'x') return 0;
+      repeat = std::strtol(end + 2, &end, 10);
+      if (*end != ')' || repeat <= 0) return 0;
+    } else if (*end != '\0') {
+      return 0;
+    }
+    if (node < index + repeat) return node >= index ? int(tasks) : 0;
+    index += int(repeat);
+  }
+  return 0;
 }
 
 std::string agent_path() {
@@ -168,8 +246,7 @@ int exec_rank(const ExecRankOptions& opts) {
     set("WORLD_SIZE", std::to_string(id.world));
     set("LOCAL_RANK", std::to_string(id.local_rank));
     set("LOCAL_WORLD_SIZE", std::to_string(id.local_world));
-    const char* addr = env_or_null("NANCHAOS_MASTER_ADDR");
-    set("MASTER_ADDR", addr ? addr : "127.0.0.1");
+    set("MASTER_ADDR", master_addr(id));
     set("MASTER_PORT", std::to_string(opts.master_port));
   }
   set("NANCHAOS_PLAN", plan_text);

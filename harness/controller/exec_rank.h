@@ -7,7 +7,8 @@
 //       --master-port 29611 [--python /usr/bin/python3] [--seed 7]
 //
 // Environment set for the command: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
-// ($NANCHAOS_MASTER_ADDR or 127.0.0.1), MASTER_PORT, NANCHAOS_PLAN (the plan JSON text),
+// ($NANCHAOS_MASTER_ADDR; else under srun on several nodes the step's first node, where rank 0
+// runs, when that name resolves; else 127.0.0.1), MASTER_PORT, NANCHAOS_PLAN (the plan JSON text),
 // NANCHAOS_PLAN_FILE, NANCHAOS_EVENTS (RUN/events/rank-R.jsonl), NANCHAOS_RUN_DIR,
 // NANCHAOS_STEPS, NANCHAOS_SEED, PYTHONPATH (agent folder first), then [job].env. Before the
 // exec it writes the rank's first event, {"ev":"launch", rank, world, pid, host, pidns, command},
@@ -35,6 +36,14 @@ struct ExecRankOptions {
   std::string python;            ///< replaces a bare "python"/"python3" command[0] when set
   std::optional<uint64_t> seed;  ///< the trial's seed (replaces [scenario].seed)
 };
+
+/// The first host of a Slurm host list: "n[1-2],gpu7" -> "n1", "node[07-09]" -> "node07",
+/// "rack[1-2]-n[3,5]" -> "rack1-n3" (as `scontrol show hostnames LIST | head -1`).
+std::string first_slurm_host(const std::string& hostlist);
+
+/// Tasks on the node-th node (0-based) of a Slurm tasks-per-node list ("2(x3),1": 2, 2, 2, 1);
+/// 0 when the list is shorter or malformed.
+int slurm_tasks_on_node(const std::string& tasks_per_node, int node);
 
 /// The folder put first on PYTHONPATH: $NANCHAOS_AGENT_PATH, else <source dir>/inject/python.
 std::string agent_path();

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""nanchaos under a real Slurm (docs/multi-node.md "Slurm"), on the cluster .ci/slurm-up makes.
+
+Runs `salloc -N2 -n4 --oversubscribe nanchaos run ... --launcher "srun --mpi=pmix"` on the two
+nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, and checks:
+
+  --phase faults    scenarios/nan-activation-rank1, crash-rank1, hang-forever-rank2 pass with the
+                    same verdict, outcome, detector, blamed rank, cause, dead ranks and abort
+                    latency class as under mpirun (the shipped suite's run when
+                    $NANCHAOS_SHIPPED_RUN/report.json has them, else run here with mpirun); the
+                    4-rank jobs' steps spread 4 tasks over both nodes; the hung rank's step was
+                    cancelled by Slurm; afterwards no step is left (`scontrol show step`), no
+                    process of the allocation is left on the machine, and none under a slurmd.
+  --phase external  tests/slurm/ddp-env.toml (examples/pytorch/train_ddp.py, 4 ranks on 2 nodes,
+                    through tests/slurm/torchrun_env.py which records what each rank was given)
+                    passes, and every rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+                    MASTER_ADDR, MASTER_PORT follow from Slurm's SLURM_PROCID, SLURM_NTASKS,
+                    SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST.
+
+Exits 77 (CTest SKIP_RETURN_CODE) with the reason when .ci/slurm-up found that Slurm cannot run
+on this machine (it wrote <slurm-dir>/unavailable). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+SKIP = 77
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE.parent.parent
+# Two slurmd on one host: Open MPI's shared-memory transport (vader) names its segments
+# /dev/shm/vader_segment.<host>.<job>.<local rank>, so rank 0 of n1 and rank 2 of n2 (both local
+# rank 0 on host "vm") open the same segment and crash in mca_btl_vader_poll_handle_frag. On real
+# hosts the names differ; here the ranks use TCP, as tests/multinode does.
+ONE_HOST_ENV = {"OMPI_MCA_btl": "self,tcp"}
+LAUNCHER = "srun --mpi=pmix"
+
+
+class Failures:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def check(self, ok: bool, what: str) -> None:
+        print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        if not ok:
+            self.items.append(what)
+
+
+def scontrol(conf: Path, *args: str) -> str:
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    return subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True,
+                          timeout=20).stdout
+
+
+class StepWatch(threading.Thread):
+    """Polls `scontrol show step -o` while the job runs: every step seen, with its nodes/tasks."""
+
+    def __init__(self, conf: Path) -> None:
+        super().__init__(daemon=True)
+        self.conf = conf
+        self.steps: dict[str, dict[str, str]] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for line in scontrol(self.conf, "show", "step", "-o").splitlines():
+                fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+                if "StepId" in fields:
+                    self.steps[fields["StepId"]] = fields
+            self.stop.wait(0.2)
+
+
+def processes_of_job(job_id: str) -> list[str]:
+    """Live processes whose environment says SLURM_JOB_ID=<job_id> (a rank, a step's task)."""
+    marker = f"SLURM_JOB_ID={job_id}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if state != "Z" and marker in env:
+            found.append(f"{d.name} {cmd.strip()[:120]}")
+    return found
+
+
+def under_slurmd(conf: Path) -> list[str]:
+    """Processes below this cluster's slurmd (slurmstepd, a step's tasks)."""
+    rows = [line.split(None, 2) for line in subprocess.run(
+        ["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout.splitlines()]
+    rows = [r + [""] * (3 - len(r)) for r in rows]
+    parent = {r[0]: r[1] for r in rows}
+    args = {r[0]: r[2] for r in rows}
+    daemons = {p for p, a in args.items() if "slurmd" in a and f"-f {conf}" in a}
+    found = []
+    for p in parent:
+        q = parent[p]
+        while q in parent and q not in daemons and q not in ("0", "1"):
+            q = parent[q]
+        if q in daemons and p not in daemons:
+            found.append(f"{p} {args[p][:120]}")
+    return found
+
+
+def salloc_run(nanchaos: str, conf: Path, files: list[str], out: Path,
+               extra_env: dict[str, str]) -> tuple[dict, int, str, StepWatch]:
+    env = dict(os.environ, SLURM_CONF=str(conf), **ONE_HOST_ENV, **extra_env)
+    cmd = ["salloc", "-N2", "-n4", "--oversubscribe", "--time=10", nanchaos, "run", *files,
+           "--launcher", LAUNCHER, "--out", str(out), "--quiet"]
+    print("$ " + " ".join(cmd), flush=True)
+    watch = StepWatch(conf)
+    watch.start()
+    t = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    watch.stop.set()
+    watch.join()
+    print(proc.stdout + proc.stderr, end="", flush=True)
+    print(f"salloc + nanchaos run: exit {proc.returncode} after {time.monotonic() - t:.1f} s",
+          flush=True)
+    m = re.search(r"Granted job allocation (\d+)", proc.stderr)
+    report_file = out / "report.json"
+    report = json.loads(report_file.read_text()) if report_file.exists() else {"scenarios": []}
+    return report, proc.returncode, m.group(1) if m else "", watch
+
+
+def abort_class(sc: dict, scenario_file: Path) -> str:
+    """none, or within / over the scenario's [expect].abort_within_ms."""
+    lat = sc.get("abort_latency_ms")
+    if lat is None:
+        return "none"
+    limit = tomllib.loads(scenario_file.read_text()).get("expect", {}).get("abort_within_ms")
+    if limit is None:
+        return "some"
+    return f"<= {limit} ms" if lat <= limit else f"> {limit} ms"
+
+
+def summary(sc: dict, scenario_file: Path) -> dict:
+    fd = sc.get("first_detection") or {}
+    pm = sc.get("postmortem") or {}
+    return {
+        "verdict": sc.get("verdict"),
+        "outcome": sc.get("outcome"),
+        "fault_outcome": sc.get("fault_outcome"),
+        "detector": fd.get("detector"),
+        "blamed": pm.get("ranks") if pm else ([fd["rank"]] if "rank" in fd else []),
+        "cause": pm.get("cause") if pm else fd.get("cause"),
+        "dead_ranks": sc.get("dead_ranks"),
+        "deadlock": sc.get("deadlock"),
+        "abort_latency": abort_class(sc, scenario_file),
+    }
+
+
+def mpirun_reference(nanchaos: str, names: list[str], files: list[Path],
+                     work: Path) -> dict[str, dict]:
+    """The scenarios' results under mpirun: the shipped suite's run, else run here."""
+    shipped = os.environ.get("NANCHAOS_SHIPPED_RUN")
+    if shipped and (Path(shipped) / "report.json").exists():
+        by_name = {s["name"]: s for s in
+                   json.loads((Path(shipped) / "report.json").read_text())["scenarios"]}
+        if all(n in by_name for n in names):
+            print(f"mpirun reference: the shipped suite's run {shipped}", flush=True)
+            return by_name
+    out = work / "mpirun"
+    cmd = [nanchaos, "run", *map(str, files), "--launcher", "mpirun", "--out", str(out),
+           "--quiet"]
+    print("mpirun reference: $ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, timeout=240)
+    return {s["name"]: s for s in json.loads((out / "report.json").read_text())["scenarios"]}
+
+
+def check_clean_after(f: Failures, conf: Path, job_id: str) -> None:
+    steps = scontrol(conf, "show", "step").strip()
+    f.check(steps == "No job steps in the system", f"no step left: `scontrol show step`: {steps!r}")
+    job = scontrol(conf, "show", "job", job_id) if job_id else ""
+    state = re.search(r"JobState=(\S+)", job)
+    f.check(bool(job_id) and (not state or state.group(1) in ("COMPLETED", "CANCELLED", "FAILED")),
+            f"allocation {job_id or '(none seen)'} ended: {state.group(1) if state else 'purged'}")
+    deadline = time.monotonic() + 10  # slurmstepd ends a moment after the step completes
+    while True:
+        left, below = processes_of_job(job_id), under_slurmd(conf)
+        if (not left and not below) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    f.check(not left, f"no process of allocation {job_id} left on the machine: {left}")
+    f.check(not below, f"no process left under a slurmd (n1, n2): {below}")
+
+
+def phase_faults(nanchaos: str, conf: Path, work: Path) -> Failures:
+    f = Failures()
+    names = ["nan-activation-rank1", "crash-rank1", "hang-forever-rank2"]
+    files = [SOURCE / "scenarios" / f"{n}.toml" for n in names]
+    report, rc, job_id, watch = salloc_run(nanchaos, conf, list(map(str, files)), work / "srun",
+                                           {})
+    f.check(rc == 0, f"salloc nanchaos run exit status {rc} (0: every scenario passed)")
+    ours = {s["name"]: s for s in report["scenarios"]}
+    ref = mpirun_reference(nanchaos, names, files, work)
+    for n, file in zip(names, files):
+        if n not in ours:
+            f.check(False, f"{n}: not in the srun run's report")
+            continue
+        a, b = summary(ours[n], file), summary(ref[n], file)
+        f.check(a == b, f"{n}: srun {a} == mpirun {b}")
+        print(f"      {n}: abort latency srun {ours[n].get('abort_latency_ms')} ms, mpirun "
+              f"{ref[n].get('abort_latency_ms')} ms", flush=True)
+        f.check(ours[n].get("verdict") == "pass", f"{n}: verdict {ours[n].get('verdict')} "
+                f"{ours[n].get('reason', '')}")
+    # Steps: one per scenario; the 4-rank ones spread over both nodes.
+    four = [s for s in watch.steps.values() if s.get("Tasks") == "4"]
+    print(f"      steps seen: " + "; ".join(f"{k} {v.get('NodeList')} tasks {v.get('Tasks')}"
+                                             for k, v in sorted(watch.steps.items())), flush=True)
+    f.check(len(four) >= 2 and all(s.get("NodeList") == "n[1-2]" for s in four),
+            f"the 4-rank jobs ran as steps of 4 tasks on n[1-2]: "
+            f"{[(s['StepId'], s.get('NodeList')) for s in four]}")
+    hang_dir = Path(ours.get("hang-forever-rank2", {}).get("run_dir", work / "none"))
+    log = (hang_dir / "ranks" / "launcher.log")
+    text = log.read_text() if log.exists() else ""
+    killed = set()  # srun: "n2: task 2: Killed", "n2: tasks 2-3: Killed"
+    for a, b in re.findall(r"n\d: tasks? (\d+)(?:-(\d+))?: (?:Killed|Terminated)", text):
+        killed.update(range(int(a), int(b or a) + 1))
+    f.check(bool(re.search(r"STEP \d+\.\d+ ON n\d CANCELLED", text)) and 2 in killed,
+            f"hang: Slurm cancelled the step and killed the hung rank 2 ({log}):\n"
+            + "\n".join("        " + line for line in text.splitlines()))
+    check_clean_after(f, conf, job_id)
+    return f
+
+
+def phase_external(nanchaos: str, conf: Path, work: Path) -> Failures:
+    f = Failures()
+    python = os.environ.get("NANCHAOS_PYTHON") or "/usr/bin/python3"
+    report, rc, job_id, watch = salloc_run(nanchaos, conf, [str(HERE / "ddp-env.toml")],
+                                           work / "external", {"NANCHAOS_PYTHON": python})
+    sc = report["scenarios"][0] if report["scenarios"] else {}
+    f.check(rc == 0 and sc.get("verdict") == "pass",
+            f"ddp-env: exit {rc}, verdict {sc.get('verdict')} {sc.get('reason', '')}, outcome "
+            f"{sc.get('outcome')}, detections {len(sc.get('detections') or [])}")
+    run_dir = Path(sc.get("run_dir", work / "none"))
+    seen = {}
+    for r in range(4):
+        p = run_dir / f"torchrun-env-{r}.json"
+        if p.exists():
+            seen[r] = json.loads(p.read_text())
+    f.check(sorted(seen) == [0, 1, 2, 3], f"every rank recorded its environment: {sorted(seen)}")
+    ports = {e.get("MASTER_PORT") for e in seen.values()}
+    for r, e in sorted(seen.items()):
+        node = int(e["SLURM_NODEID"])
+        tasks_here = {"2(x2)": 2}.get(e["SLURM_STEP_TASKS_PER_NODE"])
+        want = {"RANK": e["SLURM_PROCID"], "WORLD_SIZE": e["SLURM_NTASKS"],
+                "LOCAL_RANK": e["SLURM_LOCALID"], "LOCAL_WORLD_SIZE": str(tasks_here),
+                "MASTER_ADDR": "127.0.0.1"}
+        got = {k: e.get(k) for k in want}
+        f.check(got == want and e["SLURM_PROCID"] == str(r) and e["SLURM_NTASKS"] == "4",
+                f"rank {r} on {e['SLURMD_NODENAME']} (node {node} of "
+                f"{e['SLURM_STEP_NODELIST']}, tasks {e['SLURM_STEP_TASKS_PER_NODE']}): {got}")
+    f.check(len(ports) == 1 and None not in ports, f"one MASTER_PORT for all ranks: {ports}")
+    nodes = {e.get("SLURMD_NODENAME") for e in seen.values()}
+    f.check(nodes == {"n1", "n2"}, f"the ranks ran on both nodes: {sorted(map(str, nodes))}")
+    # MASTER_ADDR came from Slurm: the step's first node, n1, was looked up (it is a Slurm node
+    # name only, so it does not resolve here) and the fallback was said on every rank's stderr.
+    for r in sorted(seen):
+        err = (run_dir / "ranks" / f"rank-{r}.err")
+        text = err.read_text() if err.exists() else ""
+        f.check("rank 0's node n1 (first of SLURM_STEP_NODELIST=n[1-2]) does not resolve" in text,
+                f"rank {r}: MASTER_ADDR taken from SLURM_STEP_NODELIST's first node n1 "
+                f"({err} says so)")
+    check_clean_after(f, conf, job_id)
+    return f
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nanchaos", required=True, help="the nanchaos binary")
+    ap.add_argument("--slurm-dir", required=True, help="the folder .ci/slurm-up set up")
+    ap.add_argument("--work", required=True, help="run folders go here (emptied first)")
+    ap.add_argument("--phase", choices=["faults", "external"], required=True)
+    args = ap.parse_args()
+    slurm_dir = Path(args.slurm_dir)
+    if (slurm_dir / "unavailable").exists():
+        print(f"slurm: SKIPPED: {(slurm_dir / 'unavailable').read_text().strip()}", flush=True)
+        return SKIP
+    conf = slurm_dir / "slurm.conf"
+    info = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+                          env=dict(os.environ, SLURM_CONF=str(conf)))
+    if info.returncode != 0 or "n1 idle" not in info.stdout or "n2 idle" not in info.stdout:
+        print(f"slurm: the cluster of {conf} is not up with n1 and n2 idle (run .ci/slurm-up "
+              f"{slurm_dir}): sinfo exit {info.returncode}: {info.stdout}{info.stderr}",
+              flush=True)
+        return 1
+    work = Path(args.work) / args.phase
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    work.mkdir(parents=True)
+    t = time.monotonic()
+    phase = phase_faults if args.phase == "faults" else phase_external
+    f = phase(args.nanchaos, conf, work)
+    print(f"slurm {args.phase}: {len(f.items)} failure(s), {time.monotonic() - t:.1f} s",
+          flush=True)
+    return 1 if f.items else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
