@@ -10,6 +10,7 @@
 
 #include "harness/controller/judge.h"
 #include "harness/evidence/events.h"
+#include "harness/scenario/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -57,10 +58,7 @@ Window window_of(const Scenario& s, const std::string& dir, int* code) {
 
 bool inlaunch_eligible(const Scenario& s) {
   if (s.job.external() || !s.detectors.consensus || !enabled(s, "watchdog")) return false;
-  for (const auto& f : s.faults) {
-    if (f.kind == "hang" || f.kind == "crash") return false;
-  }
-  return true;
+  return !any_fault_kind(s.faults, &FaultKindInfo::stops_job);
 }
 
 std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(

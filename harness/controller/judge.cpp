@@ -16,6 +16,7 @@
 
 #include "harness/controller/judge_internal.h"
 #include "harness/controller/rank_evidence.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -182,11 +183,15 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
   if (ex.outcome) {
     add("outcome", *ex.outcome, to_string(res.outcome), to_string(res.outcome) == *ex.outcome);
   } else if (res.outcome == Outcome::kCrashed || res.outcome == Outcome::kHung) {
-    // No unexplained crash passes: a job that crashed or had to be killed, with no `crash` or
-    // `hang` fault that fired to explain it, fails `outcome` even when [expect] did not ask (a
-    // rank killed from outside, a std::bad_alloc, a stack that raised). Say what the ranks said.
+    // No unexplained crash passes: a job that crashed or had to be killed, with no fault of a
+    // kind that stops the job (crash, hang) that fired to explain it, fails `outcome` even when
+    // [expect] did not ask (a rank killed from outside, a std::bad_alloc, a stack that raised).
+    // Say what the ranks said.
     bool explained = false;
-    for (const auto& inj : res.injections) explained |= inj.kind == "crash" || inj.kind == "hang";
+    for (const auto& inj : res.injections) {
+      const FaultKindInfo* info = find_fault_kind(inj.kind);
+      explained |= info != nullptr && info->stops_job;
+    }
     if (!explained) {
       add("outcome", "completed (no crash or hang fault explains another outcome)",
           std::string(to_string(res.outcome)) + ": " + last_words(logs, job), false);

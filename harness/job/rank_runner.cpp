@@ -17,6 +17,7 @@
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_types.h"
 #include "harness/job/runner.h"
+#include "harness/scenario/registry.h"
 #include "harness/tensor/optim_state.h"
 
 namespace nanchaos::harness {
@@ -91,8 +92,10 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
 void RankRunner::install_faults(const Scenario& s) {
   faults_ = std::make_unique<inject::Faults>(s, *log_, rank_, world_);
   faults_->set_device_stall([this](int64_t ms) { return comm_->enqueue_stall(ms); });
-  stage_send_ = cuda_ && faults_->has_kind("comm");
-  has_state_faults_ = faults_->has_kind("state");
+  stage_send_ =
+      cuda_ && harness::any_fault_kind(s.faults, &harness::FaultKindInfo::edits_send_buffer);
+  has_state_faults_ =
+      harness::any_fault_kind(s.faults, &harness::FaultKindInfo::edits_training_state);
   has_optimizer_faults_ = faults_->has_optimizer_targets();
 }
 

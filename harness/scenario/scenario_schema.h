@@ -40,8 +40,6 @@ const std::vector<KeySpec>& detector_common_keys();
 
 /// Top-level table names, in file order ("scenario", "job", "workload", "fault", ...).
 const std::vector<std::string>& top_level_tables();
-/// `cause` values of [expect].
-const std::vector<std::string>& cause_names();
 
 /// "integer >= 1", "float in (0, 1]", "string (one of: cpu, cuda)": what a key accepts.
 std::string describe_expected(const KeySpec& spec);
