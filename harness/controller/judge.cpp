@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 
+#include "harness/common/cause.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/controller/rank_evidence.h"
 #include "harness/scenario/registry.h"
@@ -434,10 +435,10 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
     j.blamed_cause = res.first_detection->cause;
   } else if (!pm.dead.empty()) {
     j.blamed = pm.dead;
-    j.blamed_cause = "rank_failure";
+    j.blamed_cause = to_string(Cause::kRankFailure);
   } else if (!pm.absent.empty() && res.outcome != Outcome::kCompleted) {
     j.blamed = pm.absent;
-    j.blamed_cause = "hang";
+    j.blamed_cause = to_string(Cause::kHang);
   }
   if (fired.first_inject_t) j.abort_ms = double(job.t_end_us - *fired.first_inject_t) / 1000.0;
 
