@@ -38,6 +38,7 @@
 #include "harness/controller/merged_log.h"
 #include "harness/controller/progress.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
 #include "nanchaos/config.h"
@@ -150,8 +151,8 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     // the suite goes on and the reports keep what was measured. A log left by an earlier run in
     // the same folder (--out reused) must not pass for this job's: a rank that never starts
     // would be judged on it (run_external_job clears it for external jobs the same way).
-    fs::remove_all(run_dir + "/events");
-    fs::create_directories(run_dir + "/events");
+    fs::remove_all(events_dir(run_dir));
+    fs::create_directories(events_dir(run_dir));
     const fs::path copy = fs::path(run_dir) / "scenario.toml";
     std::error_code same_ec;
     if (!fs::equivalent(s.file, copy, same_ec)) {  // a campaign writes it there itself
@@ -173,14 +174,14 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
   } else {
     auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
                               fs::absolute(run_dir).string(), seed);
-    job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
+    job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, events_dir(run_dir),
                      int(s.job.ranks), 0, env);
   }
   mpi_tmp.reset();
   // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
   // the logs are plain JSON lines for every reader, not only read_events().
   for (int64_t r = 0; r < s.job.ranks; ++r) {
-    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+    trim_event_log(event_log_path(run_dir, r));
   }
   results::ScenarioResult res = judge_run(s, run_dir, job);
   res.logs = job_logs(run_dir, int(s.job.ranks));

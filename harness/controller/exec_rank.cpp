@@ -23,6 +23,7 @@
 #include "harness/common/rank_host.h"
 #include "harness/common/rank_output.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/scenario/scenario.h"
@@ -126,7 +127,7 @@ int exec_rank(const ExecRankOptions& opts) {
   while (!plan_text.empty() && (plan_text.back() == '\n' || plan_text.back() == '\r')) {
     plan_text.pop_back();
   }
-  const std::string events = fmt::format("{}/events/rank-{}.jsonl", opts.run_dir, id.rank);
+  const std::string events = event_log_path(opts.run_dir, id.rank);
 
   auto set = [](const char* k, const std::string& v) { setenv(k, v.c_str(), 1); };
   if (s.job.launch == Launch::kPlain) {
@@ -208,7 +209,7 @@ int exec_rank(const ExecRankOptions& opts) {
   cargv.push_back(nullptr);
   // The watch that records when the job's process ended (proc_watch.h): forked here, while this
   // process is one thread, it outlives the exec and watches the job's own process (same pid).
-  start_exit_watch(gone_record_path(opts.run_dir + "/events", id.rank), id.rank);
+  start_exit_watch(gone_record_path(events_dir(opts.run_dir), id.rank), id.rank);
   // Kept across the exec: the job's process dies with its launcher (the thread of it that
   // started this process; Open MPI's launch thread lives as long as the job). Together with the
   // agent's guard (guard.py) and the launcher's own death signal (job_guard.h), no rank outlives

@@ -15,6 +15,7 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/event_types.h"
 #include "harness/job/runner.h"
 #include "harness/scenario/registry.h"
@@ -38,8 +39,8 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   rank_ = comm_->rank();
   set_check_rank(rank_);  // check messages name this rank (harness/common/check.h)
   world_ = comm_->world_size();
-  std::filesystem::create_directories(run_dir + "/events");
-  log_ = std::make_unique<EventLog>(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank_));
+  std::filesystem::create_directories(events_dir(run_dir));
+  log_ = std::make_unique<EventLog>(event_log_path(run_dir, rank_));
   log_->write("start", {{"rank", rank_},
                         {"world", world_},
                         {"pid", getpid()},
