@@ -195,6 +195,33 @@ TEST(Registry, EachBuiltFaultKindDeclaresItsCampaignRules) {
   }
 }
 
+// A built kind that forgot a rule stops the program at start-up, naming the kind and the rule;
+// a snapshot's entry (keys only) or a kind not built yet needs none.
+TEST(RegistryDeathTest, BuiltKindWithoutItsRulesAborts) {
+  FaultKindInfo info;
+  info.name = "throwaway";
+  info.make = fault_kinds().at("tensor").make;  // any factory
+  info.draw = [](FaultDraw&, nlohmann::ordered_json&) {};
+  EXPECT_DEATH(register_fault_kind(info),
+               "fault kind \"throwaway\" \\(inject/throwaway.cpp\\) registers no ground truth "
+               "for campaigns \\(`truth`\\)");
+  info.truth = [](const nlohmann::ordered_json&) { return KindTruth{Cause::kGradient, {}}; };
+  info.draw = nullptr;
+  EXPECT_DEATH(register_fault_kind(info), "registers no campaign draw of its keys");
+  EXPECT_EXIT(
+      {
+        FaultKindInfo keys_only;
+        keys_only.name = "throwaway";
+        register_fault_kind(keys_only, /*keys_only=*/true);
+        FaultKindInfo later;
+        later.name = "later";
+        later.not_implemented = "not built yet";
+        register_fault_kind(later);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // README.md shows `nanchaos validate` on a mistyped kind: its list of kinds is the registry's
 // (it once lacked `state`). The file below puts `kind` where README's bad.toml has it.
 TEST(Registry, ReadmeListsTheRegisteredFaultKinds) {
