@@ -4,11 +4,16 @@
 // type: the detectors include only that one.
 //
 //   // inject/lr.cpp
-//   // inject/lr.cpp
-//   FaultKindInfo info;  info.name = "lr";  info.keys = {...};  info.make = ...;
-//   info.draw = [](FaultDraw& d, nlohmann::ordered_json& f) { f["factor"] = 1e4; };
-//   info.truth = [](const nlohmann::ordered_json&) { return KindTruth{Cause::kGradientExplosion};
-//   }; NANCHAOS_REGISTER_FAULT_KIND(lr, info);
+//   FaultKindInfo lr_kind() {
+//     FaultKindInfo info;
+//     info.name = "lr";  info.keys = {...};  info.make = ...;
+//     info.draw = [](FaultDraw& d, nlohmann::ordered_json& f) { f["factor"] = 1e4; };
+//     info.truth = [](const nlohmann::ordered_json&) {
+//       return KindTruth{Cause::kGradientExplosion, std::nullopt};
+//     };
+//     return info;
+//   }
+//   NANCHAOS_REGISTER_FAULT_KIND(lr, lr_kind());
 //
 // Everything about a kind lives in its FaultKindInfo, so a new kind is one new file: its keys
 // and injector, its campaign draw and ground truth, and the flags the job, the judge and the
@@ -55,8 +60,8 @@ struct CampaignTargets {
 /// fault's): the cause the stack should name and, when it can be scored, the layer.
 struct KindTruth {
   Cause cause = Cause::kData;
-  std::optional<std::string>
-      layer;  ///< module / parameter / inputs / labels / loss; none: not scored
+  /// module / parameter / inputs / labels / loss; none: not scored
+  std::optional<std::string> layer;
 };
 
 /// A fault kind: its extra keys (besides the common ones), how to build its injector, and what
