@@ -1,8 +1,11 @@
 // Detector `activation`: probes module outputs for the first non-finite value.
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Checks every named module's output in forward order (one reduction and host sync per module:
@@ -27,7 +30,7 @@ class ActivationDetector final : public DetectorImpl<ActivationDetector> {
   }
   std::optional<Finding> check(const StepView& v) override {
     if (first_idx_ < 0) return std::nullopt;
-    return Finding{first_bad_, "activation", module_index(v, first_bad_)};
+    return Finding{first_bad_, to_string(Cause::kActivation), module_index(v, first_bad_)};
   }
 
  private:
@@ -58,7 +61,8 @@ DetectorInfo activation_detector() {
   info.column = harness::kModuleIdx;
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
-    d->cause = row[harness::kModuleOverflow] > 0.5 ? "fp16_overflow" : "activation";
+    d->cause = row[harness::kModuleOverflow] > 0.5 ? to_string(Cause::kFp16Overflow)
+                                                   : to_string(Cause::kActivation);
     d->layer = harness::name_at(n.modules, row[harness::kModuleIdx]);
   };
   return info;

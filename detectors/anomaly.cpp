@@ -1,9 +1,12 @@
 // Detector `anomaly`: autograd anomaly mode in the replay: names the op that produced the first
 // NaN.
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // LibTorch's anomaly mode, always on: every backward op checks its outputs and the first one that
@@ -18,7 +21,7 @@ class AnomalyDetector final : public DetectorImpl<AnomalyDetector> {
   bool wants_anomaly_mode() const override { return true; }
   std::optional<Finding> check(const StepView& v) override {
     if (v.anomaly_message == nullptr || v.anomaly_message->empty()) return std::nullopt;
-    return Finding{backward_op(*v.anomaly_message), "gradient", 0};
+    return Finding{backward_op(*v.anomaly_message), to_string(Cause::kGradient), 0};
   }
 };
 
@@ -37,7 +40,7 @@ DetectorInfo anomaly_detector() {
   info.order = 120;    // anomaly mode's error, last: the replay's costly check
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double*, const AttributionNames&, Decision* d) {
-    d->cause = "gradient";  // the op name is in the blamed rank's own detect event
+    d->cause = to_string(Cause::kGradient);  // the op name is in the blamed rank's own detect event
   };
   return info;
 }

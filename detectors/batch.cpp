@@ -3,10 +3,13 @@
 #include <cmath>
 
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Checks the batch as the model receives it (after normalize_inputs). Caveat: a few small
@@ -24,17 +27,19 @@ class BatchDetector final : public DetectorImpl<BatchDetector> {
     if (b.inputs.is_floating_point()) {
       if (!torch::isfinite(b.inputs).all().item<bool>() ||
           b.inputs.abs().max().item<double>() > max_abs_) {
-        return Finding{"inputs", "data", 0};
+        return Finding{"inputs", to_string(Cause::kData), 0};
       }
     }
     if (b.labels.is_floating_point()) {
-      if (!torch::isfinite(b.labels).all().item<bool>()) return Finding{"labels", "data", 1};
+      if (!torch::isfinite(b.labels).all().item<bool>())
+        return Finding{"labels", to_string(Cause::kData), 1};
     } else if (b.labels.numel() > 0 &&
                (b.labels.min().item<int64_t>() < 0 || b.labels.max().item<int64_t>() >= classes_)) {
-      return Finding{"labels", "data", 1};
+      return Finding{"labels", to_string(Cause::kData), 1};
     }
     // A batch with no valid target token makes a loss averaged over valid tokens 0/0.
-    if (b.mask.defined() && b.mask.sum().item<double>() == 0.0) return Finding{"labels", "data", 1};
+    if (b.mask.defined() && b.mask.sum().item<double>() == 0.0)
+      return Finding{"labels", to_string(Cause::kData), 1};
     return std::nullopt;
   }
 
@@ -69,7 +74,7 @@ DetectorInfo batch_detector() {
   info.column = harness::kBatchField;
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames&, Decision* d) {
-    d->cause = "data";
+    d->cause = to_string(Cause::kData);
     d->layer = row[harness::kBatchField] > 0.5 ? "labels" : "inputs";
   };
   return info;

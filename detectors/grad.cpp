@@ -3,9 +3,12 @@
 #include <cmath>
 
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Reads the fused pack-and-scan's flags (detectors/core/fused_scan.h): no extra pass over
@@ -18,7 +21,8 @@ class GradDetector final : public DetectorImpl<GradDetector> {
     const auto& st = *v.grad_stats;
     if (!st.any_nonfinite()) return std::nullopt;
     // Layer: the first parameter in backward order with a non-finite gradient.
-    return Finding{v.grad_names->at(size_t(st.first_nonfinite)), "gradient", st.first_nonfinite};
+    return Finding{v.grad_names->at(size_t(st.first_nonfinite)), to_string(Cause::kGradient),
+                   st.first_nonfinite};
   }
 };
 
@@ -39,7 +43,7 @@ DetectorInfo grad_detector() {
   info.column = harness::kGradIdx;
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
-    d->cause = "gradient";
+    d->cause = to_string(Cause::kGradient);
     d->layer = n.backward.at(size_t(row[harness::kGradIdx]));
   };
   return info;

@@ -1,10 +1,13 @@
 // Detector `grad_norm_spike`: flags a gradient-norm z-score spike over a window of recent steps.
 #include "detectors/detector.h"
 #include "detectors/spike.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/key_builder.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Local gradient-norm spike, from the fused scan's fp64 squared norm (no extra pass). The layer
@@ -29,8 +32,9 @@ class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
         layer = (*v.grad_names)[size_t(idx)];
       }
       // One parameter's spike is a corrupted gradient there (code -(idx + 2)), not an explosion.
-      if (per_param_.concentrated(g.sq_norms, idx)) return Finding{layer, "gradient", -(idx + 2)};
-      return Finding{layer, "gradient_explosion", idx};
+      if (per_param_.concentrated(g.sq_norms, idx))
+        return Finding{layer, to_string(Cause::kGradient), -(idx + 2)};
+      return Finding{layer, to_string(Cause::kGradientExplosion), idx};
     }
     per_param_.add(g.sq_norms);  // a spike stays out of the history, as in SpikeWindow
     return std::nullopt;
@@ -70,7 +74,7 @@ DetectorInfo grad_norm_spike_detector() {
     // rank (-1: none known); a code <= -2 is a spike held by that one parameter (index
     // -(code + 2)): a corrupted gradient (ParamNormHistory::concentrated).
     const double code = row[harness::kGradIdx];
-    d->cause = code <= -2 ? "gradient" : "gradient_explosion";
+    d->cause = code <= -2 ? to_string(Cause::kGradient) : to_string(Cause::kGradientExplosion);
     d->layer = harness::name_at(n.backward, code <= -2 ? -(code + 2) : code);
   };
   return info;

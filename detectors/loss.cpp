@@ -3,9 +3,12 @@
 #include <cmath>
 
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 class LossDetector final : public DetectorImpl<LossDetector> {
@@ -17,8 +20,8 @@ class LossDetector final : public DetectorImpl<LossDetector> {
     // Attribution (DESIGN.md): finite logits and a non-finite loss is the loss math's fault;
     // non-finite logits mean an activation went first (the replay localizes it).
     const bool logits_finite = torch::isfinite(*v.logits).all().item<bool>();
-    if (logits_finite) return Finding{"loss", "loss_math", 1};
-    return Finding{"", "activation", 0};
+    if (logits_finite) return Finding{"loss", to_string(Cause::kLossMath), 1};
+    return Finding{"", to_string(Cause::kActivation), 0};
   }
 };
 
@@ -40,14 +43,14 @@ DetectorInfo loss_detector() {
   info.replay = true;  // the replay's reproduced test
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     const bool logits_finite = row[harness::kLogitsFinite] > 0.5;
-    d->cause = logits_finite ? "loss_math" : "activation";
+    d->cause = logits_finite ? to_string(Cause::kLossMath) : to_string(Cause::kActivation);
     d->layer = logits_finite ? "loss" : "";
     // Non-finite logits: the first module whose output went non-finite (the runner's always-on
     // localization), and whether the half rounding made it so (DESIGN.md fp16_overflow).
     const double idx = row[harness::kModuleIdx];
     if (!logits_finite && idx >= 0 && size_t(idx) < n.modules.size()) {
       d->layer = n.modules[size_t(idx)];
-      if (row[harness::kModuleOverflow] > 0.5) d->cause = "fp16_overflow";
+      if (row[harness::kModuleOverflow] > 0.5) d->cause = to_string(Cause::kFp16Overflow);
     }
   };
   return info;

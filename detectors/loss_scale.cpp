@@ -1,9 +1,12 @@
 // Detector `loss_scale`: GradScaler found_inf; the scaler probing its range after a growth is a
 // scale_backoff, not a detection.
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // GradScaler's found_inf: any non-finite value in this rank's scaled gradients (read from the fused
@@ -16,8 +19,8 @@ class LossScaleDetector final : public DetectorImpl<LossScaleDetector> {
   Hook hook() const override { return Hook::kGradients; }
   std::optional<Finding> check(const StepView& v) override {
     if (!v.grad_stats->any_nonfinite()) return std::nullopt;
-    return Finding{v.grad_names->at(size_t(v.grad_stats->first_nonfinite)), "fp16_overflow",
-                   v.grad_stats->first_nonfinite};
+    return Finding{v.grad_names->at(size_t(v.grad_stats->first_nonfinite)),
+                   to_string(Cause::kFp16Overflow), v.grad_stats->first_nonfinite};
   }
 };
 
@@ -41,7 +44,7 @@ DetectorInfo loss_scale_detector() {
   info.column = harness::kGradIdx;
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
-    d->cause = "fp16_overflow";
+    d->cause = to_string(Cause::kFp16Overflow);
     d->layer = n.backward.at(size_t(row[harness::kGradIdx]));
   };
   return info;

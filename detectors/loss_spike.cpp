@@ -2,9 +2,12 @@
 // spike_window, spike_zscore).
 #include "detectors/detector.h"
 #include "detectors/spike.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector> {
@@ -14,7 +17,7 @@ class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector> {
   Hook hook() const override { return Hook::kLoss; }
   std::optional<Finding> check(const StepView& v) override {
     if (window_.test_and_add(v.loss->item<double>()) > 0) {
-      return Finding{"loss", "gradient_explosion", 0};
+      return Finding{"loss", to_string(Cause::kGradientExplosion), 0};
     }
     return std::nullopt;
   }
@@ -38,7 +41,8 @@ DetectorInfo loss_spike_detector() {
   };
   info.order = 60;
   info.attribute = [](const double*, const AttributionNames&, Decision* d) {
-    d->cause = "gradient_explosion";  // a blow-up seen before any non-finite value (DESIGN.md)
+    d->cause = to_string(
+        Cause::kGradientExplosion);  // a blow-up seen before any non-finite value (DESIGN.md)
   };
   return info;
 }

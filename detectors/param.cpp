@@ -3,9 +3,12 @@
 #include <cmath>
 
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Scans every parameter at step start (one pass over the weights; in the `full` preset only).
@@ -18,7 +21,7 @@ class ParamDetector final : public DetectorImpl<ParamDetector> {
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].is_cuda()) {  // full preset only: one reduction + sync per tensor is fine
         if (!torch::isfinite(params[i]).all().item<bool>()) {
-          return Finding{v.grad_names->at(i), "parameter", int(i)};
+          return Finding{v.grad_names->at(i), to_string(Cause::kParameter), int(i)};
         }
         continue;
       }
@@ -26,7 +29,7 @@ class ParamDetector final : public DetectorImpl<ParamDetector> {
       const int64_t n = params[i].numel();
       bool bad = false;
       for (int64_t j = 0; j < n; ++j) bad |= !std::isfinite(d[j]);
-      if (bad) return Finding{v.grad_names->at(i), "parameter", int(i)};
+      if (bad) return Finding{v.grad_names->at(i), to_string(Cause::kParameter), int(i)};
     }
     return std::nullopt;
   }
@@ -48,7 +51,7 @@ DetectorInfo param_detector() {
   info.column = harness::kParamIdx;
   info.replay = true;  // the replay's reproduced test, and its parameter attribution
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
-    d->cause = "parameter";
+    d->cause = to_string(Cause::kParameter);
     d->layer = n.backward.at(size_t(row[harness::kParamIdx]));
   };
   return info;

@@ -3,9 +3,12 @@
 #include <cmath>
 
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 namespace {
 
 // Scans the reduced buffer while unpacking it (detectors/core/fused_scan.h). Caveat: relies on the
@@ -26,7 +29,8 @@ class PostReduceDetector final : public DetectorImpl<PostReduceDetector> {
     if (v.wire == harness::WireType::kBf16) wire_max = 3.3895313892515355e38;
     const bool overflow = v.global_max_abs * double(v.world) > wire_max;
     return Finding{v.grad_names->at(size_t(st.first_nonfinite)),
-                   overflow ? "reduce_overflow" : "comm_corruption", st.first_nonfinite};
+                   overflow ? to_string(Cause::kReduceOverflow) : to_string(Cause::kCommCorruption),
+                   st.first_nonfinite};
   }
 };
 

@@ -35,7 +35,7 @@ class ReplicaDetector final : public DetectorImpl<ReplicaDetector> {
     }
     const harness::Divergence d = harness::classify_divergence(
         *v.replica_per_tensor, v.replica_names->size(), v.replica_params, v.rank, vote.source);
-    return Finding{layer_of(d, *v.replica_names), harness::divergence_cause(d.kind),
+    return Finding{layer_of(d, *v.replica_names), to_string(harness::divergence_cause(d.kind)),
                    harness::divergence_code(d)};
   }
 
@@ -73,7 +73,7 @@ DetectorInfo replica_detector() {
     // A replica whose digest differs from the majority's (replica.h classify_divergence):
     // drifted training state, a corrupted weight, or one update with a different step size.
     const harness::Divergence div = harness::divergence_from_code(row[harness::kReplicaIdx]);
-    d->cause = harness::divergence_cause(div.kind);
+    d->cause = to_string(harness::divergence_cause(div.kind));
     d->layer = layer_of(div, n.replica);
   };
   return info;

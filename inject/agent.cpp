@@ -24,6 +24,7 @@
 #include "harness/evidence/events.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/plan.h"
+#include "harness/scenario/registry.h"
 #include "harness/scenario/scenario_schema.h"
 #include "harness/tensor/batch.h"
 #include "harness/tensor/optim_state.h"
@@ -134,14 +135,10 @@ struct Agent::Impl {
   // accepts them for every external job) is refused at attach: this agent sees no reduce-scatter
   // and no all-gather, and LibTorch's optimizers keep their state out of its reach.
   void refuse_python_only(const harness::FaultSpec& f) {
-    std::string what;
-    if (f.kind == "comm" && f.params.has("target")) {
-      what = "target = \"" + f.params.get_string("target") + "\" (an FSDP2 collective)";
-    } else if (f.kind == "hang" && f.params.has("where") &&
-               f.params.get_string("where") == "before_reduce_scatter") {
-      what = "where = \"before_reduce_scatter\" (FSDP2's reduce-scatter)";
-    } else if (f.params.has("target") &&
-               f.params.get_string("target").rfind("optimizer:", 0) == 0) {
+    const harness::FaultKindInfo* info = harness::find_fault_kind(f.kind);
+    std::string what = info != nullptr && info->python_only ? info->python_only(f) : "";
+    if (what.empty() && f.params.has("target") &&
+        f.params.get_string("target").rfind("optimizer:", 0) == 0) {
       what = "target " + f.params.get_string("target") + " (optimizer state)";
     }
     if (!what.empty()) {

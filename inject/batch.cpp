@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -148,6 +149,42 @@ FaultKindInfo batch_kind() {
                                   ": labels are class indices for this loss and cannot hold a "
                                   "float value; use loss = \"mse\" or \"masked_mse\" (mlp)");
     }
+  };
+  // Campaigns: a variant the job's batch can hold (its inputs, float labels, a feature column,
+  // the transformer's mask); its cause is the data, its layer the part of the batch hit.
+  info.python_agent = true;
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    const harness::Scenario& s = d.scenario();
+    const bool external = s.job.external();
+    const bool mlp = s.job.workload == harness::WorkloadKind::kMlp;
+    std::vector<std::string> variants;
+    if (external || mlp) variants.push_back("inputs");
+    if (!external && mlp &&
+        (s.workload.loss == harness::LossKind::kMse ||
+         s.workload.loss == harness::LossKind::kMaskedMse)) {
+      variants.push_back("labels");
+    }
+    if (!external && mlp && s.workload.normalize_inputs) variants.push_back("constant_column");
+    if (!external && !mlp) variants.push_back("empty_mask");
+    const std::string v = d.pick(variants);
+    if (v == "constant_column") {
+      f["mode"] = v;
+      f["column"] = int64_t(d.below(uint64_t(s.workload.features)));
+    } else if (v == "empty_mask") {
+      f["mode"] = v;
+    } else {
+      f["field"] = v;
+      f["value"] = d.value();
+    }
+  };
+  info.fault_class = [](const nlohmann::ordered_json& f) {
+    return f.contains("mode") ? f.at("mode").get<std::string>() : f.at("field").get<std::string>();
+  };
+  info.truth = [](const nlohmann::ordered_json& f) {
+    harness::KindTruth t{harness::Cause::kData, std::nullopt};
+    if (!f.contains("mode")) t.layer = f.at("field").get<std::string>();
+    if (f.contains("mode") && f.at("mode") == "constant_column") t.layer = "inputs";
+    return t;
   };
   return info;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -71,6 +72,19 @@ FaultKindInfo bitflip_kind() {
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
     harness::check_target_exists(f, "target", s);
   };
+  // Campaigns: a target class with names, then a name; the cause is the target's class.
+  info.python_agent = true;
+  info.refusal = [](const harness::Scenario&, const harness::CampaignTargets& t, bool) {
+    return t.modules.empty() && t.parameters.empty() ? "the job lists no module or parameter" : "";
+  };
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    f["target"] = d.tensor_target();
+    f["bit"] = d.bit(32);
+  };
+  info.fault_class = [](const nlohmann::ordered_json& f) {
+    return f.contains("target") ? harness::target_where(f.at("target").get<std::string>()) : "";
+  };
+  info.truth = harness::tensor_target_truth;
   return info;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -99,6 +100,26 @@ FaultKindInfo comm_kind() {
                                   harness::to_string(s.job.grad_allreduce_dtype) +
                                   " (16-bit words); expected integer in [0, 15]");
     }
+  };
+  // The send buffer is edited after the rank's checks: a CUDA rank stages it through host memory.
+  info.edits_send_buffer = true;
+  info.python_agent = true;
+  info.python_only = [](const FaultSpec& f) -> std::string {
+    if (!f.params.has("target")) return "";
+    return "target = \"" + f.params.get_string("target") + "\" (an FSDP2 collective)";
+  };
+  // Campaigns: a value or a bit of the wire word (16 bits on a half-precision all-reduce).
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    const harness::Scenario& s = d.scenario();
+    const bool half_wire = !s.job.external() && s.job.grad_allreduce_dtype != harness::DType::kFp32;
+    if (d.below(2) == 0) {
+      f["value"] = d.value();
+    } else {
+      f["bit"] = d.bit(half_wire ? 16 : 32);
+    }
+  };
+  info.truth = [](const nlohmann::ordered_json&) {
+    return harness::KindTruth{harness::Cause::kCommCorruption, std::nullopt};
   };
   return info;
 }

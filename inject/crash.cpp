@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -48,6 +49,18 @@ FaultKindInfo crash_kind() {
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<CrashInjector>(f);
+  };
+  // A dead rank ends the job: one rank per campaign fault, in a launch of its own; a crashed job
+  // is what it explains.
+  info.stops_job = true;
+  info.python_agent = true;
+  info.refusal = [](const harness::Scenario& s, const harness::CampaignTargets&,
+                    bool) -> std::string {
+    return s.job.ranks < 2 ? "needs [job].ranks >= 2 (a lone rank has no peer to notice it)" : "";
+  };
+  info.draw = [](harness::FaultDraw&, nlohmann::ordered_json&) {};  // killed by SIGKILL
+  info.truth = [](const nlohmann::ordered_json&) {
+    return harness::KindTruth{harness::Cause::kRankFailure, std::nullopt};
   };
   return info;
 }

@@ -46,13 +46,6 @@ void Faults::set_device_stall(std::function<bool(int64_t)> stall) {
   ctx_.stall_device = std::move(stall);
 }
 
-bool Faults::has_kind(const std::string& kind) const {
-  for (const auto& k : kinds_) {
-    if (k == kind) return true;
-  }
-  return false;
-}
-
 void Faults::step_start() {
   for (auto& inj : injectors_) inj->on_step_start(ctx_);
 }

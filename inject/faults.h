@@ -45,8 +45,6 @@ class Faults {
   /// (Communicator::enqueue_stall); without one a device hang is refused by the fault.
   void set_device_stall(std::function<bool(int64_t duration_ms)> stall);
 
-  /// True when some fault is of `kind`.
-  bool has_kind(const std::string& kind) const;
   /// True when some fault targets an optimizer state tensor (`optimizer:` targets).
   bool has_optimizer_targets() const { return optimizer_targets_; }
   bool empty() const { return injectors_.empty(); }

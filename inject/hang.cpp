@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -106,6 +107,27 @@ FaultKindInfo hang_kind() {
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<HangInjector>(f);
+  };
+  // A stalled rank holds its peers in the collective: one rank per campaign fault, in a launch of
+  // its own; a hung job is what it explains.
+  info.stops_job = true;
+  info.python_agent = true;
+  info.python_only = [](const harness::FaultSpec& f) -> std::string {
+    if (!f.params.has("where") || f.params.get_string("where") != "before_reduce_scatter") {
+      return "";
+    }
+    return "where = \"before_reduce_scatter\" (FSDP2's reduce-scatter)";
+  };
+  info.refusal = [](const harness::Scenario& s, const harness::CampaignTargets&,
+                    bool) -> std::string {
+    return s.job.ranks < 2 ? "needs [job].ranks >= 2 (a lone rank has no peer to notice it)" : "";
+  };
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    f["duration_ms"] = "forever";
+    f["where"] = d.below(2) == 0 ? "step_start" : "before_grad_allreduce";
+  };
+  info.truth = [](const nlohmann::ordered_json&) {
+    return harness::KindTruth{harness::Cause::kHang, std::nullopt};
   };
   return info;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -45,6 +46,15 @@ FaultKindInfo lr_kind() {
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<LrInjector>(f);
+  };
+  // Campaigns: a factor that blows training up; no layer is to blame.
+  info.python_agent = true;
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    static const std::vector<double> factors = {1e3, 1e4, 1e5};
+    f["factor"] = d.pick(factors);
+  };
+  info.truth = [](const nlohmann::ordered_json&) {
+    return harness::KindTruth{harness::Cause::kGradientExplosion, std::nullopt};
   };
   return info;
 }

@@ -1,5 +1,6 @@
 // Fault kind `overflow`: an fp16 overflow point; multiplies a module's output by `factor` so it
 // leaves the half range.
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -51,6 +52,30 @@ FaultKindInfo overflow_kind() {
   // The target must name something of the configured built-in workload (did-you-mean).
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
     harness::check_target_exists(f, "target", s);
+  };
+  // Campaigns: a module of the job, on a half-precision job only (or when asked for by name on
+  // an external job, whose precision is its own).
+  info.python_agent = true;
+  info.refusal = [](const harness::Scenario& s, const harness::CampaignTargets& t,
+                    bool requested) -> std::string {
+    if (t.modules.empty()) return "the job lists no module to overflow";
+    if (s.job.external() && !requested) {
+      return "an external job's precision is its own (name overflow in --kinds to draw it)";
+    }
+    const bool half =
+        s.job.precision == harness::DType::kFp16 || s.job.precision == harness::DType::kBf16;
+    if (!s.job.external() && !half) {
+      return "needs [job].precision = \"fp16\" or \"bf16\" (an fp32 module does not overflow "
+             "at the half range)";
+    }
+    return "";
+  };
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    f["target"] = "activation:" + d.pick(d.targets().modules);
+  };
+  info.truth = [](const nlohmann::ordered_json& f) {
+    return harness::KindTruth{harness::Cause::kFp16Overflow,
+                              harness::target_name(f.at("target").get<std::string>())};
   };
   return info;
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
@@ -91,6 +92,30 @@ FaultKindInfo state_kind() {
   };
   info.make = [](const FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<StateInjector>(f);
+  };
+  // Its hook runs at step start (the built-in loop calls it only for such kinds). The Python
+  // agent does not apply it: external jobs are refused by the loader and never drawn.
+  info.edits_training_state = true;
+  // Campaigns: a state the job keeps (the fp16 scaler's scale, Adam's step counter); the
+  // replicas then drift apart while every value stays finite.
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    const harness::Scenario& s = d.scenario();
+    std::vector<std::string> fields = {"lr"};
+    if (s.job.precision == harness::DType::kFp16) fields.push_back("loss_scale");
+    if (s.workload.optimizer != harness::Optimizer::kSgd) fields.push_back("step_counter");
+    const std::string field = d.pick(fields);
+    f["field"] = field;
+    if (field == "step_counter") {
+      f["value"] = 1e6;
+    } else {
+      f["factor"] = field == "lr" ? 1e3 : 1e4;
+    }
+  };
+  info.fault_class = [](const nlohmann::ordered_json& f) {
+    return f.at("field").get<std::string>();
+  };
+  info.truth = [](const nlohmann::ordered_json&) {
+    return harness::KindTruth{harness::Cause::kReplicaDivergence, std::nullopt};
   };
   return info;
 }

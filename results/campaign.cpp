@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "harness/common/cause.h"
 #include "results/text.h"
 
 namespace nanchaos::results {
+
+using harness::Cause;
 
 using ojson = nlohmann::ordered_json;
 
@@ -100,14 +103,15 @@ namespace {
 // harness's knowledge, kept in `harness_named`: it never counts as the stack's detection.
 void explain_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFault* row) {
   const auto pm = judged.extra.find("postmortem");
-  if (pm == judged.extra.end() || !pm->is_object() || pm->value("cause", "") != "rank_failure") {
+  if (pm == judged.extra.end() || !pm->is_object() ||
+      pm->value("cause", "") != to_string(Cause::kRankFailure)) {
     return;
   }
   Named n;
   n.detector = "post-mortem";
   n.ranks = pm->at("ranks").get<std::vector<int64_t>>();
   std::sort(n.ranks.begin(), n.ranks.end());
-  n.cause = "rank_failure";
+  n.cause = to_string(Cause::kRankFailure);
   n.step = truth.step;
   if (auto lc = judged.extra.find("last_collective"); lc != judged.extra.end() && lc->is_object()) {
     for (const auto& [rank, c] : lc->items()) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/event_types.h"
 #include "results/html.h"
 
@@ -82,7 +83,7 @@ Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int6
   std::vector<std::vector<harness::TypedEvent>> logs(size_t(t.ranks));
   int64_t t0 = job_start_us.value_or(std::numeric_limits<int64_t>::max());
   for (int r = 0; r < t.ranks; ++r) {
-    for (const auto& e : harness::read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r))) {
+    for (const auto& e : harness::read_events(harness::event_log_path(run_dir, r))) {
       logs[size_t(r)].push_back(harness::parse_event(e));
       if (!job_start_us) t0 = std::min(t0, harness::event_time_us(logs[size_t(r)].back()));
     }

@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::harness {
@@ -42,8 +43,10 @@ double LrRaise::note(int64_t step, double lr) {
 namespace {
 
 bool surfaced(const std::string& cause) {
-  static const std::set<std::string> causes = {"activation", "loss_math",     "gradient",
-                                               "parameter",  "fp16_overflow", "reduce_overflow"};
+  static const std::set<std::string> causes = {
+      to_string(Cause::kActivation),   to_string(Cause::kLossMath),
+      to_string(Cause::kGradient),     to_string(Cause::kParameter),
+      to_string(Cause::kFp16Overflow), to_string(Cause::kReduceOverflow)};
   return causes.count(cause) > 0;
 }
 
@@ -102,18 +105,18 @@ std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world,
 
 void attribute_training_state(const std::vector<double>& rows, int world, Decision* d) {
   if (!d->flagged) return;
-  const bool blow_up = surfaced(d->cause) || d->cause == "gradient_explosion";
-  if (blow_up || d->cause == "replica_divergence") {
+  const bool blow_up = surfaced(d->cause) || d->cause == to_string(Cause::kGradientExplosion);
+  if (blow_up || d->cause == to_string(Cause::kReplicaDivergence)) {
     std::vector<int64_t> drifted =
         drifted_ranks(rows, world, d->detector == "replica" ? std::vector<int64_t>{} : d->ranks);
     if (!drifted.empty()) {
-      d->cause = "replica_divergence";
+      d->cause = to_string(Cause::kReplicaDivergence);
       d->ranks = std::move(drifted);
       return;
     }
   }
-  if (grew_under_raised_lr(rows, world, d->cause)) d->cause = "gradient_explosion";
-  if (d->cause == "gradient_explosion") {
+  if (grew_under_raised_lr(rows, world, d->cause)) d->cause = to_string(Cause::kGradientExplosion);
+  if (d->cause == to_string(Cause::kGradientExplosion)) {
     // Ranks that ever raised their LR (no window: the replica check that finds a scaled update
     // may come long after the raise).
     std::vector<int64_t> raised =

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "harness/common/cause.h"
+
 namespace nanchaos::harness {
 
 ReplicaVote replica_vote(const std::vector<uint64_t>& combined) {
@@ -70,16 +72,16 @@ Divergence divergence_from_code(double code) {
   return d;
 }
 
-const char* divergence_cause(DivergenceKind kind) {
+Cause divergence_cause(DivergenceKind kind) {
   switch (kind) {
     case DivergenceKind::kParameter:
-      return "parameter";
+      return Cause::kParameter;
     case DivergenceKind::kUpdate:
-      return "gradient_explosion";
+      return Cause::kGradientExplosion;
     case DivergenceKind::kState:
       break;
   }
-  return "replica_divergence";
+  return Cause::kReplicaDivergence;
 }
 
 }  // namespace nanchaos::harness

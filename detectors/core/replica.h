@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "harness/common/cause.h"
+
 namespace nanchaos::harness {
 
 struct ReplicaVote {
@@ -61,7 +63,7 @@ int divergence_code(const Divergence& d);
 Divergence divergence_from_code(double code);
 
 /// The cause a DivergenceKind names (the rules above).
-const char* divergence_cause(DivergenceKind kind);
+Cause divergence_cause(DivergenceKind kind);
 
 /// The vote over `combined[r]`, rank r's whole-state digest (size = world >= 1).
 ReplicaVote replica_vote(const std::vector<uint64_t>& combined);

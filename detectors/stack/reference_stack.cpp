@@ -8,11 +8,14 @@
 #include <cmath>
 
 #include "detectors/stack/anomaly_engine.h"
+#include "harness/common/cause.h"
 #include "harness/common/digest.h"
 #include "harness/evidence/event_types.h"
 #include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 
 using harness::Decision;
 using harness::kBits;
@@ -370,21 +373,22 @@ void ReferenceStack::refine(const ReplayResult& mine, Decision* d) {
   // non-finite downstream (module outputs, the loss, the gradients).
   const int param = int(rows[r0 * kW + 4]);
   if (param >= 0 && d->detector != "batch") {
-    d->cause = "parameter";
+    d->cause = to_string(Cause::kParameter);
     d->layer = layout_.grad_names.at(size_t(param));
     return;
   }
   const int module = int(rows[r0 * kW + 1]);
   if (module >= 0 && rows[r0 * kW + 3] > 0.5 && d->detector != "batch") {
-    d->cause = "fp16_overflow";
+    d->cause = to_string(Cause::kFp16Overflow);
     d->layer = layout_.module_names.at(size_t(module));
     return;
   }
   // DESIGN.md: a module whose output is non-finite while its input was finite is the cause;
   // the replay's probe sees the first such module in forward order.
-  if (module >= 0 && (d->cause == "activation" || d->cause == "gradient") &&
+  if (module >= 0 &&
+      (d->cause == to_string(Cause::kActivation) || d->cause == to_string(Cause::kGradient)) &&
       d->detector != "batch") {
-    d->cause = "activation";
+    d->cause = to_string(Cause::kActivation);
     d->layer = layout_.module_names.at(size_t(module));
   }
 }
@@ -421,13 +425,13 @@ void ReferenceStack::update_scaler(Decision* d, bool* skip) {
   }
   if (d->detector == "grad") {  // under fp16 a non-finite gradient is the scaler's found_inf
     d->detector = "loss_scale";
-    d->cause = "fp16_overflow";
+    d->cause = to_string(Cause::kFp16Overflow);
     // ... unless the training state says why: a drifted scale or LR, or a raised LR.
     harness::attribute_training_state(rows_, world_, d);
   }
   if (result == LossScaler::Result::kBelowMin) {
     aborting_ = true;
-    abort_cause_ = "fp16_overflow";
+    abort_cause_ = to_string(Cause::kFp16Overflow);
   }
 }
 
@@ -458,7 +462,7 @@ void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
     const std::string why = resync(state(), replica_vote_, *coll_, log_, step_);
     if (!why.empty()) {
       aborting_ = true;
-      abort_cause_ = "replica_divergence";
+      abort_cause_ = to_string(Cause::kReplicaDivergence);
     }
   }
 }

@@ -7,9 +7,12 @@
 #include <cstring>
 
 #include "harness/comm/collective.h"
+#include "harness/common/cause.h"
 #include "harness/evidence/event_types.h"
 
 namespace nanchaos::detect {
+
+using harness::Cause;
 
 using harness::CollStatus;
 using harness::ElemType;
@@ -39,14 +42,14 @@ void StackComm::collective(const std::string& name, void* buf, size_t count, Ele
   det.detector = "watchdog";
   det.step = step;
   det.layer = name;
-  det.cause = "hang";
+  det.cause = to_string(Cause::kHang);
   det.seq = seq;
   det.status = what;
   harness::write_event(log_, det);
   harness::AbortEvent ab;
   ab.step = step;
   ab.reason = fmt::format("watchdog: collective #{} {} {}", seq, name, what);
-  ab.cause = "hang";
+  ab.cause = to_string(Cause::kHang);
   harness::write_event(log_, ab);
   write_exit_(watchdog_exit_);
   comm_.abort_job(watchdog_exit_);

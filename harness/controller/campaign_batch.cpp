@@ -9,7 +9,9 @@
 #include <fstream>
 
 #include "harness/controller/judge.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
+#include "harness/scenario/registry.h"
 
 namespace fs = std::filesystem;
 
@@ -21,9 +23,7 @@ bool enabled(const Scenario& s, const std::string& detector) {
   return std::find(e.begin(), e.end(), detector) != e.end();
 }
 
-std::string rank_log(const std::string& dir, int64_t r) {
-  return fmt::format("{}/events/rank-{}.jsonl", dir, r);
-}
+std::string rank_log(const std::string& dir, int64_t r) { return event_log_path(dir, r); }
 
 // Where a fault's window stands after the launch: not started (no log), finished (every rank
 // wrote `exit`; *code is the first non-zero one), or cut short by the launch's end.
@@ -57,10 +57,7 @@ Window window_of(const Scenario& s, const std::string& dir, int* code) {
 
 bool inlaunch_eligible(const Scenario& s) {
   if (s.job.external() || !s.detectors.consensus || !enabled(s, "watchdog")) return false;
-  for (const auto& f : s.faults) {
-    if (f.kind == "hang" || f.kind == "crash") return false;
-  }
-  return true;
+  return !any_fault_kind(s.faults, &FaultKindInfo::stops_job);
 }
 
 std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
@@ -72,11 +69,11 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
   const std::string list = launch_dir + "/campaign.txt";
   std::string launch_error;
   try {
-    fs::create_directories(launch_dir + "/events");
+    fs::create_directories(events_dir(launch_dir));
     std::ofstream txt(list, std::ios::trunc);
     for (const auto& s : faults) {
       const std::string dir = fs::path(s.file).parent_path().string();
-      fs::remove_all(dir + "/events");  // an earlier launch's cut window
+      fs::remove_all(events_dir(dir));  // an earlier launch's cut window
       txt << fs::absolute(s.file).string() << "\n";
     }
     txt.close();
@@ -94,7 +91,7 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
     argv.push_back(fs::absolute(list).string());
     // Each window runs at most to [job].steps, as a whole run does; plus the clean prefix.
     const int64_t timeout = first.job.timeout_ms * int64_t(faults.size() + 1);
-    job = launch_job(argv, launch_dir + "/ranks.log", timeout, job_id, launch_dir + "/events",
+    job = launch_job(argv, launch_dir + "/ranks.log", timeout, job_id, events_dir(launch_dir),
                      int(first.job.ranks), 0, env);
     launch_error = job.launch_error;
   }

@@ -1,6 +1,8 @@
 // Drawing a campaign's faults (see campaign_draw.h). Every choice below comes from one
 // SplitMix64 stream per (seed, fault index, attempt): no std::*_distribution, no other state, so
 // the same seed draws the same faults on any compiler (docs/generator.md "Campaign draws").
+// Only the generic part is drawn here (kind, ranks, step); what is particular to a kind (its
+// keys, refusal, class and ground truth) is its FaultKindInfo's, in inject/<kind>.cpp.
 #include "harness/controller/campaign_draw.h"
 
 #include <fmt/format.h>
@@ -13,6 +15,7 @@
 
 #include "harness/common/rng.h"
 #include "harness/controller/controller.h"
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
@@ -29,135 +32,24 @@ using inject::SplitMix64;
 constexpr uint64_t kCampaignSalt = 0xCA4A;
 constexpr int kMaxAttempts = 20;
 
-bool is_half(DType d) { return d == DType::kFp16 || d == DType::kBf16; }
-
-// Why `kind` cannot be drawn for this job ("" when it can).
-std::string kind_refusal(const std::string& kind, const Scenario& s, const CampaignTargets& t,
+// Why `info`'s kind cannot be drawn for this job ("" when it can): the generic rule (an
+// external job runs the Python agent), then the kind's own.
+std::string kind_refusal(const FaultKindInfo& info, const Scenario& s, const CampaignTargets& t,
                          bool requested) {
-  const bool external = s.job.external();
-  if (kind == "overflow") {
-    if (t.modules.empty()) return "the job lists no module to overflow";
-    if (external && !requested) {
-      return "an external job's precision is its own (name overflow in --kinds to draw it)";
-    }
-    if (!external && !is_half(s.job.precision)) {
-      return "needs [job].precision = \"fp16\" or \"bf16\" (an fp32 module does not overflow "
-             "at the half range)";
-    }
-  }
-  if (kind == "state" && external) return "not applied by the agent of external jobs";
-  if ((kind == "tensor" || kind == "bitflip") && t.modules.empty() && t.parameters.empty()) {
-    return "the job lists no module or parameter";
-  }
-  if ((kind == "hang" || kind == "crash") && s.job.ranks < 2) {
-    return "needs [job].ranks >= 2 (a lone rank has no peer to notice it)";
-  }
-  return "";
+  if (s.job.external() && !info.python_agent) return "not applied by the agent of external jobs";
+  return info.refusal ? info.refusal(s, t, requested) : "";
 }
 
-// A value a tensor, batch or comm fault writes: nan, inf, -inf or a large finite number.
-ojson draw_value(SplitMix64& g) {
-  switch (g.below(4)) {
-    case 0:
-      return "nan";
-    case 1:
-      return "inf";
-    case 2:
-      return "-inf";
-    default:
-      return 1e30;
-  }
-}
-
-// A bit of a word of `bits` bits: half the time the top exponent bit (the flip that turns a
-// weight into a huge number), else any bit (most flips of low mantissa bits are masked).
-int64_t draw_bit(SplitMix64& g, int bits) {
-  const int64_t top_exponent = bits == 32 ? 30 : 14;
-  return g.below(2) == 0 ? top_exponent : int64_t(g.below(uint64_t(bits)));
+const FaultKindInfo& kind_of(const ojson& f) {
+  const std::string kind = f.at("kind").get<std::string>();
+  const FaultKindInfo* info = find_fault_kind(kind);
+  if (info == nullptr) throw CampaignError("a drawn fault of unknown kind \"" + kind + "\"");
+  return *info;
 }
 
 template <class T>
 const T& pick(SplitMix64& g, const std::vector<T>& items) {
   return items.at(size_t(g.below(items.size())));
-}
-
-// A target for tensor/bitflip: a target class with names, then a name in it.
-std::string draw_tensor_target(SplitMix64& g, const Scenario& s, const CampaignTargets& t) {
-  std::vector<std::string> where;
-  if (!t.modules.empty()) where.push_back("activation");
-  if (!t.parameters.empty()) where.insert(where.end(), {"parameter", "gradient"});
-  where.push_back("loss");
-  if (t.optimizer_state && !s.job.external() && !t.parameters.empty()) {
-    where.push_back("optimizer");
-  }
-  const std::string w = pick(g, where);
-  if (w == "loss") return "loss";
-  if (w == "activation") return "activation:" + pick(g, t.modules);
-  if (w == "optimizer") {
-    const std::string& p = pick(g, t.parameters);
-    return "optimizer:" + p + (g.below(2) == 0 ? ".exp_avg" : ".exp_avg_sq");
-  }
-  return w + ":" + pick(g, t.parameters);
-}
-
-// The kind's own keys.
-void draw_kind_keys(SplitMix64& g, const std::string& kind, const Scenario& s,
-                    const CampaignTargets& t, ojson& f) {
-  const bool external = s.job.external();
-  if (kind == "tensor") {
-    f["target"] = draw_tensor_target(g, s, t);
-    f["value"] = draw_value(g);
-  } else if (kind == "bitflip") {
-    f["target"] = draw_tensor_target(g, s, t);
-    f["bit"] = draw_bit(g, 32);
-  } else if (kind == "overflow") {
-    f["target"] = "activation:" + pick(g, t.modules);
-  } else if (kind == "batch") {
-    std::vector<std::string> variants;
-    const bool mlp = s.job.workload == WorkloadKind::kMlp;
-    if (external || mlp) variants.push_back("inputs");
-    if (!external && mlp &&
-        (s.workload.loss == LossKind::kMse || s.workload.loss == LossKind::kMaskedMse)) {
-      variants.push_back("labels");
-    }
-    if (!external && mlp && s.workload.normalize_inputs) variants.push_back("constant_column");
-    if (!external && !mlp) variants.push_back("empty_mask");
-    const std::string v = pick(g, variants);
-    if (v == "constant_column") {
-      f["mode"] = v;
-      f["column"] = int64_t(g.below(uint64_t(s.workload.features)));
-    } else if (v == "empty_mask") {
-      f["mode"] = v;
-    } else {
-      f["field"] = v;
-      f["value"] = draw_value(g);
-    }
-  } else if (kind == "lr") {
-    static const std::vector<double> factors = {1e3, 1e4, 1e5};
-    f["factor"] = pick(g, factors);
-  } else if (kind == "comm") {
-    const bool half_wire = !external && s.job.grad_allreduce_dtype != DType::kFp32;
-    if (g.below(2) == 0) {
-      f["value"] = draw_value(g);
-    } else {
-      f["bit"] = draw_bit(g, half_wire ? 16 : 32);
-    }
-  } else if (kind == "hang") {
-    f["duration_ms"] = "forever";
-    f["where"] = g.below(2) == 0 ? "step_start" : "before_grad_allreduce";
-  } else if (kind == "state") {
-    std::vector<std::string> fields = {"lr"};
-    if (s.job.precision == DType::kFp16) fields.push_back("loss_scale");
-    if (s.workload.optimizer != Optimizer::kSgd) fields.push_back("step_counter");
-    const std::string field = pick(g, fields);
-    f["field"] = field;
-    if (field == "step_counter") {
-      f["value"] = 1e6;
-    } else {
-      f["factor"] = field == "lr" ? 1e3 : 1e4;
-    }
-  }
-  // crash: killed by SIGKILL (no keys of its own).
 }
 
 DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
@@ -170,16 +62,18 @@ DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
   ojson& f = d.fault;
   const std::string kind = pick(g, kinds);
   f["kind"] = kind;
+  const FaultKindInfo& info = kind_of(f);
   const uint64_t world = uint64_t(s.job.ranks);
   // A hang or a crash of every rank leaves nobody to notice: those hit one rank.
-  const bool one_rank = kind == "hang" || kind == "crash" || world < 2;
+  const bool one_rank = info.stops_job || world < 2;
   if (!one_rank && g.below(4) == 0) {
     f["ranks"] = "all";
   } else {
     f["ranks"] = ojson::array({int64_t(g.below(world))});
   }
   f["step"] = first + int64_t(g.below(uint64_t(last - first + 1)));
-  draw_kind_keys(g, kind, s, t, f);
+  FaultDraw draw(g, s, t);
+  info.draw(draw, f);
   d.fault_class = fault_class_of(f);
   d.truth = truth_of(f, s.job.ranks);
   return d;
@@ -267,14 +161,14 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
         throw CampaignError(
             fmt::format("--kinds: {}: not implemented yet: {}", k, it->second.not_implemented));
       }
-      const std::string why = kind_refusal(k, s, t, true);
+      const std::string why = kind_refusal(it->second, s, t, true);
       if (!why.empty()) throw CampaignError(fmt::format("--kinds: {}: {}", k, why));
       if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
     }
   } else {
     for (const auto& [name, info] : fault_kinds()) {
       if (!info.not_implemented.empty()) continue;
-      if (kind_refusal(name, s, t, false).empty()) out.push_back(name);
+      if (kind_refusal(info, s, t, false).empty()) out.push_back(name);
     }
   }
   std::sort(out.begin(), out.end());
@@ -283,22 +177,13 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
 }
 
 std::string fault_class_of(const ojson& f) {
-  const std::string kind = f.at("kind").get<std::string>();
-  if ((kind == "tensor" || kind == "bitflip") && f.contains("target")) {
-    const std::string target = f.at("target").get<std::string>();
-    return kind + ":" + target.substr(0, target.find(':'));
-  }
-  if (kind == "batch") {
-    return "batch:" + (f.contains("mode") ? f.at("mode").get<std::string>()
-                                          : f.at("field").get<std::string>());
-  }
-  if (kind == "state") return "state:" + f.at("field").get<std::string>();
-  return kind;
+  const FaultKindInfo& info = kind_of(f);
+  const std::string variant = info.fault_class ? info.fault_class(f) : "";
+  return variant.empty() ? info.name : info.name + ":" + variant;
 }
 
 results::Truth truth_of(const ojson& f, int64_t world) {
   results::Truth t;
-  const std::string kind = f.at("kind").get<std::string>();
   const ojson& ranks = f.at("ranks");
   if (ranks.is_string()) {
     for (int64_t r = 0; r < world; ++r) t.ranks.push_back(r);
@@ -307,32 +192,9 @@ results::Truth truth_of(const ojson& f, int64_t world) {
     std::sort(t.ranks.begin(), t.ranks.end());
   }
   t.step = f.at("step").get<int64_t>();
-  static const std::map<std::string, std::string> by_kind = {{"batch", "data"},
-                                                             {"overflow", "fp16_overflow"},
-                                                             {"lr", "gradient_explosion"},
-                                                             {"comm", "comm_corruption"},
-                                                             {"hang", "hang"},
-                                                             {"crash", "rank_failure"},
-                                                             {"state", "replica_divergence"}};
-  if (kind == "tensor" || kind == "bitflip" || kind == "overflow") {
-    const std::string target = f.at("target").get<std::string>();
-    const auto colon = target.find(':');
-    const std::string where = target.substr(0, colon);
-    std::string name = colon == std::string::npos ? "" : target.substr(colon + 1);
-    if (where == "optimizer") name = name.substr(0, name.rfind('.'));  // PARAM.STATE -> PARAM
-    t.layer = where == "loss" ? "loss" : name;
-    t.cause = kind == "overflow"      ? "fp16_overflow"
-              : where == "activation" ? "activation"
-              : where == "gradient"   ? "gradient"
-              : where == "loss"       ? "loss_math"
-                                      : "parameter";
-    return t;
-  }
-  t.cause = by_kind.at(kind);
-  if (kind == "batch" && !f.contains("mode")) t.layer = f.at("field").get<std::string>();
-  if (kind == "batch" && f.contains("mode") && f.at("mode") == "constant_column") {
-    t.layer = "inputs";
-  }
+  const KindTruth k = kind_of(f).truth(f);
+  t.cause = to_string(k.cause);
+  t.layer = k.layer;
   return t;
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "results/campaign.h"
 
@@ -31,13 +32,6 @@ namespace nanchaos::harness {
 class CampaignError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-/// What faults can hit: module names (activation targets, forward order) and parameter names.
-struct CampaignTargets {
-  std::vector<std::string> modules;
-  std::vector<std::string> parameters;
-  bool optimizer_state = false;  ///< optimizer: targets exist (built-in jobs with adam/adamw)
 };
 
 /// The built-in workload's names (harness/scenario/model_spec.h, the names `nanchaos targets`
@@ -69,10 +63,12 @@ std::vector<std::string> split_kinds_option(const std::string& text);
 std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
                                         const std::vector<std::string>& wanted);
 
-/// The contract's ground truth of a drawn fault (rank = the hit ranks, step, layer, cause by
-/// kind; SCENARIO_FORMAT.md "Campaigns"). `world` resolves ranks = "all".
+/// The contract's ground truth of a drawn fault (rank = the hit ranks, step, and the layer and
+/// cause of its kind's `truth` rule; SCENARIO_FORMAT.md "Campaigns"). `world` resolves
+/// ranks = "all". Throws CampaignError for an unregistered kind.
 results::Truth truth_of(const nlohmann::ordered_json& fault, int64_t world);
-/// "tensor:activation", "bitflip:gradient", "batch:inputs", "state:lr", "lr", "hang", ...
+/// "tensor:activation", "bitflip:gradient", "batch:inputs", "state:lr", "lr", "hang", ...: the
+/// kind, then its `fault_class` rule's variant when it has one.
 std::string fault_class_of(const nlohmann::ordered_json& fault);
 
 /// The scenario that runs `f` alone: `base_text` (the base scenario file) without its

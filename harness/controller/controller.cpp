@@ -39,6 +39,7 @@
 #include "harness/controller/progress.h"
 #include "harness/controller/rank_evidence.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
 #include "nanchaos/config.h"
@@ -189,7 +190,7 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     // the same folder (--out reused) must not pass for this job's: a rank that never starts
     // would be judged on it; nor a checkpoint folder the job keeps under {run_dir}.
     empty_run_folder(run_dir, s.file);
-    fs::create_directories(run_dir + "/events");
+    fs::create_directories(events_dir(run_dir));
     const fs::path copy = fs::path(run_dir) / "scenario.toml";
     std::error_code same_ec;
     if (!fs::equivalent(s.file, copy, same_ec)) {  // a campaign writes it there itself
@@ -218,14 +219,14 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
         argv.insert(argv.end(),
                     {"--skip-faults", fmt::format("{}", fmt::join(launch.fired_earlier, ","))});
       }
-      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, run_dir + "/events",
+      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, events_dir(run_dir),
                        int(s.job.ranks), 0, env);
     }
     mpi_tmp.reset();
     // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
     // the logs are plain JSON lines for every reader, not only read_events().
     for (int64_t r = 0; r < s.job.ranks; ++r) {
-      trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+      trim_event_log(event_log_path(run_dir, r));
     }
     // Relaunch only a job that ran and ended abnormally: not one that could not start, never
     // attached (its command is wrong; a relaunch would fail alike) or was interrupted.

@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "harness/common/cause.h"
 #include "harness/controller/judge_internal.h"
 
 namespace nanchaos::harness {
@@ -156,7 +157,7 @@ void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult&
       }
       return false;
     });
-    if (after) d.cause = "hang";
+    if (after) d.cause = to_string(Cause::kHang);
     return;
   }
   // The absent ranks are the culprits: those that died (a process watch saw them gone, with no
@@ -177,7 +178,7 @@ void attribute_exception(const std::vector<RankEvidence>& logs, const JobResult&
     if (went_first) gone.push_back(r);
   }
   d.ranks = gone.empty() ? absent : gone;
-  d.cause = gone.empty() ? "hang" : "rank_failure";
+  d.cause = gone.empty() ? to_string(Cause::kHang) : to_string(Cause::kRankFailure);
 }
 
 // External jobs: the stack's action per step, the flight-recorder attribution, and the order.
@@ -192,7 +193,8 @@ void attribute_external(const std::vector<RankEvidence>& logs, const JobResult& 
     // The job's own watchdog (a stack detection with cause `hang`) fires on the ranks that
     // waited; the ranks absent from the collective are the hung ones (DESIGN.md: rank = the
     // absent ones), as for the built-in watchdog.
-    if (d.detector != "observed:exception" && d.cause == "hang" && !absent.empty()) {
+    if (d.detector != "observed:exception" && d.cause == to_string(Cause::kHang) &&
+        !absent.empty()) {
       const bool reporter_absent = std::any_of(d.ranks.begin(), d.ranks.end(),
                                                [&](int64_t r) { return contains(absent, r); });
       if (!reporter_absent) d.ranks = absent;

@@ -25,6 +25,7 @@
 #include "harness/common/rank_host.h"
 #include "harness/common/rank_output.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/scenario/scenario.h"
@@ -222,7 +223,7 @@ int exec_rank(const ExecRankOptions& opts) {
   while (!plan_text.empty() && (plan_text.back() == '\n' || plan_text.back() == '\r')) {
     plan_text.pop_back();
   }
-  const std::string events = fmt::format("{}/events/rank-{}.jsonl", opts.run_dir, id.rank);
+  const std::string events = event_log_path(opts.run_dir, id.rank);
   // Which launch of the job this is ([job] restarts): the controller wrote it into the plan.
   const auto plan_json = nlohmann::json::parse(plan_text, nullptr, /*allow_exceptions=*/false);
   const int64_t launch = plan_json.is_object() && plan_json.contains("launch") &&
@@ -313,7 +314,7 @@ int exec_rank(const ExecRankOptions& opts) {
   cargv.push_back(nullptr);
   // The watch that records when the job's process ended (proc_watch.h): forked here, while this
   // process is one thread, it outlives the exec and watches the job's own process (same pid).
-  start_exit_watch(gone_record_path(opts.run_dir + "/events", id.rank), id.rank);
+  start_exit_watch(gone_record_path(events_dir(opts.run_dir), id.rank), id.rank);
   // Kept across the exec: the job's process dies with its launcher (the thread of it that
   // started this process; Open MPI's launch thread lives as long as the job). Together with the
   // agent's guard (guard.py) and the launcher's own death signal (job_guard.h), no rank outlives

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "harness/controller/judge.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 
 namespace nanchaos::harness {
@@ -28,11 +29,11 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   JobResult job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id,
                                    std::nullopt, true);
   for (int64_t r = 0; r < s.job.ranks; ++r) {
-    trim_event_log(fmt::format("{}/events/rank-{}.jsonl", run_dir, r));
+    trim_event_log(event_log_path(run_dir, r));
   }
   std::set<std::string> seen;
   bool started = false;
-  for (const auto& e : read_events(run_dir + "/events/rank-0.jsonl")) {
+  for (const auto& e : read_events(event_log_path(run_dir, 0))) {
     const std::string ev = e.value("ev", "");
     if (ev == "start" && !started) {
       started = true;
@@ -58,7 +59,7 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   // died or hung inside iteration 0, so modules its forward did not reach are missing.
   for (int64_t r = 0; r < s.job.ranks; ++r) {
     bool done = false;
-    for (const auto& e : read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, r)))
+    for (const auto& e : read_events(event_log_path(run_dir, r)))
       done |= e.value("ev", "") == "dry_run_done";
     if (done) continue;
     auto res = judge_run(s, run_dir, job);

@@ -14,8 +14,10 @@
 #include <limits>
 #include <set>
 
+#include "harness/common/cause.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/controller/rank_evidence.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -185,11 +187,15 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
   if (ex.outcome) {
     add("outcome", *ex.outcome, to_string(res.outcome), to_string(res.outcome) == *ex.outcome);
   } else if (res.outcome == Outcome::kCrashed || res.outcome == Outcome::kHung) {
-    // No unexplained crash passes: a job that crashed or had to be killed, with no `crash` or
-    // `hang` fault that fired to explain it, fails `outcome` even when [expect] did not ask (a
-    // rank killed from outside, a std::bad_alloc, a stack that raised). Say what the ranks said.
+    // No unexplained crash passes: a job that crashed or had to be killed, with no fault of a
+    // kind that stops the job (crash, hang) that fired to explain it, fails `outcome` even when
+    // [expect] did not ask (a rank killed from outside, a std::bad_alloc, a stack that raised).
+    // Say what the ranks said.
     bool explained = false;
-    for (const auto& inj : res.injections) explained |= inj.kind == "crash" || inj.kind == "hang";
+    for (const auto& inj : res.injections) {
+      const FaultKindInfo* info = find_fault_kind(inj.kind);
+      explained |= info != nullptr && info->stops_job;
+    }
     if (!explained) {
       add("outcome", "completed (no crash or hang fault explains another outcome)",
           std::string(to_string(res.outcome)) + ": " + last_words(logs, job), false);
@@ -461,10 +467,10 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
     j.blamed_cause = res.first_detection->cause;
   } else if (!pm.dead.empty()) {
     j.blamed = pm.dead;
-    j.blamed_cause = "rank_failure";
+    j.blamed_cause = to_string(Cause::kRankFailure);
   } else if (!pm.absent.empty() && res.outcome != Outcome::kCompleted) {
     j.blamed = pm.absent;
-    j.blamed_cause = "hang";
+    j.blamed_cause = to_string(Cause::kHang);
   } else {
     // A relaunched job: the post-mortem of the first launch that ended abnormally.
     for (const auto& launch : ev.earlier) {
@@ -475,10 +481,10 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
       const Postmortem then = postmortem(s, launch.ranks, seen_then, outcome);
       if (!then.dead.empty()) {
         j.blamed = then.dead;
-        j.blamed_cause = "rank_failure";
+        j.blamed_cause = to_string(Cause::kRankFailure);
       } else if (!then.absent.empty()) {
         j.blamed = then.absent;
-        j.blamed_cause = "hang";
+        j.blamed_cause = to_string(Cause::kHang);
       }
       break;
     }

@@ -39,6 +39,7 @@
 #include "harness/controller/merged_log.h"
 #include "harness/controller/progress.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
 #include "nanchaos/config.h"
@@ -190,8 +191,8 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   const std::string abs_run = fs::absolute(run_dir).string();
   // A log left by an earlier run in the same folder must not pass for this job's first line.
   std::error_code ec;
-  fs::remove_all(abs_run + "/events", ec);
-  if (fs::create_directories(abs_run + "/events", ec); ec) {
+  fs::remove_all(events_dir(abs_run), ec);
+  if (fs::create_directories(events_dir(abs_run), ec); ec) {
     JobResult r;
     r.launch_error = fmt::format("cannot create {}/events: {}", abs_run, ec.message());
     return r;
@@ -215,7 +216,7 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   }
   const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
                                    free_port(), python, seed);
-  return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, abs_run + "/events",
+  return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, events_dir(abs_run),
                     int(s.job.ranks), s.job.attach_timeout_ms, extra_env);
 }
 
@@ -308,7 +309,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     for (int rank = 0; rank < world; ++rank) {
       if (!rank_pid.count(rank)) {
         // `start` is a rank's first event: read one line, not the whole (pre-grown) log.
-        std::ifstream in(fmt::format("{}/rank-{}.jsonl", events_dir, rank));
+        std::ifstream in(event_log_in(events_dir, rank));
         std::string line;
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -328,7 +329,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         const bool remote = r.remote_ranks.count(rank) > 0;
         const bool alive = remote || process_alive(rank_pid[rank]);
         AttachWatch& w = a->second;
-        scan_attach(fmt::format("{}/rank-{}.jsonl", events_dir, rank), w);
+        scan_attach(event_log_in(events_dir, rank), w);
         if (remote && w.launch_t > 0 && w.seen_us == 0) w.seen_us = now_us();
         const int64_t launched = remote ? w.seen_us : w.launch_t;
         const std::string never = agent_never_loaded(rank);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/evidence/proc_watch.h"
 
@@ -150,13 +151,12 @@ RankEvidence rank_evidence_from_events(std::vector<json> events, const JobResult
 RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobResult& job) {
   // The rank's own process watch; a record that cannot be read is no record.
   std::optional<int64_t> gone_t_us;
-  std::ifstream gone(gone_record_path(run_dir + "/events", rank));
+  std::ifstream gone(gone_record_path(events_dir(run_dir), rank));
   const json g = json::parse(gone, nullptr, /*allow_exceptions=*/false);
   if (g.is_object() && g.contains("t_us") && g["t_us"].is_number_integer()) {
     gone_t_us = g["t_us"].get<int64_t>();
   }
-  return rank_evidence_from_events(
-      read_events(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank)), job, gone_t_us);
+  return rank_evidence_from_events(read_events(event_log_path(run_dir, rank)), job, gone_t_us);
 }
 
 void read_ranks_log(std::istream& in, JobEvidence& ev) {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "harness/comm/in_process.h"  // WorldAborted
+#include "harness/evidence/event_paths.h"
 #include "harness/job/rank_runner.h"
 #include "harness/job/runner.h"
 
@@ -58,8 +59,8 @@ void RankRunner::restore(const Checkpoint& cp) {
 /// (its `start` record and the clean prefix): the evidence the fault's scenario run alone
 /// writes, but for timings and pids.
 void RankRunner::run_fault_window(const InLaunchFault& f, int64_t step) {
-  fs::create_directories(f.dir + "/events");
-  EventLog other(fmt::format("{}/events/rank-{}.jsonl", f.dir, rank_));
+  fs::create_directories(events_dir(f.dir));
+  EventLog other(event_log_path(f.dir, rank_));
   const std::string prefix = log_->text();
   for (size_t a = 0, b; a < prefix.size(); a = b + 1) {
     b = prefix.find('\n', a);

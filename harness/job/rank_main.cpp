@@ -10,6 +10,7 @@
 #include "harness/common/cuda_device.h"
 #include "harness/common/job_guard.h"
 #include "harness/common/rank_output.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/job/runner.h"
 #include "harness/scenario/plan.h"
@@ -73,7 +74,7 @@ int run_rank(const std::string& scenario_path, const std::string& run_dir,
     std::fprintf(stderr, "nanchaos rank: warning: %s; output stays with the launcher\n",
                  why.c_str());
   }
-  start_exit_watch(gone_record_path(run_dir + "/events", rank), rank);
+  start_exit_watch(gone_record_path(events_dir(run_dir), rank), rank);
   start_job_guard(fmt::format("nanchaos rank {}", launcher_rank ? launcher_rank : "0"));
   std::unique_ptr<Communicator> comm;
   try {

@@ -15,8 +15,10 @@
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/evidence/clock_sync.h"
+#include "harness/evidence/event_paths.h"
 #include "harness/evidence/event_types.h"
 #include "harness/job/runner.h"
+#include "harness/scenario/registry.h"
 #include "harness/tensor/optim_state.h"
 
 namespace nanchaos::harness {
@@ -37,8 +39,8 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   rank_ = comm_->rank();
   set_check_rank(rank_);  // check messages name this rank (harness/common/check.h)
   world_ = comm_->world_size();
-  std::filesystem::create_directories(run_dir + "/events");
-  log_ = std::make_unique<EventLog>(fmt::format("{}/events/rank-{}.jsonl", run_dir, rank_));
+  std::filesystem::create_directories(events_dir(run_dir));
+  log_ = std::make_unique<EventLog>(event_log_path(run_dir, rank_));
   log_->write("start", {{"rank", rank_},
                         {"world", world_},
                         {"pid", getpid()},
@@ -91,8 +93,10 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
 void RankRunner::install_faults(const Scenario& s) {
   faults_ = std::make_unique<inject::Faults>(s, *log_, rank_, world_);
   faults_->set_device_stall([this](int64_t ms) { return comm_->enqueue_stall(ms); });
-  stage_send_ = cuda_ && faults_->has_kind("comm");
-  has_state_faults_ = faults_->has_kind("state");
+  stage_send_ =
+      cuda_ && harness::any_fault_kind(s.faults, &harness::FaultKindInfo::edits_send_buffer);
+  has_state_faults_ =
+      harness::any_fault_kind(s.faults, &harness::FaultKindInfo::edits_training_state);
   has_optimizer_faults_ = faults_->has_optimizer_targets();
 }
 

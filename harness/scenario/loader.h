@@ -48,8 +48,9 @@ std::vector<std::string> names_of(const Map& m) {
 
 /// Why a key of the built-in job or stack is refused for an external job.
 std::string external_refusal();
-/// Fault kinds the Python agent applies to an external job (inject/python/nanchaos).
-const std::set<std::string>& external_fault_kinds();
+/// Fault kinds the Python agent applies to an external job (inject/python/nanchaos): the
+/// registered kinds with `python_agent` set, sorted.
+std::set<std::string> external_fault_kinds();
 
 class Loader {
  public:

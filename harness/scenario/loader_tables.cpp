@@ -327,11 +327,12 @@ void Loader::refuse_for_external(const toml::table* t, const std::string& label,
 void Loader::check_external_fault(const FaultSpec& f, const Params& all,
                                   const FaultKindInfo& info) const {
   const std::string label = fault_label(f);
-  if (!external_fault_kinds().count(f.kind) || !info.not_implemented.empty()) {
+  const std::set<std::string> applied = external_fault_kinds();
+  if (!applied.count(f.kind) || !info.not_implemented.empty()) {
     scenario_error(all.pos("kind"),
                    label + " kind " + quote(f.kind) +
                        " is not implemented for workload = \"external\"; the agent applies: " +
-                       join({external_fault_kinds().begin(), external_fault_kinds().end()}));
+                       join({applied.begin(), applied.end()}));
   }
   if (all.has("mode") && all.get_string("mode") == "empty_mask") {
     scenario_error(all.pos("mode"), label +

@@ -76,9 +76,11 @@ std::string external_refusal() {
 }
 
 /// Fault kinds the Python agent applies to an external job (inject/python/nanchaos).
-const std::set<std::string>& external_fault_kinds() {
-  static const std::set<std::string> kinds = {"batch", "bitflip", "comm",     "crash",
-                                              "hang",  "lr",      "overflow", "tensor"};
+std::set<std::string> external_fault_kinds() {
+  std::set<std::string> kinds;
+  for (const auto& [name, info] : fault_kinds()) {
+    if (info.python_agent) kinds.insert(name);
+  }
   return kinds;
 }
 

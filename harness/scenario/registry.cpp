@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "harness/scenario/scenario.h"
+
 namespace nanchaos::harness {
 
 std::map<std::string, FaultKindInfo>& fault_kinds() {
@@ -40,16 +42,43 @@ namespace {
   std::abort();
 }
 
+// A kind file that forgot a rule would otherwise fail only when a campaign first draws it.
+[[noreturn]] void die_fault_kind(const std::string& name, const char* what) {
+  std::fprintf(stderr,
+               "nanchaos: fault kind \"%s\" (inject/%s.cpp) registers no %s: every built kind "
+               "declares it in its FaultKindInfo (harness/scenario/registry.h)\n",
+               name.c_str(), name.c_str(), what);
+  std::abort();
+}
+
 std::atomic<bool> order_read{false};
 
 }  // namespace
 
-bool register_fault_kind(FaultKindInfo info) {
+bool register_fault_kind(FaultKindInfo info, bool keys_only) {
   auto& kinds = fault_kinds();
   if (info.name.empty() || kinds.count(info.name) != 0) die("fault kind", info.name);
+  if (!keys_only && info.not_implemented.empty()) {
+    if (!info.make) die_fault_kind(info.name, "injector factory (`make`)");
+    if (!info.truth) die_fault_kind(info.name, "ground truth for campaigns (`truth`)");
+    if (!info.draw) die_fault_kind(info.name, "campaign draw of its keys (`draw`)");
+  }
   std::string name = info.name;
   kinds.emplace(std::move(name), std::move(info));
   return true;
+}
+
+const FaultKindInfo* find_fault_kind(const std::string& name) {
+  const auto it = fault_kinds().find(name);
+  return it == fault_kinds().end() ? nullptr : &it->second;
+}
+
+bool any_fault_kind(const std::vector<FaultSpec>& faults, bool FaultKindInfo::*flag) {
+  for (const auto& f : faults) {
+    const FaultKindInfo* info = find_fault_kind(f.kind);
+    if (info != nullptr && info->*flag) return true;
+  }
+  return false;
 }
 
 bool register_detector(DetectorInfo info) {

@@ -4,8 +4,21 @@
 // type: the detectors include only that one.
 //
 //   // inject/lr.cpp
-//   NANCHAOS_REGISTER_FAULT_KIND(lr, (FaultKindInfo{"lr", "multiplies the learning rate",
-//       {{"factor", KeyType::kFloat, ...}}, "", &make_lr_injector}));
+//   FaultKindInfo lr_kind() {
+//     FaultKindInfo info;
+//     info.name = "lr";  info.keys = {...};  info.make = ...;
+//     info.draw = [](FaultDraw& d, nlohmann::ordered_json& f) { f["factor"] = 1e4; };
+//     info.truth = [](const nlohmann::ordered_json&) {
+//       return KindTruth{Cause::kGradientExplosion, std::nullopt};
+//     };
+//     return info;
+//   }
+//   NANCHAOS_REGISTER_FAULT_KIND(lr, lr_kind());
+//
+// Everything about a kind lives in its FaultKindInfo, so a new kind is one new file: its keys
+// and injector, its campaign draw and ground truth, and the flags the job, the judge and the
+// campaign read instead of its name. A built kind without `make`, `draw` or `truth` aborts at
+// start-up with a message naming it (a snapshot's kinds, registry_json.h, carry keys only).
 //
 // A kind or detector whose feature is not built yet registers with `not_implemented` set: its
 // keys validate, and `nanchaos run` refuses the scenario with "not implemented yet: <that text>".
@@ -16,9 +29,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/keys.h"
 
@@ -30,8 +46,26 @@ namespace nanchaos::harness {
 
 struct FaultSpec;
 struct Scenario;
+class FaultDraw;  // harness/scenario/fault_draw.h
 
-/// A fault kind: its extra keys (besides the common ones) and how to build its injector.
+/// What a campaign's faults can hit in a job: module names (activation targets, forward order),
+/// parameter names, and whether optimizer state exists.
+struct CampaignTargets {
+  std::vector<std::string> modules;
+  std::vector<std::string> parameters;
+  bool optimizer_state = false;  ///< optimizer: targets exist (built-in jobs with adam/adamw)
+};
+
+/// The part of a drawn fault's ground truth its kind decides (the ranks and step are the
+/// fault's): the cause the stack should name and, when it can be scored, the layer.
+struct KindTruth {
+  Cause cause = Cause::kData;
+  /// module / parameter / inputs / labels / loss; none: not scored
+  std::optional<std::string> layer;
+};
+
+/// A fault kind: its extra keys (besides the common ones), how to build its injector, and what
+/// the job, the judge and campaigns need to know of it.
 struct FaultKindInfo {
   std::string name;
   std::string doc;
@@ -44,12 +78,51 @@ struct FaultKindInfo {
   /// Optional check against the rest of the scenario (workload, loss...), after [job] and
   /// [workload] loaded; throws ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&, const Scenario&)> check_job;
+
+  // What the rest of nanchaos knows of the kind: read from here, never from its name.
+  /// A firing ends or stalls its rank (crash, hang): a campaign hits one rank with it and runs it
+  /// in a launch of its own, and it explains a crashed or hung job to the judge.
+  bool stops_job = false;
+  /// It edits the gradient all-reduce's send buffer: a CUDA rank stages that buffer through host
+  /// memory for it.
+  bool edits_send_buffer = false;
+  /// It changes the training state (Injector::on_training_state): the built-in loop runs that
+  /// hook at step start.
+  bool edits_training_state = false;
+  /// The Python agent applies it to external jobs (inject/python/nanchaos); the loader refuses
+  /// it for workload = "external" otherwise.
+  bool python_agent = false;
+  /// What of `f` only the Python agent applies ("" when the C++ agent of a LibTorch program can
+  /// apply all of it): the C++ agent refuses such a fault at attach. May be empty.
+  std::function<std::string(const FaultSpec& f)> python_only;
+
+  // Campaigns (docs/scenario-format.md "Campaigns"; harness/controller/campaign_draw.h draws
+  // kind, ranks and step, then calls these).
+  /// Why the kind cannot be drawn for this job ("" when it can); `requested`: named in --kinds.
+  /// May be empty (drawable for every job its keys validate on).
+  std::function<std::string(const Scenario& s, const CampaignTargets& t, bool requested)> refusal;
+  /// Draws the kind's own keys into `fault` (kind, ranks and step are set). Required.
+  std::function<void(FaultDraw& d, nlohmann::ordered_json& fault)> draw;
+  /// The class a drawn fault is counted in, after "<kind>:" ("activation" for
+  /// "tensor:activation"); "" or empty: the kind alone.
+  std::function<std::string(const nlohmann::ordered_json& fault)> fault_class;
+  /// The cause (and layer) a stack should blame for a drawn fault. Required.
+  std::function<KindTruth(const nlohmann::ordered_json& fault)> truth;
 };
 
 std::map<std::string, FaultKindInfo>& fault_kinds();
 
-/// Registers; aborts the process with a message on a duplicate name.
-bool register_fault_kind(FaultKindInfo info);
+/// Registers; aborts the process with a message on a duplicate name, or on a built kind (empty
+/// `not_implemented`) without `make`, `draw` or `truth`. `keys_only`: a snapshot's entry
+/// (registry_json.h), which has none of them.
+bool register_fault_kind(FaultKindInfo info, bool keys_only = false);
+
+/// The registered kind `name`; nullptr when none is.
+const FaultKindInfo* find_fault_kind(const std::string& name);
+
+/// True when some fault of `faults` is of a registered kind with `flag` set, e.g.
+/// any_fault_kind(s.faults, &FaultKindInfo::stops_job).
+bool any_fault_kind(const std::vector<FaultSpec>& faults, bool FaultKindInfo::*flag);
 
 }  // namespace nanchaos::harness
 

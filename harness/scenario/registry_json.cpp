@@ -170,7 +170,11 @@ ordered_json registry_json(const RegistrySnapshot& snap) {
   ordered_json doc;
   doc["version"] = 1;
   doc["fault_kinds"] = ordered_json::array();
-  for (const auto& info : snap.fault_kinds) doc["fault_kinds"].push_back(entry_json(info));
+  for (const auto& info : snap.fault_kinds) {
+    ordered_json j = entry_json(info);
+    j["python_agent"] = info.python_agent;  // the loader's external-job rule reads it
+    doc["fault_kinds"].push_back(std::move(j));
+  }
   doc["detectors"] = ordered_json::array();
   for (const auto& info : snap.detectors) {
     ordered_json j = entry_json(info);
@@ -199,7 +203,13 @@ RegistrySnapshot parse_registry_json(const json& doc) {
   }
   RegistrySnapshot snap;
   for (const auto& j : doc["fault_kinds"]) {
-    snap.fault_kinds.push_back(entry_of<FaultKindInfo>(j, "fault kind"));
+    auto info = entry_of<FaultKindInfo>(j, "fault kind");
+    const auto flag = j.find("python_agent");
+    if (flag != j.end() && !flag->is_boolean()) {
+      bad("fault kind " + info.name, "\"python_agent\" is not a boolean");
+    }
+    info.python_agent = flag != j.end() && flag->get<bool>();
+    snap.fault_kinds.push_back(std::move(info));
   }
   for (const auto& j : doc["detectors"]) {
     auto info = entry_of<DetectorInfo>(j, "detector");
@@ -228,7 +238,7 @@ RegistrySnapshot parse_registry_json(const json& doc) {
 void register_from_json(const json& doc) {
   RegistrySnapshot snap = parse_registry_json(doc);
   for (auto& info : snap.fault_kinds) {
-    if (!fault_kinds().count(info.name)) register_fault_kind(std::move(info));
+    if (!fault_kinds().count(info.name)) register_fault_kind(std::move(info), /*keys_only=*/true);
   }
   for (auto& info : snap.detectors) {
     if (!detectors().count(info.name)) register_detector(std::move(info));

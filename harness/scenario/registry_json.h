@@ -9,13 +9,15 @@
 //   {"version": 1,
 //    "fault_kinds": [{"name": "tensor", "doc": "...", "not_implemented": "",
 //                     "keys": [{"name": "count", "type": "int", "required": false, "doc": "...",
-//                               "default": {"int": 1}, "min": 1, "max": "inf", ...}]}],
+//                               "default": {"int": 1}, "min": 1, "max": "inf", ...}],
+//                     "python_agent": true}],
 //    "detectors": [...]}
 //
 // A default is tagged by its type: {"bool"|"int"|"float"|"string"|"strings"|"ints"|"ranks": v},
 // floats and bounds as numbers or "nan"/"inf"/"-inf". A snapshot has no injector factories and
-// no cross-key `check` functions: a kind registered from it validates its keys and the fixed
-// tables, not the checks its torch file adds (documented in docs/fuzzing.md).
+// no cross-key `check` functions, campaign rules or flags but `python_agent`: a kind registered
+// from it validates its keys and the fixed tables, not the checks its torch file adds (documented
+// in docs/fuzzing.md).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "harness/common/cause.h"
 #include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
@@ -257,14 +258,6 @@ const std::vector<KeySpec>& recovery_keys() {
           .above(0),
   };
   return keys;
-}
-
-const std::vector<std::string>& cause_names() {
-  static const std::vector<std::string> names = {
-      "data",          "loss_math",          "activation",      "gradient",        "parameter",
-      "fp16_overflow", "gradient_explosion", "comm_corruption", "reduce_overflow", "hang",
-      "rank_failure",  "replica_divergence"};
-  return names;
 }
 
 const std::vector<KeySpec>& expect_keys() {

@@ -47,8 +47,6 @@ const std::vector<std::string>& top_level_tables();
 /// "fault.kind.checkpoint" (the fault kind). The loader refuses each with
 /// "<file>:<line>:<col>: error: <path>: not implemented yet (<what>)" instead of "unknown".
 const std::map<std::string, std::string>& not_implemented_keys();
-/// `cause` values of [expect].
-const std::vector<std::string>& cause_names();
 
 /// "integer >= 1", "float in (0, 1]", "string (one of: cpu, cuda)": what a key accepts.
 std::string describe_expected(const KeySpec& spec);

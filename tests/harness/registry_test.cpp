@@ -1,13 +1,15 @@
-// A detector is one file (harness/scenario/registry.h DetectorInfo): the central lists that derive
-// from the registrations must agree with them. Each test here fails when one registration is
-// incomplete or two contradict each other (a missing order, a taken column, a cause the
-// [expect] table does not know, a class whose name differs from its registration).
+// A detector or a fault kind is one file (harness/scenario/registry.h DetectorInfo,
+// FaultKindInfo): the central lists that derive from the registrations must agree with them. Each
+// test here fails when one registration is incomplete or two contradict each other (a missing
+// order, a taken column, a cause the [expect] table does not know, a class whose name differs
+// from its registration, a kind without its campaign rules, a README that lists other kinds).
 #include "harness/scenario/registry.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +17,9 @@
 #include "detectors/core/consensus.h"
 #include "detectors/core/replica.h"
 #include "detectors/detector.h"
+#include "harness/common/cause.h"
+#include "harness/common/rng.h"
+#include "harness/scenario/fault_draw.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
 
@@ -136,6 +141,112 @@ TEST(Registry, PresetsAreTheRegisteredMemberships) {
   for (const auto& name : preset_detectors(Preset::kDefault, DType::kFp16)) {
     EXPECT_NE(preset_key->doc.find(name), std::string::npos) << name;
   }
+}
+
+TEST(Registry, CauseTableRoundTrips) {
+  const auto& names = cause_names();
+  ASSERT_EQ(names.size(), size_t(Cause::kReplicaDivergence) + 1);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(to_string(Cause(i)), names[i]);
+    EXPECT_EQ(parse_cause(names[i]), Cause(i)) << names[i];
+  }
+  EXPECT_EQ(to_string(Cause::kLossMath), "loss_math");
+  EXPECT_FALSE(parse_cause("").has_value());
+  EXPECT_FALSE(parse_cause("my_stack_cause").has_value());
+}
+
+// Everything the campaign and the judge need of a kind is in its registration (a kind without
+// them aborts at start-up; this says which rule is missing): each built kind draws its keys on
+// every job that does not refuse it, and its ground truth names a cause of the table.
+TEST(Registry, EachBuiltFaultKindDeclaresItsCampaignRules) {
+  const std::string job = "[scenario]\nname = \"x\"\n[job]\nsteps = 30\nranks = 4\n";
+  const std::vector<Scenario> jobs = {
+      load_scenario_string(job + "workload = \"mlp\"\n", "mlp.toml"),
+      load_scenario_string(job + "workload = \"mlp\"\nprecision = \"fp16\"\n[workload]\n"
+                                 "optimizer = \"adam\"\nloss = \"mse\"\nnormalize_inputs = true\n",
+                           "mlp-fp16.toml"),
+      load_scenario_string(job + "workload = \"transformer\"\nprecision = \"fp16\"\n", "tf.toml"),
+  };
+  CampaignTargets targets;
+  targets.modules = kModules;
+  targets.parameters = kBwd;
+  targets.optimizer_state = true;
+  for (const auto& [name, info] : fault_kinds()) {
+    if (!info.not_implemented.empty()) continue;
+    EXPECT_TRUE(info.make) << name << ": no injector factory";
+    ASSERT_TRUE(info.draw) << name << ": no campaign draw";
+    ASSERT_TRUE(info.truth) << name << ": no ground truth";
+    int drawn = 0;
+    for (const Scenario& s : jobs) {
+      if (info.refusal && !info.refusal(s, targets, false).empty()) continue;
+      for (uint64_t seed = 0; seed < 20; ++seed) {
+        inject::SplitMix64 g(seed);
+        FaultDraw d(g, s, targets);
+        nlohmann::ordered_json f = {{"kind", name}, {"ranks", {1}}, {"step", 7}};
+        info.draw(d, f);
+        EXPECT_EQ(f.at("kind"), name) << "the draw of " << name << " changed its kind";
+        const KindTruth t = info.truth(f);
+        EXPECT_TRUE(parse_cause(to_string(t.cause)).has_value()) << name;
+        if (info.fault_class) (void)info.fault_class(f);
+        ++drawn;
+      }
+    }
+    EXPECT_GT(drawn, 0) << name << " is refused by every built-in job of this test";
+  }
+}
+
+// A built kind that forgot a rule stops the program at start-up, naming the kind and the rule;
+// a snapshot's entry (keys only) or a kind not built yet needs none.
+TEST(RegistryDeathTest, BuiltKindWithoutItsRulesAborts) {
+  FaultKindInfo info;
+  info.name = "throwaway";
+  info.make = fault_kinds().at("tensor").make;  // any factory
+  info.draw = [](FaultDraw&, nlohmann::ordered_json&) {};
+  EXPECT_DEATH(register_fault_kind(info),
+               "fault kind \"throwaway\" \\(inject/throwaway.cpp\\) registers no ground truth "
+               "for campaigns \\(`truth`\\)");
+  info.truth = [](const nlohmann::ordered_json&) { return KindTruth{Cause::kGradient, {}}; };
+  info.draw = nullptr;
+  EXPECT_DEATH(register_fault_kind(info), "registers no campaign draw of its keys");
+  EXPECT_EXIT(
+      {
+        FaultKindInfo keys_only;
+        keys_only.name = "throwaway";
+        register_fault_kind(keys_only, /*keys_only=*/true);
+        FaultKindInfo later;
+        later.name = "later";
+        later.not_implemented = "not built yet";
+        register_fault_kind(later);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// README.md shows `nanchaos validate` on a mistyped kind: its list of kinds is the registry's
+// (it once lacked `state`). The file below puts `kind` where README's bad.toml has it.
+TEST(Registry, ReadmeListsTheRegisteredFaultKinds) {
+  std::ifstream readme(std::string(NANCHAOS_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme) << "README.md not found";
+  std::string line, shown;
+  while (std::getline(readme, line)) {
+    if (line.rfind("bad.toml:", 0) == 0 && line.find("is unknown") != std::string::npos) {
+      shown = line;
+    }
+  }
+  ASSERT_FALSE(shown.empty()) << "README.md shows no `nanchaos validate bad.toml` error";
+  const std::string bad =
+      "[scenario]\nname = \"bad\"\n[job]\nworkload = \"mlp\"\nsteps = 10\nranks = 2\n"
+      "[[fault]]\nkind = \"tensr\"\n";
+  std::string said;
+  try {
+    load_scenario_string(bad, "bad.toml");
+  } catch (const ScenarioError& e) {
+    said = e.what();
+  }
+  EXPECT_EQ(shown, said);
+  std::string kinds;
+  for (const auto& [name, info] : fault_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;
+  EXPECT_NE(said.find("kinds: " + kinds), std::string::npos) << said;
 }
 
 }  // namespace

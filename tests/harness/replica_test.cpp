@@ -89,9 +89,9 @@ TEST(ReplicaVote, DivergenceCodeRoundTripsThroughADouble) {
       EXPECT_EQ(back.kind, kind);
     }
   }
-  EXPECT_STREQ(divergence_cause(DivergenceKind::kState), "replica_divergence");
-  EXPECT_STREQ(divergence_cause(DivergenceKind::kParameter), "parameter");
-  EXPECT_STREQ(divergence_cause(DivergenceKind::kUpdate), "gradient_explosion");
+  EXPECT_EQ(divergence_cause(DivergenceKind::kState), Cause::kReplicaDivergence);
+  EXPECT_EQ(divergence_cause(DivergenceKind::kParameter), Cause::kParameter);
+  EXPECT_EQ(divergence_cause(DivergenceKind::kUpdate), Cause::kGradientExplosion);
 }
 
 TEST(ReplicaVote, DecideNamesTheTensorAndTheCauseOfItsCode) {
