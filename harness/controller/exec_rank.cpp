@@ -5,9 +5,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netdb.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>

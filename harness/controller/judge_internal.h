@@ -23,7 +23,7 @@ namespace nanchaos::harness {
 /// What the collectives and the processes' ends say about each rank.
 struct Postmortem {
   nlohmann::json last_collective = nlohmann::json::object();  ///< rank -> its last coll_enter
-  int64_t first_gap_seq = -1;         ///< the first collective some ranks entered and others not
+  int64_t first_gap_seq = -1;  ///< the first collective some ranks entered and others not
   /// the ranks missing from it; with no such collective, the ranks that the others' unmatched
   /// point-to-point sends and receives wait on and that wait on no one (find_p2p_stall)
   std::vector<int64_t> absent;
