@@ -16,6 +16,7 @@
 #include "harness/scenario/scenario.h"
 #include "results/report.h"
 #include "tests/harness/event_logs.h"
+#include "tests/harness/loader_text.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -24,19 +25,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using test_util::kT0;
 
-std::string ErrorOf(const std::string& text) {
-  try {
-    load_scenario_string(text, "x.toml");
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// [scenario] + [job] on lines 1-5; `rest` follows on line 6.
-std::string WithHead(const std::string& rest) {
-  return "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 8\n" + rest;
-}
+constexpr auto* ErrorOf = &test_util::loader_error;
+std::string WithHead(const std::string& rest) { return test_util::with_head(rest, 8); }
 
 // --- loader --------------------------------------------------------------------------------
 

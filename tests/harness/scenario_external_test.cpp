@@ -7,18 +7,12 @@
 #include <vector>
 
 #include "harness/scenario/scenario.h"
+#include "tests/harness/loader_text.h"
 
 namespace nanchaos::harness {
 namespace {
 
-std::string ErrorOf(const std::string& text) {
-  try {
-    load_scenario_string(text, "x.toml");
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+constexpr auto* ErrorOf = &test_util::loader_error;
 
 // An external [scenario] + [job] head; `job` continues [job] on line 6, `rest` follows it.
 std::string External(const std::string& job, const std::string& rest = "") {

@@ -11,29 +11,13 @@
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "harness/scenario/scenario_schema.h"
+#include "tests/harness/loader_text.h"
 
 namespace nanchaos::harness {
 namespace {
 
-// The text of the ScenarioError `text` raises, or "no error".
-std::string ErrorOf(const std::string& text) {
-  try {
-    load_scenario_string(text, "x.toml");
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// A valid [scenario] + [job] head; `rest` follows on line 6.
-std::string WithHead(const std::string& rest) {
-  return "[scenario]\n"          // 1
-         "name = \"t\"\n"        // 2
-         "[job]\n"               // 3
-         "workload = \"mlp\"\n"  // 4
-         "steps = 30\n"          // 5
-         + rest;
-}
+constexpr auto* ErrorOf = &test_util::loader_error;
+std::string WithHead(const std::string& rest) { return test_util::with_head(rest); }
 
 const char* kMinimal = R"([scenario]
 name = "nan-activation-rank1"
