@@ -145,13 +145,15 @@ const std::vector<KeySpec>& job_keys() {
       Key("restarts", K::kInt,
           "relaunch the whole job up to N times after a launch ends abnormally (a crashed rank, "
           "an abort, a hang), with fresh processes and a fresh MASTER_PORT; one-shot faults that "
-          "fired do not fire again, persistent ones do")
+          "fired do not fire again, persistent ones do; at most 100 (timeout_ms bounds each "
+          "launch, not their sum)")
           .def(0)
-          .min(0),
+          .range(0, 100),
       Key("restart_delay_ms", K::kInt,
-          "wait (ms) between the end of one launch (every process gone) and the next")
+          "wait (ms) between the end of one launch (every process gone) and the next; at most "
+          "3600000 (1 h)")
           .def(0)
-          .min(0),
+          .range(0, 3600000),
       Key("command", K::kStringArray,
           "external: the program and its arguments, run once per rank (required when external); "
           "a relative program is taken from the scenario file's folder, the working directory"),

@@ -54,11 +54,17 @@ TEST(RestartLoader, ExternalJobsTakeThem) {
   EXPECT_EQ(s.job.restarts, 1);
 }
 
-TEST(RestartLoader, NegativeIsRefused) {
+TEST(RestartLoader, NegativeAndAbsurdValuesAreRefused) {
   EXPECT_EQ(ErrorOf(WithHead("restarts = -1\n")),
-            "x.toml:6:12: error: [job].restarts: expected integer >= 0, got -1");
+            "x.toml:6:12: error: [job].restarts: expected integer in [0, 100], got -1");
   EXPECT_EQ(ErrorOf(WithHead("restart_delay_ms = -5\n")),
-            "x.toml:6:20: error: [job].restart_delay_ms: expected integer >= 0, got -5");
+            "x.toml:6:20: error: [job].restart_delay_ms: expected integer in [0, 3600000], got -5");
+  // No unbounded relaunch loop, no overflow of the delay's deadline (now_us() + ms * 1000).
+  EXPECT_EQ(ErrorOf(WithHead("restarts = 1000000\n")),
+            "x.toml:6:12: error: [job].restarts: expected integer in [0, 100], got 1000000");
+  EXPECT_EQ(ErrorOf(WithHead("restart_delay_ms = 9223372036854775807\n")),
+            "x.toml:6:20: error: [job].restart_delay_ms: expected integer in [0, 3600000], got "
+            "9223372036854775807");
 }
 
 TEST(RestartLoader, CheckpointTableIsNotImplemented) {
