@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
 
   RunOptions run_opts;
   auto* run = app.add_subcommand("run", "run scenario files or folders and judge them");
-  run->add_option("paths", run_opts.paths, "scenario files or folders (*.toml, recursive)")
-      ->required();
+  // Required unless --resume is given (checked below, so that `run --resume DIR` alone gets
+  // --resume's own answer rather than "paths is required").
+  run->add_option("paths", run_opts.paths, "scenario files or folders (*.toml, recursive)");
   run->add_option("--out", run_opts.out_dir, "run folder (default results/runs/<UTC>-<suite>)");
   run->add_option("--tag", run_opts.tags, "run only scenarios with this tag (repeatable)");
   run->add_option("--junit", run_opts.junit, "also write junit.xml here");
@@ -315,6 +316,11 @@ int main(int argc, char** argv) {
       std::cerr << "nanchaos run: error: --resume " << run_resume
                 << ": not implemented yet (continuing a suite after the controller died); "
                    "rerun the suite\n";
+      return 2;
+    }
+    if (run_opts.paths.empty()) {
+      std::cerr << "nanchaos run: error: paths is required (scenario files or folders)\n"
+                << "Run with --help for more information.\n";
       return 2;
     }
     run_opts.self_exe = self_exe(argv[0]);
