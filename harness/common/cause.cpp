@@ -10,7 +10,7 @@ const std::vector<std::string>& cause_names() {
   static const std::vector<std::string> names = {
       "data",          "loss_math",          "activation",      "gradient",        "parameter",
       "fp16_overflow", "gradient_explosion", "comm_corruption", "reduce_overflow", "hang",
-      "rank_failure",  "replica_divergence"};
+      "rank_failure",  "replica_divergence", "straggler"};
   return names;
 }
 

@@ -31,6 +31,7 @@ enum class Cause {
   kHang,               ///< "hang": a rank absent from a collective past the deadline
   kRankFailure,        ///< "rank_failure": a rank's process gone
   kReplicaDivergence,  ///< "replica_divergence": finite replicas that differ
+  kStraggler,          ///< "straggler": a rank's own step time grew (the `slow` fault)
 };
 
 /// The cause's text ("hang"). The reference stays valid for the program's life.

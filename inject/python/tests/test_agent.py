@@ -381,6 +381,24 @@ def test_hang_and_crash_faults(tmp_path):
     assert 3 in begins and 3 not in ends and job.of(0, "exit") == []
 
 
+@pytest.mark.parametrize("where", ["data", "compute", "backward", "comm"])
+def test_slow_fault_delays_its_phase_on_the_hit_rank_and_changes_no_number(tmp_path, where):
+    p = plan(steps=5, faults=[{"kind": "slow", "ranks": [1], "step": 1,
+                               "params": {"steps": 2, "delay_ms": 200, "where": where}}])
+    job = run_ranks(tmp_path, DDP_LOOP, p, env={"STEPS": "5"})
+    assert job.codes == [0, 0], job.outputs
+    assert injections(job, 0) == []
+    assert [(i["kind"], i["step"], i["target"]) for i in injections(job, 1)] == [
+        ("slow", 1, where), ("slow", 2, where)]
+    # Both ranks take >= delay_ms longer on the slowed steps (rank 0 waits in the all-reduce),
+    # and the replicas stay bit-identical: a straggler changes no number.
+    for r in range(2):
+        begins = {e["step"]: e["t_us"] for e in job.of(r, "step_begin")}
+        assert begins[2] - begins[1] >= 200_000 and begins[3] - begins[2] >= 200_000
+    finals = [job.of(r, "final")[0] for r in range(2)]
+    assert finals[0]["params_hash"] == finals[1]["params_hash"]
+
+
 def test_hang_before_grad_allreduce_stalls_inside_the_bucket_hook(tmp_path):
     p = plan(steps=3, faults=[{"kind": "hang", "ranks": [1], "step": 1,
                                "params": {"duration_ms": 300, "where": "before_grad_allreduce",
