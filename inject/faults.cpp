@@ -89,6 +89,10 @@ void Faults::before_collective(const std::string& name) {
   for (auto& inj : injectors_) inj->on_before_collective(ctx_, name);
 }
 
+void Faults::checkpoint_saved(const CheckpointWritten& written) {
+  for (auto& inj : injectors_) inj->on_checkpoint_saved(ctx_, written);
+}
+
 void Faults::optimizer_state(NamedTensors& states) {
   for (auto& inj : injectors_) inj->on_optimizer_state(ctx_, states);
 }

@@ -62,6 +62,7 @@ class Faults {
   void send_buffer(void* buf, size_t count, harness::WireType wire);
   void before_collective(const std::string& name);  ///< may block (`hang`)
   void optimizer_state(NamedTensors& states);
+  void checkpoint_saved(const CheckpointWritten& written);  ///< rank 0 wrote a checkpoint
 
  private:
   harness::EventLog& log_;

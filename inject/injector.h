@@ -36,6 +36,17 @@ struct TrainingState {
   std::vector<int64_t>* step_counters = nullptr;
 };
 
+/// A checkpoint the built-in job just wrote ([checkpoint], the `checkpoint` kind's hook): the
+/// archive's path, the previous save's ("" for the first save), its 1-based save number, and
+/// the saved tensors by name ("parameter:fc1.weight", "optimizer:fc1.weight.exp_avg"; an
+/// undefined tensor for an unknown name), whose bytes are in the archive as saved.
+struct CheckpointWritten {
+  int64_t save = 0;
+  std::string archive;
+  std::string previous_archive;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+};
+
 struct FaultContext {
   int64_t step = 0;
   int rank = 0;
@@ -82,6 +93,8 @@ class Injector {
   virtual void on_before_collective(FaultContext&, const std::string&) {}
   /// This rank's all-reduce send buffer, after the rank's own checks.
   virtual void on_send_buffer(FaultContext&, void*, size_t, harness::WireType) {}
+  /// A checkpoint was written before step ctx.step (rank 0, format "torch").
+  virtual void on_checkpoint_saved(FaultContext&, const CheckpointWritten&) {}
   /// Multiplier of the scheduled learning rate on this step.
   virtual double lr_factor(FaultContext&) { return 1.0; }
 

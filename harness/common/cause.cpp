@@ -7,10 +7,20 @@ namespace nanchaos::harness {
 
 const std::vector<std::string>& cause_names() {
   // Indexed by Cause: keep the order of the enum.
-  static const std::vector<std::string> names = {
-      "data",          "loss_math",          "activation",      "gradient",        "parameter",
-      "fp16_overflow", "gradient_explosion", "comm_corruption", "reduce_overflow", "hang",
-      "rank_failure",  "replica_divergence", "straggler"};
+  static const std::vector<std::string> names = {"data",
+                                                 "loss_math",
+                                                 "activation",
+                                                 "gradient",
+                                                 "parameter",
+                                                 "fp16_overflow",
+                                                 "gradient_explosion",
+                                                 "comm_corruption",
+                                                 "reduce_overflow",
+                                                 "hang",
+                                                 "rank_failure",
+                                                 "replica_divergence",
+                                                 "straggler",
+                                                 "checkpoint_corruption"};
   return names;
 }
 

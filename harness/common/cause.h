@@ -19,19 +19,20 @@ namespace nanchaos::harness {
 
 /// DESIGN.md's attribution table, in its order.
 enum class Cause {
-  kData,               ///< "data": the batch (inputs, labels, mask)
-  kLossMath,           ///< "loss_math": activations finite, loss non-finite
-  kActivation,         ///< "activation": a module's output non-finite, its input finite
-  kGradient,           ///< "gradient": gradients non-finite, forward finite
-  kParameter,          ///< "parameter": parameters non-finite or jumped at step start
-  kFp16Overflow,       ///< "fp16_overflow": half-precision rounding made a finite value inf
-  kGradientExplosion,  ///< "gradient_explosion": a spike before any non-finite value
-  kCommCorruption,     ///< "comm_corruption": ranks clean, reduced buffer non-finite
-  kReduceOverflow,     ///< "reduce_overflow": ranks clean, the sum overflowed the wire dtype
-  kHang,               ///< "hang": a rank absent from a collective past the deadline
-  kRankFailure,        ///< "rank_failure": a rank's process gone
-  kReplicaDivergence,  ///< "replica_divergence": finite replicas that differ
-  kStraggler,          ///< "straggler": a rank's own step time grew (the `slow` fault)
+  kData,                  ///< "data": the batch (inputs, labels, mask)
+  kLossMath,              ///< "loss_math": activations finite, loss non-finite
+  kActivation,            ///< "activation": a module's output non-finite, its input finite
+  kGradient,              ///< "gradient": gradients non-finite, forward finite
+  kParameter,             ///< "parameter": parameters non-finite or jumped at step start
+  kFp16Overflow,          ///< "fp16_overflow": half-precision rounding made a finite value inf
+  kGradientExplosion,     ///< "gradient_explosion": a spike before any non-finite value
+  kCommCorruption,        ///< "comm_corruption": ranks clean, reduced buffer non-finite
+  kReduceOverflow,        ///< "reduce_overflow": ranks clean, the sum overflowed the wire dtype
+  kHang,                  ///< "hang": a rank absent from a collective past the deadline
+  kRankFailure,           ///< "rank_failure": a rank's process gone
+  kReplicaDivergence,     ///< "replica_divergence": finite replicas that differ
+  kStraggler,             ///< "straggler": a rank's own step time grew (the `slow` fault)
+  kCheckpointCorruption,  ///< "checkpoint_corruption": a checkpoint that fails to load/validate
 };
 
 /// The cause's text ("hang"). The reference stays valid for the program's life.

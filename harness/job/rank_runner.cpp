@@ -35,7 +35,7 @@ void torch_warning(const std::string& msg) { log::debug("torch warning: {}", fir
 using inject::NamedTensors;
 
 RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir)
-    : s_(std::move(s)), comm_(std::move(comm)) {
+    : s_(std::move(s)), run_dir_(run_dir), comm_(std::move(comm)) {
   rank_ = comm_->rank();
   set_check_rank(rank_);  // check messages name this rank (harness/common/check.h)
   world_ = comm_->world_size();

@@ -16,6 +16,7 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,23 @@ class RankRunner {
   void install_faults(const Scenario& s);
   void run_fault_window(const InLaunchFault& f, int64_t step);
 
+  // ---- checkpoints on disk ([checkpoint], checkpoint_rank.cpp)
+  /// Why a checkpoint was rejected: the first bad tensor ("parameter:fc1.weight", "" when the
+  /// file itself does not load) and a short reason.
+  struct CheckpointRejection {
+    std::string layer, why;
+  };
+  /// The training state by name in the manifest's order (parameters, buffers, optimizer state,
+  /// loss scaler, lr_backoff factor, CPU RNG); tensors share storage with the live state.
+  std::vector<std::pair<std::string, torch::Tensor>> training_state_tensors();
+  /// Rank 0 writes the checkpoint at `step` (the state before step `step` runs) and prunes.
+  void save_checkpoint(int64_t step);
+  std::optional<CheckpointRejection> load_checkpoint(const std::filesystem::path& dir,
+                                                     int64_t step);
+  /// Loads the newest good checkpoint under RUN/checkpoints; returns its step (0: none, the
+  /// state as built).
+  int64_t resume();
+
   // ---- the loop (runner.cpp)
   std::optional<detect::Stop> train(int64_t& step, int64_t to);
   int finish();
@@ -86,6 +104,7 @@ class RankRunner {
   int finish_abort(int64_t step, const std::string& reason, const std::string& cause);
 
   Scenario s_;
+  std::string run_dir_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<EventLog> log_;
   int rank_ = 0, world_ = 1;
@@ -103,7 +122,9 @@ class RankRunner {
   bool has_state_faults_ = false;  // a `state` fault: its hook runs at step start
   bool has_optimizer_faults_ = false;      // an optimizer: target: its hook runs after the update
   std::optional<torch::ScalarType> half_;  // precision fp16/bf16: rounding at every probe
-  int64_t high_water_ = -1;  // highest step run so far (re-executions are steps <= this)
+  int64_t high_water_ = -1;     // highest step run so far (re-executions are steps <= this)
+  bool checkpointing_ = false;  // run(): [checkpoint] saves (never in an in-launch campaign)
+  int64_t resumed_from_ = -1;   // the step this launch resumed from (its checkpoint exists)
   std::vector<torch::Tensor> buffer_snapshot_;
   double initial_eval_ = 0;
 };

@@ -22,6 +22,10 @@ using inject::NamedTensors;
 int RankRunner::run() {
   initial_eval_ = eval_loss(*workload_, device_);
   int64_t step = 0;
+  if (s_.checkpoint.on()) {
+    checkpointing_ = true;
+    step = resumed_from_ = resume();
+  }
   if (auto stop = train(step, s_.job.steps)) return finish_abort(step, stop->reason, stop->cause);
   return finish();
 }
@@ -30,6 +34,12 @@ int RankRunner::run() {
 /// the step the stack stopped the loop at (the Stop is returned).
 std::optional<detect::Stop> RankRunner::train(int64_t& step, int64_t to) {
   while (step < to) {
+    // [checkpoint]: the state before steps every, 2 every, ...; once per step (a rollback's
+    // re-execution does not save again, nor does a launch at the step it resumed from).
+    if (checkpointing_ && step > 0 && step % s_.checkpoint.every == 0 && step > high_water_ &&
+        step != resumed_from_) {
+      save_checkpoint(step);
+    }
     stack_->before_step(step);
     const bool reexecuted = step <= high_water_;
     const bool detected = run_step(step);

@@ -96,6 +96,9 @@ std::string keys_markdown() {
   }
   out << "## [recovery]\n\n";
   table(out, recovery_keys());
+  out << "## [checkpoint]\n\nBuilt-in jobs only (an external job checkpoints itself; the agent "
+         "observes its saves and loads).\n\n";
+  table(out, checkpoint_keys());
   out << "## [expect]\n\n";
   table(out, expect_keys());
   out << "## [campaign]\n\nRead by `nanchaos campaign` only (`nanchaos run` ignores the "

@@ -85,6 +85,7 @@ class Loader {
   void load_faults(const toml::table& root, Scenario& s) const;
   void load_detectors(const toml::table& root, Scenario& s) const;
   void load_recovery(const toml::table& root, Scenario& s) const;
+  void load_checkpoint(const toml::table& root, Scenario& s) const;
   void load_expect(const toml::table& root, Scenario& s) const;
   void load_campaign(const toml::table& root, Scenario& s) const;
   /// Built-in workloads: [expect].layer must be a prefix of something the stack can blame.

@@ -211,6 +211,35 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.params = std::move(p);
 }
 
+void Loader::load_checkpoint(const toml::table& root, Scenario& s) const {
+  const toml::table* t = table_of(root, "checkpoint", false);
+  if (t == nullptr) return;
+  if (s.job.external()) {
+    const auto first = in_file_order(*t);
+    scenario_error(first.empty() ? at(*t) : at(*first.front().first),
+                   "[checkpoint]: built-in jobs only; an external job checkpoints itself (the "
+                   "agent observes its torch.save/torch.load and torch.distributed.checkpoint "
+                   "calls) and uses {run_dir} in its command for the folder");
+  }
+  Params p = check_table(*t, checkpoint_keys(), "[checkpoint]", at(*t));
+  CheckpointConfig& c = s.checkpoint;
+  c.every = p.get_int("every");
+  c.keep = p.get_int("keep");
+  c.validate = p.get_bool("validate");
+  c.format = p.get_string("format");
+  if (c.format == "dcp") {
+    scenario_error(p.pos("format"),
+                   "[checkpoint].format: \"dcp\" is not implemented yet for built-in jobs (one "
+                   "shard per rank); use \"torch\"");
+  }
+  if (c.every >= s.job.steps) {
+    scenario_error(p.pos("every"),
+                   fmt::format("[checkpoint].every: {} is not below [job].steps = {}: no "
+                               "checkpoint would be written",
+                               c.every, s.job.steps));
+  }
+}
+
 void Loader::load_workload(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "workload", false);
   if (s.job.external()) {
@@ -279,6 +308,7 @@ Scenario Loader::load(const std::string& text) {
   load_scenario_table(root, s);
   load_job(root, s);
   load_workload(root, s);
+  load_checkpoint(root, s);  // before [[fault]]: a `checkpoint` fault needs its saves
   load_faults(root, s);
   load_detectors(root, s);
   load_recovery(root, s);

@@ -80,6 +80,16 @@ struct CampaignConfig {
   Params params;                                ///< as written (positions)
 };
 
+/// [checkpoint]: the built-in job's own checkpoints (SCENARIO_FORMAT.md "Recovery by restart").
+/// The checkpoint at step s holds the state before step s runs; saves at steps every, 2 every, ...
+struct CheckpointConfig {
+  int64_t every = 0;     ///< steps between saves; 0: no checkpoints (the table is absent)
+  int64_t keep = 2;      ///< newest checkpoints kept on disk
+  bool validate = true;  ///< on load: digests and finiteness; a bad one falls back to an older
+  std::string format = "torch";  ///< "torch": one file (rank 0); "dcp": a shard per rank
+  bool on() const { return every > 0; }
+};
+
 struct Scenario {
   std::string file;  ///< path as given
   std::string name;
@@ -91,6 +101,7 @@ struct Scenario {
   std::vector<FaultSpec> faults;
   DetectorConfig detectors;
   RecoveryConfig recovery;
+  CheckpointConfig checkpoint;
   ExpectConfig expect;
   CampaignConfig campaign;
 };

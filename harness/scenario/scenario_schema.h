@@ -31,6 +31,8 @@ const std::vector<KeySpec>& scenario_keys();
 const std::vector<KeySpec>& job_keys();
 const std::vector<KeySpec>& workload_keys();
 const std::vector<KeySpec>& recovery_keys();
+/// [checkpoint] (built-in jobs' checkpoints).
+const std::vector<KeySpec>& checkpoint_keys();
 const std::vector<KeySpec>& expect_keys();
 /// [campaign] thresholds (`nanchaos campaign` only).
 const std::vector<KeySpec>& campaign_keys();

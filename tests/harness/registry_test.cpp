@@ -145,7 +145,7 @@ TEST(Registry, PresetsAreTheRegisteredMemberships) {
 
 TEST(Registry, CauseTableRoundTrips) {
   const auto& names = cause_names();
-  ASSERT_EQ(names.size(), size_t(Cause::kStraggler) + 1);
+  ASSERT_EQ(names.size(), size_t(Cause::kCheckpointCorruption) + 1);
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_EQ(to_string(Cause(i)), names[i]);
     EXPECT_EQ(parse_cause(names[i]), Cause(i)) << names[i];
@@ -166,6 +166,8 @@ TEST(Registry, EachBuiltFaultKindDeclaresItsCampaignRules) {
                                  "optimizer = \"adam\"\nloss = \"mse\"\nnormalize_inputs = true\n",
                            "mlp-fp16.toml"),
       load_scenario_string(job + "workload = \"transformer\"\nprecision = \"fp16\"\n", "tf.toml"),
+      load_scenario_string(job + "workload = \"mlp\"\nrestarts = 1\n[checkpoint]\nevery = 5\n",
+                           "ckpt.toml"),
   };
   CampaignTargets targets;
   targets.modules = kModules;

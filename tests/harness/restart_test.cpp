@@ -67,11 +67,22 @@ TEST(RestartLoader, NegativeAndAbsurdValuesAreRefused) {
             "9223372036854775807");
 }
 
-TEST(RestartLoader, CheckpointTableIsNotImplemented) {
+TEST(RestartLoader, CheckpointTableIsCheckedKeyByKey) {
   EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 10\n")),
-            "x.toml:6:2: error: [checkpoint]: not implemented yet (built-in checkpoints "
-            "([checkpoint] every/keep/validate/format); a relaunched built-in job starts from "
-            "step 0, an external job checkpoints itself)");
+            "x.toml:7:9: error: [checkpoint].every: 10 is not below [job].steps = 8: no "
+            "checkpoint would be written");
+  EXPECT_NE(
+      ErrorOf(WithHead("[checkpoint]\nevery = 0\n")).find("x.toml:7:9: error: [checkpoint].every"),
+      std::string::npos);
+  EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 2\nformat = \"dcp\"\n")),
+            "x.toml:8:10: error: [checkpoint].format: \"dcp\" is not implemented yet for built-in "
+            "jobs (one shard per rank); use \"torch\"");
+  const Scenario s =
+      load_scenario_string(WithHead("[checkpoint]\nevery = 2\nkeep = 3\n"), "x.toml");
+  EXPECT_EQ(s.checkpoint.every, 2);
+  EXPECT_EQ(s.checkpoint.keep, 3);
+  EXPECT_TRUE(s.checkpoint.validate);
+  EXPECT_EQ(s.checkpoint.format, "torch");
 }
 
 TEST(RestartLoader, UnimplementedExpectKeysAreNamed) {
@@ -86,11 +97,22 @@ TEST(RestartLoader, UnimplementedExpectKeysAreNamed) {
             std::string::npos);
 }
 
-TEST(RestartLoader, CheckpointFaultKindIsNotImplemented) {
-  EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"checkpoint\"\nstep = 2\n[expect]\n"
-                             "deadlock = false\n")),
-            "x.toml:7:8: error: [[fault]] #1.kind: \"checkpoint\" is not implemented yet "
-            "(corrupting a written checkpoint)");
+TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
+  const std::string fault = "[[fault]]\nkind = \"checkpoint\"\nmode = \"nan\"\n";
+  EXPECT_EQ(ErrorOf(WithHead(fault + "step = 2\n[expect]\ndeadlock = false\n")),
+            "x.toml:6:1: error: [[fault]] #1: kind \"checkpoint\" needs a [checkpoint] table (the "
+            "built-in job writes no checkpoint without one)");
+  const std::string ckpt = "[checkpoint]\nevery = 2\n";
+  EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "[expect]\ndeadlock = false\n"))
+                .find("give exactly one of `save` (1-based) and `step`"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "step = 3\n[expect]\ndeadlock = false\n"))
+                .find("#1.step: no save is made before step 3"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "save = 4\n[expect]\ndeadlock = false\n"))
+                .find("#1.save: no save is made at step 8"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(WithHead(ckpt + fault + "save = 1\n[expect]\ndeadlock = false\n")), "no error");
 }
 
 TEST(RestartSubstitution, RunDirAndLaunchInCommandAndEnv) {

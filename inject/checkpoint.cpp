@@ -1,0 +1,229 @@
+// Fault kind `checkpoint`: corrupts a checkpoint the built-in job wrote ([checkpoint]), after the
+// save and before any load (SCENARIO_FORMAT.md "Recovery by restart"). It matters only when a
+// later launch loads that checkpoint: combine it with a `crash` or `hang` after the save and
+// `[job] restarts`.
+//
+// Which save: `save = N` (1-based; the save made before step N x every) or `step` (the save made
+// before that step). Modes:
+//   nan / inf / bitflip - one element of `target`'s tensor in the archive (the first tensor, a
+//                         parameter, when no target): the bytes of the tensor as saved are found
+//                         in the file and its first element is rewritten in place (bitflip:
+//                         `bit`, default 30, of that float32)
+//   truncate            - the archive cut to half its size
+//   delete              - the archive removed
+//   stale               - the archive replaced by the previous save's, under the new name
+// Ground truth: cause checkpoint_corruption, layer = the target's name (head.weight for
+// parameter:head.weight; none for truncate/delete/stale, whose first bad tensor the fault does
+// not choose).
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "harness/scenario/fault_draw.h"
+#include "harness/scenario/registry.h"
+#include "harness/scenario/scenario.h"
+#include "harness/scenario/scenario_schema.h"
+#include "inject/injector.h"
+
+namespace nanchaos::inject {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("fault checkpoint: cannot read " + path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+  if (!out) throw std::runtime_error("fault checkpoint: cannot write " + path);
+}
+
+class CheckpointInjector final : public Injector {
+ public:
+  explicit CheckpointInjector(const harness::FaultSpec& f, int64_t every)
+      : Injector(f),
+        save_(f.params.given("save") ? f.params.get_int("save") : f.step / every),
+        mode_(f.params.get_string("mode")),
+        target_(f.params.has("target") ? f.params.get_string("target") : ""),
+        bit_(int(f.params.get_int("bit"))) {}
+
+  void on_checkpoint_saved(FaultContext& ctx, const CheckpointWritten& w) override {
+    if (w.save != save_ || !spec_.ranks.contains(ctx.rank)) return;
+    if (ctx.reexecution && !spec_.persistent) return;
+    if (mode_ == "truncate") {
+      const auto size = fs::file_size(w.archive);
+      fs::resize_file(w.archive, size / 2);
+      ctx.fired(spec_.index, "", {{"mode", mode_}, {"bytes", size}, {"kept", size / 2}});
+    } else if (mode_ == "delete") {
+      fs::remove(w.archive);
+      ctx.fired(spec_.index, "", {{"mode", mode_}});
+    } else if (mode_ == "stale") {
+      if (w.previous_archive.empty() || !fs::exists(w.previous_archive)) {
+        throw std::runtime_error(fmt::format(
+            "fault checkpoint: mode \"stale\" on save {} needs an earlier save on disk", w.save));
+      }
+      fs::copy_file(w.previous_archive, w.archive, fs::copy_options::overwrite_existing);
+      ctx.fired(spec_.index, "", {{"mode", mode_}, {"from", w.previous_archive}});
+    } else {
+      corrupt_tensor(ctx, w);
+    }
+  }
+
+ private:
+  // Rewrites the first element of the target tensor where its saved bytes lie in the archive.
+  void corrupt_tensor(FaultContext& ctx, const CheckpointWritten& w) {
+    const std::pair<std::string, torch::Tensor>* hit = nullptr;
+    for (const auto& named : w.tensors) {
+      const bool wanted =
+          target_.empty() ? named.first.rfind("parameter:", 0) == 0 : named.first == target_;
+      if (wanted && named.second.scalar_type() == torch::kFloat32) {
+        hit = &named;
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      throw std::runtime_error("fault checkpoint: no float32 tensor " +
+                               (target_.empty() ? std::string("parameter") : target_) +
+                               " in the checkpoint");
+    }
+    const torch::Tensor t = hit->second.detach().cpu().contiguous();
+    const std::string needle(static_cast<const char*>(t.data_ptr()), size_t(t.nbytes()));
+    std::string bytes = read_file(w.archive);
+    const size_t at = bytes.find(needle);
+    if (at == std::string::npos) {
+      throw std::runtime_error("fault checkpoint: the bytes of " + hit->first + " are not in " +
+                               w.archive);
+    }
+    float v;
+    std::memcpy(&v, bytes.data() + at, sizeof v);
+    const float before = v;
+    if (mode_ == "nan") {
+      v = std::numeric_limits<float>::quiet_NaN();
+    } else if (mode_ == "inf") {
+      v = std::numeric_limits<float>::infinity();
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &v, sizeof u);
+      u ^= uint32_t(1) << bit_;
+      std::memcpy(&v, &u, sizeof v);
+    }
+    std::memcpy(bytes.data() + at, &v, sizeof v);
+    write_file(w.archive, bytes);
+    ctx.fired(
+        spec_.index, hit->first,
+        {{"mode", mode_}, {"before", fmt::format("{}", before)}, {"after", fmt::format("{}", v)}});
+  }
+
+  int64_t save_;
+  std::string mode_;
+  std::string target_;
+  int bit_;
+};
+
+using harness::FaultKindInfo;
+using harness::Key;
+using harness::KeyType;
+
+FaultKindInfo checkpoint_kind() {
+  FaultKindInfo info;
+  info.name = "checkpoint";
+  info.doc = "corrupts a checkpoint the built-in job wrote, after the save and before any load";
+  info.keys = {
+      Key("step", KeyType::kInt,
+          "the save made before this step (a multiple of [checkpoint].every); or give `save`")
+          .def(0)
+          .min(0),
+      Key("save", KeyType::kInt, "which save, 1-based (the one before step save x every)").min(1),
+      Key("mode", KeyType::kString,
+          "nan / inf / bitflip: one element of `target`'s tensor; truncate: the file cut to "
+          "half; delete: removed; stale: replaced by the previous save")
+          .required()
+          .choices({"nan", "inf", "bitflip", "truncate", "delete", "stale"}),
+      Key("target", KeyType::kString,
+          "parameter:NAME or optimizer:NAME.STATE inside the checkpoint (nan/inf/bitflip; "
+          "default: the first parameter)"),
+      Key("bit", KeyType::kInt, "bitflip: the float32 bit flipped (0-31)").def(30).min(0).max(31),
+  };
+  info.check = [](const harness::FaultSpec& f) {
+    harness::check_target(f, "target", {"parameter", "optimizer"});
+  };
+  info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    harness::check_target_exists(f, "target", s);
+    const std::string label = harness::fault_label(f);
+    if (s.job.external()) {
+      harness::scenario_error(f.pos, label +
+                                         ": kind \"checkpoint\" is not implemented for "
+                                         "external jobs yet (it corrupts the built-in job's "
+                                         "own checkpoints)");
+    }
+    if (!s.checkpoint.on()) {
+      harness::scenario_error(f.pos, label +
+                                         ": kind \"checkpoint\" needs a [checkpoint] table "
+                                         "(the built-in job writes no checkpoint without one)");
+    }
+    const bool by_save = f.params.given("save");
+    if (by_save == f.params.given("step")) {
+      harness::scenario_error(f.pos, label +
+                                         ": give exactly one of `save` (1-based) and `step` "
+                                         "(the step the save was made before)");
+    }
+    const int64_t every = s.checkpoint.every;
+    const int64_t step = by_save ? f.params.get_int("save") * every : f.step;
+    if (step % every != 0 || step == 0 || step >= s.job.steps) {
+      harness::scenario_error(
+          f.params.pos(by_save ? "save" : "step"),
+          fmt::format("{}.{}: no save is made {} step {} ([checkpoint].every = {}, [job].steps = "
+                      "{}: saves before steps {}, {}, ...)",
+                      label, by_save ? "save" : "step", by_save ? "at" : "before", step, every,
+                      s.job.steps, every, 2 * every));
+    }
+    const std::string mode = f.params.get_string("mode");
+    if (f.params.given("target") && mode != "nan" && mode != "inf" && mode != "bitflip") {
+      harness::scenario_error(f.params.pos("target"),
+                              label + ".target: only for mode nan, inf or bitflip");
+    }
+  };
+  info.make = [](const harness::FaultSpec& f,
+                 const harness::Scenario& s) -> std::unique_ptr<Injector> {
+    return std::make_unique<CheckpointInjector>(f, s.checkpoint.every);
+  };
+  info.refusal = [](const harness::Scenario& s, const harness::CampaignTargets&,
+                    bool) -> std::string {
+    return s.checkpoint.on() && s.job.restarts > 0 ? ""
+                                                   : "needs [checkpoint] and [job] restarts (a "
+                                                     "corrupted checkpoint matters only when a "
+                                                     "relaunch loads it)";
+  };
+  // Campaigns: the first save (a crash or hang drawn after it makes a relaunch load it).
+  info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
+    static const std::vector<std::string> modes = {"nan", "bitflip", "truncate", "delete"};
+    f["mode"] = d.pick(modes);
+    f["step"] = d.scenario().checkpoint.every;
+  };
+  info.truth = [](const nlohmann::ordered_json& f) {
+    std::optional<std::string> layer;
+    if (f.contains("target")) {  // the layer as the loader reports it: NAME, NAME.STATE
+      const std::string t = f["target"].get<std::string>();
+      layer = t.substr(t.find(':') + 1);
+    }
+    return harness::KindTruth{harness::Cause::kCheckpointCorruption, layer};
+  };
+  return info;
+}
+
+}  // namespace
+
+NANCHAOS_REGISTER_FAULT_KIND(checkpoint, checkpoint_kind());
+
+}  // namespace nanchaos::inject
