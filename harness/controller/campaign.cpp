@@ -17,7 +17,6 @@
 #include "harness/controller/campaign_draw.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/external_targets.h"
-#include "harness/controller/host_probe.h"
 #include "harness/controller/launch.h"
 #include "harness/controller/preflight.h"
 #include "harness/controller/stop_signal.h"

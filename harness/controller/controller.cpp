@@ -1,5 +1,6 @@
-// Controller: run a suite (load, launch, judge, report, progress, interruption). The launch and
-// the host probes are in launch.cpp and host_probe.cpp. See controller.h.
+// Controller: run a suite (plan, run each scenario's trials, report, exit status) and one job of
+// a scenario (run_scenario_job). The pre-launch checks are in preflight.cpp, the launch in
+// launch.cpp, the host probes in host_probe.cpp. See controller.h.
 #include "harness/controller/controller.h"
 
 #include <dirent.h>

@@ -103,7 +103,7 @@ TEST(Preflight, LoaderErrorsPassThroughUnchanged) {
       write_file(dir, "bad.toml", scenario_text("bad") + "[[fault]]\nkind = \"tensr\"\nstep = 1\n");
   Preflight pf(kHost, {});
   const std::string err = load_error(pf, f);
-  EXPECT_EQ(err.rfind(f + ":8:8: error:", 0), 0u) << err;
+  EXPECT_EQ(err.rfind(f + ":7:8: error: [[fault]] #1 kind \"tensr\" is unknown", 0), 0u) << err;
   EXPECT_NE(err.find("did you mean \"tensor\"?"), std::string::npos) << err;
 }
 
