@@ -17,6 +17,9 @@
 #include "harness/controller/campaign_draw.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/external_targets.h"
+#include "harness/controller/launch.h"
+#include "harness/controller/preflight.h"
+#include "harness/controller/stop_signal.h"
 #include "harness/evidence/events.h"
 #include "nanchaos/config.h"
 
@@ -137,182 +140,234 @@ ojson check_thresholds(const Scenario& s, const results::CampaignSummary& sum) {
   return out;
 }
 
-int run_campaign(const CampaignOptions& o) {
-  StopSignalHandlers stop_handlers;
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// Step 1, the checks before anything is drawn (preflight.h, as for `nanchaos run`): the options,
+// the scenario, the launcher, that it can run here. Prints what is wrong; returns the exit status
+// (0: `base` and `ctx` are set).
+int preflight_campaign(const CampaignOptions& o, Scenario& base, LaunchContext& ctx) {
   if (o.faults < 1 || o.jobs < 1) {
     std::cerr << "nanchaos campaign: error: --faults and --jobs must be at least 1\n";
     return 2;
   }
-  Scenario base;
+  Preflight preflight(o.host_limits);
   try {
-    base = load_scenario(o.scenario);
+    base = preflight.load(o.scenario);
   } catch (const ScenarioError& e) {
     std::cerr << e.what() << "\n";
     return 2;
   }
-  const auto missing = unimplemented_features(base);
-  if (!missing.empty()) {
-    std::cerr << fmt::format("nanchaos campaign: error: {}: not implemented yet: {}\n", o.scenario,
-                             fmt::join(missing, "; "));
+  ctx.launcher = default_launcher(o.launcher);
+  ctx.self_exe = o.self_exe;
+  ctx.private_mpi_tmpdir = o.jobs > 1;
+  if (const std::string e = launcher_error(ctx.launcher, {base}); !e.empty()) {
+    std::cerr << "nanchaos campaign: error: " << e << "\n";
     return 2;
   }
-  if (base.job.device == Device::kCuda) {
-    if (const std::string why = gpu_skip_reason(base); !why.empty()) {
-      std::cerr << fmt::format("nanchaos campaign: error: {}: cannot run here: {}\n", o.scenario,
-                               why);
-      return 2;
-    }
+  preflight.probe_pythons({base});
+  // A campaign has one scenario: what would skip it in a suite is an error here.
+  if (const Blocker blocked = preflight.blocker(base)) {
+    using What = Blocker::What;
+    std::cerr << "nanchaos campaign: error: "
+              << (blocked.what == What::kNoPython ? ""
+                  : blocked.what == What::kNoGpu  ? o.scenario + ": cannot run here: "
+                                                  : o.scenario + ": ")
+              << blocked.reason << "\n";
+    return 2;
   }
+  ctx.python = preflight.python_for(base).path;
   if (!base.faults.empty()) {
     std::cerr << fmt::format(
         "nanchaos campaign: note: {}: its {} [[fault]] and its [expect] are ignored (the "
         "campaign draws the faults and scores them against their ground truth)\n",
         o.scenario, base.faults.size());
   }
-  LaunchContext ctx;
-  ctx.launcher = default_launcher(o.launcher);
-  ctx.self_exe = o.self_exe;
-  ctx.private_mpi_tmpdir = o.jobs > 1;
-  const auto words = split_words(ctx.launcher);
-  if (words.empty() || !find_program(words.front())) {
-    std::cerr << fmt::format("nanchaos campaign: error: launcher '{}' not found\n", ctx.launcher);
-    return 2;
+  return 0;
+}
+
+int interrupted_before_any_run() {
+  std::cerr << fmt::format("nanchaos campaign: interrupted by {} before any fault ran\n",
+                           signal_name(stop_signal()));
+  return 128 + stop_signal();
+}
+
+// One campaign once its scenario passed the preflight: draw, write, run, score, report.
+class CampaignRun {
+ public:
+  // `t0`: when the command started (campaign.json's wall_s counts from there).
+  CampaignRun(const CampaignOptions& o, Scenario base, LaunchContext ctx,
+              std::chrono::steady_clock::time_point t0)
+      : o_(o), base_(std::move(base)), ctx_(std::move(ctx)), rules_(scoring_rules(base_)), t0_(t0) {
+    out_ = o.out_dir.empty() ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base_.name
+                             : o.out_dir;
+    c_.scenario = o.scenario;
+    c_.name = base_.name;
+    c_.seed = o.seed.value_or(base_.seed);
+    c_.requested = o.faults;
+    c_.jobs = o.jobs;
+    c_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
+    c_.nanchaos_version = NANCHAOS_VERSION;
   }
-  if (command_needs_python(base)) {
-    const PythonInterpreter py = resolve_python(base.job.torch, base.job.python_packages);
-    if (py.path.empty()) {
-      std::cerr << "nanchaos campaign: error: " << py.error << "\n";
+
+  // Step 2, draw the faults and write each as a scenario file under out/faults/NNN/. Returns
+  // the exit status (0: drawn; 128 + signal: interrupted).
+  int draw() {
+    // Another campaign's rows, fault folders and re-run commands must not mix with this one's.
+    std::error_code exists_ec;
+    if (fs::exists(fs::path(out_) / "campaign.json", exists_ec) ||
+        fs::exists(fs::path(out_) / "faults", exists_ec)) {
+      std::cerr << fmt::format(
+          "nanchaos campaign: error: --out {}: holds an earlier campaign (campaign.json or "
+          "faults/); give a new folder or remove it\n",
+          out_);
       return 2;
     }
-    ctx.python = py.path;
-  }
-
-  const std::string out = o.out_dir.empty()
-                              ? "results/campaigns/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + base.name
-                              : o.out_dir;
-  // Another campaign's rows, fault folders and re-run commands must not mix with this one's.
-  std::error_code exists_ec;
-  if (fs::exists(fs::path(out) / "campaign.json", exists_ec) ||
-      fs::exists(fs::path(out) / "faults", exists_ec)) {
-    std::cerr << fmt::format(
-        "nanchaos campaign: error: --out {}: holds an earlier campaign (campaign.json or "
-        "faults/); give a new folder or remove it\n",
-        out);
-    return 2;
-  }
-  results::Campaign c;
-  c.scenario = o.scenario;
-  c.name = base.name;
-  c.seed = o.seed.value_or(base.seed);
-  c.requested = o.faults;
-  c.jobs = o.jobs;
-  c.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
-  c.nanchaos_version = NANCHAOS_VERSION;
-  const std::string base_text = read_text(o.scenario);
-  std::vector<DrawnFault> drawn;
-  try {
-    const CampaignTargets targets = targets_of(base, ctx);
-    c.kinds = campaign_kinds(base, targets, o.kinds);
-    drawn = draw_faults(base, base_text, targets, c.kinds, c.seed, o.faults);
-  } catch (const CampaignError& e) {
-    std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
-    return 2;
-  }
-  auto interrupted_before_any_run = [] {
-    std::cerr << fmt::format("nanchaos campaign: interrupted by {} before any fault ran\n",
-                             signal_name(stop_signal()));
-    return 128 + stop_signal();
-  };
-  if (stop_signal() != 0) return interrupted_before_any_run();
-  std::vector<std::string> files(drawn.size());
-  try {
-    for (const auto& d : drawn) {
-      if (stop_signal() != 0) return interrupted_before_any_run();
-      const std::string dir = fmt::format("{}/faults/{:03}", out, d.index);
-      fs::create_directories(dir);
-      files[size_t(d.index)] = dir + "/scenario.toml";
-      const std::string header = fmt::format(
-          "# nanchaos campaign {} (seed {}), fault {} of {}: {}\n# re-run it alone: nanchaos run "
-          "{}",
-          o.scenario, c.seed, d.index, drawn.size(), d.fault_class, files[size_t(d.index)]);
-      write_text(files[size_t(d.index)], fault_scenario_toml(base, base_text, d, header));
-    }
-  } catch (const std::exception& e) {
-    std::cerr << fmt::format("nanchaos campaign: error: --out {}: {}\n", out, e.what());
-    return 2;
-  }
-
-  std::mutex mu;
-  std::vector<std::optional<results::CampaignFault>> rows(drawn.size());
-  bool write_failed = false;
-  auto write_files = [&](bool final_files) {
-    c.faults.clear();
-    for (const auto& r : rows) {
-      if (r) c.faults.push_back(*r);
-    }
-    c.summary = results::summarize_campaign(c.faults);
-    c.thresholds = check_thresholds(base, c.summary);
-    c.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string base_text = read_text(o_.scenario);
     try {
-      results::write_campaign_json(c, out + "/campaign.json");
-      if (final_files) {
-        results::write_campaign_markdown(c, out + "/campaign.md");
-        results::write_campaign_junit(c, out + "/campaign.xml");
+      const CampaignTargets targets = targets_of(base_, ctx_);
+      c_.kinds = campaign_kinds(base_, targets, o_.kinds);
+      drawn_ = draw_faults(base_, base_text, targets, c_.kinds, c_.seed, o_.faults);
+    } catch (const CampaignError& e) {
+      std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
+      return 2;
+    }
+    if (stop_signal() != 0) return interrupted_before_any_run();
+    files_.resize(drawn_.size());
+    try {
+      for (const auto& d : drawn_) {
+        if (stop_signal() != 0) return interrupted_before_any_run();
+        const std::string dir = fmt::format("{}/faults/{:03}", out_, d.index);
+        fs::create_directories(dir);
+        files_[size_t(d.index)] = dir + "/scenario.toml";
+        const std::string header = fmt::format(
+            "# nanchaos campaign {} (seed {}), fault {} of {}: {}\n# re-run it alone: nanchaos "
+            "run {}",
+            o_.scenario, c_.seed, d.index, drawn_.size(), d.fault_class, files_[size_t(d.index)]);
+        write_text(files_[size_t(d.index)], fault_scenario_toml(base_, base_text, d, header));
       }
     } catch (const std::exception& e) {
-      if (!write_failed) std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
-      write_failed = true;
+      std::cerr << fmt::format("nanchaos campaign: error: --out {}: {}\n", out_, e.what());
+      return 2;
     }
-  };
-  // The work: batches of in-launch faults (one per worker), then single faults.
+    return 0;
+  }
+
+  // Step 3, run every fault, J workers at a time: batches of in-launch faults (one per worker)
+  // first, then single faults.
+  void run() {
+    plan_queue();
+    rows_.resize(drawn_.size());
+    std::vector<std::thread> workers;
+    for (int j = 0; j < std::min<int>(o_.jobs, int(drawn_.size())); ++j) {
+      workers.emplace_back([this] { worker(); });
+    }
+    for (auto& w : workers) w.join();
+  }
+
+  // Step 4, the final reports, the summary and the exit status.
+  int finish() {
+    if (stop_signal() != 0) c_.interrupted = true;
+    write_files(true);
+    std::string html_note;
+    if (!c_.interrupted) {
+      try {
+        html_note = results::write_campaign_html(c_, out_ + "/campaign.html");
+      } catch (const std::exception& e) {
+        std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+        write_failed_ = true;
+      }
+    }
+    if (!o_.quiet) std::cout << console_summary(c_, out_) << std::flush;
+    if (!html_note.empty())
+      std::cerr << "nanchaos campaign: warning: campaign.html: " << html_note << "\n";
+    if (c_.interrupted) {
+      std::cerr << fmt::format(
+          "nanchaos campaign: interrupted by {}: {} of {} faults measured; reports: "
+          "{}/campaign.json, campaign.md, campaign.xml\n",
+          signal_name(stop_signal()), c_.faults.size(), drawn_.size(), out_);
+      return 128 + stop_signal();
+    }
+    if (write_failed_) return 2;
+    if (c_.summary.all.errors > 0) {
+      std::cerr << fmt::format(
+          "nanchaos campaign: error: {} fault(s) could not be measured (their rows say why)\n",
+          c_.summary.all.errors);
+      return 2;
+    }
+    bool missed = false;
+    for (const auto& [key, check] : c_.thresholds.items()) {
+      if (check["pass"].get<bool>()) continue;
+      missed = true;
+      std::cerr << fmt::format("nanchaos campaign: [campaign].{} = {} missed: {}\n", key,
+                               check["min"].dump(), check["actual"].dump());
+    }
+    return missed ? 1 : 0;
+  }
+
+ private:
   struct Item {
     std::vector<size_t> faults;
     bool in_launch = false;
   };
-  std::vector<Item> queue;
-  {
+
+  // The in-launch faults split into J batches at the front; every other fault one launch.
+  void plan_queue() {
     std::vector<size_t> inlaunch;
-    for (size_t i = 0; i < drawn.size(); ++i) {
+    for (size_t i = 0; i < drawn_.size(); ++i) {
       bool eligible = false;
-      if (!o.one_launch_per_fault) {
+      if (!o_.one_launch_per_fault) {
         try {
-          eligible = inlaunch_eligible(load_scenario(files[i]));
+          eligible = inlaunch_eligible(load_scenario(files_[i]));
         } catch (const ScenarioError&) {
         }
       }
       if (eligible) {
         inlaunch.push_back(i);
       } else {
-        queue.push_back({{i}, false});
+        queue_.push_back({{i}, false});
       }
     }
-    const size_t batches = std::min<size_t>(size_t(o.jobs), inlaunch.size());
+    const size_t batches = std::min<size_t>(size_t(o_.jobs), inlaunch.size());
     std::vector<std::vector<size_t>> split(batches);
     for (size_t k = 0; k < inlaunch.size(); ++k) split[k % batches].push_back(inlaunch[k]);
-    for (auto& b : split) queue.insert(queue.begin(), Item{std::move(b), true});
+    for (auto& b : split) queue_.insert(queue_.begin(), Item{std::move(b), true});
   }
-  std::atomic<int> launches{0};
-  const results::ScoringRules rules = scoring_rules(base);
-  auto record = [&](size_t i, results::ScenarioResult judged) {
-    const DrawnFault& d = drawn[i];
-    results::CampaignFault row =
-        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules);
-    row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
-    row.rerun = "nanchaos run " + files[i];
-    std::lock_guard<std::mutex> lock(mu);
-    if (!o.quiet) std::cerr << progress_line(row, int(drawn.size())) << std::flush;
-    rows[i] = std::move(row);
-    write_files(false);  // after every fault: nothing measured is lost if the controller dies
-  };
+
+  void worker() {
+    while (stop_signal() == 0) {
+      Item item;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (next_ >= queue_.size()) return;
+        item = queue_[next_++];
+      }
+      if (item.in_launch) {
+        run_batch(item.faults);
+        continue;
+      }
+      const size_t i = item.faults.front();
+      const std::string dir = fs::path(files_[i]).parent_path().string();
+      results::ScenarioResult judged;
+      try {
+        const Scenario s = load_scenario(files_[i]);
+        const std::string job_id = fmt::format("{}-c{}-{}", getpid(), i, now_us());
+        judged = run_scenario_job(s, dir, ctx_, job_id);
+      } catch (const ScenarioError& e) {
+        judged.reason = e.what();  // cannot happen: draw_faults loaded it (a changed file?)
+      }
+      if (judged.reason == "interrupted") return;  // not measured: listed as not run
+      record(i, std::move(judged));
+    }
+  }
+
   // A batch: one launch; the faults it never started go back to the queue, as a new batch when
   // the launch got somewhere, one launch each otherwise (a clean prefix that cannot get there).
-  auto run_batch = [&](const std::vector<size_t>& batch) {
+  void run_batch(const std::vector<size_t>& batch) {
     std::vector<Scenario> scenarios;
-    for (size_t i : batch) scenarios.push_back(load_scenario(files[i]));
-    const std::string launch_dir = fmt::format("{}/launches/{:03}", out, launches++);
+    for (size_t i : batch) scenarios.push_back(load_scenario(files_[i]));
+    const std::string launch_dir = fmt::format("{}/launches/{:03}", out_, launches_++);
     const std::string job_id = fmt::format("{}-b{}-{}", getpid(), batch.front(), now_us());
-    auto judged = run_inlaunch_batch(scenarios, launch_dir, ctx, job_id);
+    auto judged = run_inlaunch_batch(scenarios, launch_dir, ctx_, job_id);
     std::vector<size_t> rest;
     for (size_t k = 0; k < batch.size(); ++k) {
       if (!judged[k]) {
@@ -324,80 +379,77 @@ int run_campaign(const CampaignOptions& o) {
       }
     }
     if (rest.empty() || stop_signal() != 0) return;
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu_);
     if (rest.size() < batch.size()) {
-      queue.push_back({rest, true});
+      queue_.push_back({rest, true});
     } else {
-      for (size_t i : rest) queue.push_back({{i}, false});
+      for (size_t i : rest) queue_.push_back({{i}, false});
     }
-  };
-  size_t next = 0;  // the queue's next item (guarded by mu; batches may append to the queue)
-  auto worker = [&] {
-    while (stop_signal() == 0) {
-      Item item;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next >= queue.size()) return;
-        item = queue[next++];
-      }
-      if (item.in_launch) {
-        run_batch(item.faults);
-        continue;
-      }
-      const size_t i = item.faults.front();
-      const std::string dir = fs::path(files[i]).parent_path().string();
-      results::ScenarioResult judged;
-      try {
-        const Scenario s = load_scenario(files[i]);
-        const std::string job_id = fmt::format("{}-c{}-{}", getpid(), i, now_us());
-        judged = run_scenario_job(s, dir, ctx, job_id);
-      } catch (const ScenarioError& e) {
-        judged.reason = e.what();  // cannot happen: draw_faults loaded it (a changed file?)
-      }
-      if (judged.reason == "interrupted") return;  // not measured: listed as not run
-      record(i, std::move(judged));
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int j = 0; j < std::min<int>(o.jobs, int(drawn.size())); ++j) workers.emplace_back(worker);
-  for (auto& w : workers) w.join();
+  }
 
-  if (stop_signal() != 0) c.interrupted = true;
-  write_files(true);
-  std::string html_note;
-  if (!c.interrupted) {
+  void record(size_t i, results::ScenarioResult judged) {
+    const DrawnFault& d = drawn_[i];
+    results::CampaignFault row =
+        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules_);
+    row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
+    row.rerun = "nanchaos run " + files_[i];
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!o_.quiet) std::cerr << progress_line(row, int(drawn_.size())) << std::flush;
+    rows_[i] = std::move(row);
+    write_files(false);  // after every fault: nothing measured is lost if the controller dies
+  }
+
+  // campaign.json (and with `final_files` campaign.md and campaign.xml) from the rows so far.
+  // Called under mu_ or after the workers are joined.
+  void write_files(bool final_files) {
+    c_.faults.clear();
+    for (const auto& r : rows_) {
+      if (r) c_.faults.push_back(*r);
+    }
+    c_.summary = results::summarize_campaign(c_.faults);
+    c_.thresholds = check_thresholds(base_, c_.summary);
+    c_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     try {
-      html_note = results::write_campaign_html(c, out + "/campaign.html");
+      results::write_campaign_json(c_, out_ + "/campaign.json");
+      if (final_files) {
+        results::write_campaign_markdown(c_, out_ + "/campaign.md");
+        results::write_campaign_junit(c_, out_ + "/campaign.xml");
+      }
     } catch (const std::exception& e) {
-      std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
-      write_failed = true;
+      if (!write_failed_) std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+      write_failed_ = true;
     }
   }
-  if (!o.quiet) std::cout << console_summary(c, out) << std::flush;
-  if (!html_note.empty())
-    std::cerr << "nanchaos campaign: warning: campaign.html: " << html_note << "\n";
-  if (c.interrupted) {
-    std::cerr << fmt::format(
-        "nanchaos campaign: interrupted by {}: {} of {} faults measured; reports: "
-        "{}/campaign.json, campaign.md, campaign.xml\n",
-        signal_name(stop_signal()), c.faults.size(), drawn.size(), out);
-    return 128 + stop_signal();
-  }
-  if (write_failed) return 2;
-  if (c.summary.all.errors > 0) {
-    std::cerr << fmt::format(
-        "nanchaos campaign: error: {} fault(s) could not be measured (their rows say why)\n",
-        c.summary.all.errors);
-    return 2;
-  }
-  bool missed = false;
-  for (const auto& [key, check] : c.thresholds.items()) {
-    if (check["pass"].get<bool>()) continue;
-    missed = true;
-    std::cerr << fmt::format("nanchaos campaign: [campaign].{} = {} missed: {}\n", key,
-                             check["min"].dump(), check["actual"].dump());
-  }
-  return missed ? 1 : 0;
+
+  const CampaignOptions& o_;
+  const Scenario base_;
+  const LaunchContext ctx_;
+  const results::ScoringRules rules_;
+  const std::chrono::steady_clock::time_point t0_;
+  std::string out_;
+  results::Campaign c_;
+  std::vector<DrawnFault> drawn_;
+  std::vector<std::string> files_;  // drawn_[i]'s scenario file
+  std::mutex mu_;  // guards what follows, c_ and the progress lines while the workers run
+  std::vector<std::optional<results::CampaignFault>> rows_;
+  std::vector<Item> queue_;
+  size_t next_ = 0;  // the queue's next item (batches may append to the queue)
+  std::atomic<int> launches_{0};
+  bool write_failed_ = false;
+};
+
+}  // namespace
+
+int run_campaign(const CampaignOptions& o) {
+  StopSignalHandlers stop_handlers;
+  const auto t0 = std::chrono::steady_clock::now();
+  Scenario base;
+  LaunchContext ctx;
+  if (const int rc = preflight_campaign(o, base, ctx); rc != 0) return rc;
+  CampaignRun campaign(o, std::move(base), std::move(ctx), t0);
+  if (const int rc = campaign.draw(); rc != 0) return rc;
+  campaign.run();
+  return campaign.finish();
 }
 
 }  // namespace nanchaos::harness

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/controller/host_limits.h"
 #include "harness/scenario/scenario.h"
 #include "results/campaign.h"
 
@@ -40,6 +41,9 @@ struct CampaignOptions {
   std::string self_exe;               ///< this binary
   bool quiet = false;                 ///< no progress lines, no summary table
   bool one_launch_per_fault = false;  ///< never in-launch (comparison, debugging)
+  /// --no-host-limits / --max-ranks: the scenario passes check_host_limits() before any draw,
+  /// as for `nanchaos run` (preflight.h).
+  HostLimitOptions host_limits;
 };
 
 /// Thresholds of the scenario's [campaign] table checked against a summary:

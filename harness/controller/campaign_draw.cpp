@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "harness/common/rng.h"
-#include "harness/controller/controller.h"
+#include "harness/controller/stop_signal.h"
 #include "harness/scenario/fault_draw.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/model_spec.h"

@@ -1,47 +1,36 @@
-// Controller: run a suite (load, launch, judge, report, progress, interruption). The launch and
-// the host probes are in launch.cpp and host_probe.cpp. See controller.h.
+// Controller: run a suite (plan, run each scenario's trials, report, exit status) and one job of
+// a scenario (run_scenario_job). The pre-launch checks are in preflight.cpp, the launch in
+// launch.cpp, the host probes in host_probe.cpp. See controller.h.
 #include "harness/controller/controller.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <thread>
 
-#include "harness/common/child_process.h"
-#include "harness/common/cuda_device.h"
-#include "harness/common/job_guard.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
-#include "harness/common/rank_host.h"
+#include "harness/controller/host_probe.h"
 #include "harness/controller/judge.h"
 #include "harness/controller/merged_log.h"
+#include "harness/controller/preflight.h"
 #include "harness/controller/progress.h"
 #include "harness/controller/rank_evidence.h"
-#include "harness/evidence/clock_sync.h"
+#include "harness/controller/stop_signal.h"
 #include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
-#include "harness/scenario/plan.h"
 #include "nanchaos/config.h"
 #include "results/html.h"
 #include "results/report.h"
@@ -67,45 +56,6 @@ std::string hostname() {
   return host;
 }
 
-// The first SIGINT/SIGTERM the controller got (0: none). A signal handler may only store to a
-// volatile sig_atomic_t; launch_job's poll loop and run_suite read it (issue 13, point 4).
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {  // a second one: die of it now (the ranks' guards end the job)
-    ::signal(sig, SIG_DFL);
-    ::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-}
-
-}  // namespace
-
-StopSignalHandlers::StopSignalHandlers() {
-  g_stop_signal = 0;
-  for (int i = 0; i < 2; ++i) {
-    struct sigaction sa {};
-    sa.sa_handler = &on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(kSignals[i], nullptr, &old_[i]);
-    if (kSignals[i] == SIGINT && old_[i].sa_handler == SIG_IGN) continue;
-    sigaction(kSignals[i], &sa, nullptr);
-  }
-}
-
-StopSignalHandlers::~StopSignalHandlers() {
-  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &old_[i], nullptr);
-}
-
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
-}
-
-namespace {
-
 // Open file descriptors of this process (/proc/self/fd, less the one reading it).
 int open_fd_count() {
   int n = 0;
@@ -124,24 +74,6 @@ std::string suite_name(const std::vector<std::string>& paths) {
   return fs::is_directory(p) ? p.filename().string() : p.stem().string();
 }
 }  // namespace
-
-int stop_signal() { return g_stop_signal; }
-
-MpiSessionDir::MpiSessionDir(const LaunchContext& ctx, const std::string& job_id,
-                             std::map<std::string, std::string>& env) {
-  if (!ctx.private_mpi_tmpdir) return;
-  // Short: Open MPI puts its sockets below it (a Unix socket path holds ~107 bytes).
-  dir_ = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  env["OMPI_MCA_orte_tmpdir_base"] = dir_;
-}
-
-MpiSessionDir::~MpiSessionDir() {
-  if (dir_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
-}
 
 namespace {
 
@@ -292,10 +224,11 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
   return res;
 }
 
-int run_suite(const RunOptions& opts) {
-  // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
-  StopSignalHandlers stop_handlers;
-  // 1. Load everything first: a bad scenario never starts a job.
+namespace {
+
+// Step 1, plan the suite: load every file first (a bad scenario never starts a job), keep those
+// carrying one of --tag. Prints what is wrong; returns the exit status (0: `scenarios` is set).
+int plan_suite(const RunOptions& opts, Preflight& preflight, std::vector<Scenario>& scenarios) {
   std::vector<std::string> files;
   try {
     files = expand_scenario_paths(opts.paths);
@@ -311,29 +244,14 @@ int run_suite(const RunOptions& opts) {
     std::cerr << "nanchaos run: error: no *.toml scenario found in the given paths\n";
     return 2;
   }
-  std::vector<Scenario> scenarios;
   bool bad = false;
-  std::map<std::string, std::string> names;
-  const HostResources host = probe_host();
   for (const auto& f : files) {
     try {
-      Scenario s = load_scenario(f);
-      check_host_limits(s, host, opts.host_limits);
-      if (auto it = names.find(s.name); it != names.end()) {
-        std::cerr << fmt::format("{}: error: [scenario].name \"{}\" is also used by {}\n", f,
-                                 s.name, it->second);
-        bad = true;
-        continue;
-      }
-      names[s.name] = f;
-      if (!opts.tags.empty()) {
-        bool hit = false;
-        for (const auto& t : opts.tags) {
-          hit |= std::find(s.tags.begin(), s.tags.end(), t) != s.tags.end();
-        }
-        if (!hit) continue;
-      }
-      scenarios.push_back(std::move(s));
+      Scenario s = preflight.load(f);
+      const bool tagged = std::any_of(opts.tags.begin(), opts.tags.end(), [&](const auto& t) {
+        return std::find(s.tags.begin(), s.tags.end(), t) != s.tags.end();
+      });
+      if (opts.tags.empty() || tagged) scenarios.push_back(std::move(s));
     } catch (const ScenarioError& e) {
       std::cerr << e.what() << "\n";
       bad = true;
@@ -350,17 +268,12 @@ int run_suite(const RunOptions& opts) {
         fmt::join(opts.tags, ", "));
     return 2;
   }
+  return 0;
+}
 
-  results::SuiteReport report;
-  report.suite = suite_name(opts.paths);
-  report.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
-  report.nanchaos_version = NANCHAOS_VERSION;
-  report.host = hostname();
-  report.trials = opts.trials;
-  const std::string out = opts.out_dir.empty()
-                              ? "results/runs/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + report.suite
-                              : opts.out_dir;
-  // Output locations are checked before any job starts: a typo must not cost a whole suite.
+// Output locations are checked before any job starts: a typo must not cost a whole suite.
+// Returns the exit status (0: fine).
+int check_outputs(const std::string& out, const std::string& junit) {
   std::error_code ec;
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out)) {
@@ -374,158 +287,158 @@ int run_suite(const RunOptions& opts) {
         "folders are overwritten scenario by scenario, others stay)\n",
         out);
   }
-  if (!opts.junit.empty()) {
-    std::ofstream probe(opts.junit, std::ios::app);
+  if (!junit.empty()) {
+    std::ofstream probe(junit, std::ios::app);
     if (!probe) {
       std::cerr << fmt::format("nanchaos run: error: --junit {}: cannot open for writing: {}\n",
-                               opts.junit, std::strerror(errno));
+                               junit, std::strerror(errno));
       return 2;
     }
   }
-  const std::string launcher = default_launcher(opts.launcher);
-  LaunchContext launch;
-  launch.launcher = launcher;
-  launch.self_exe = opts.self_exe;
-  // A missing launcher is a missing dependency, said once up front (not a "crashed" job per
-  // scenario). Only CPU jobs need it: a CUDA job is one NCCL rank or skipped.
-  const bool needs_launcher =
-      std::any_of(scenarios.begin(), scenarios.end(), [](const Scenario& s) {
-        return s.job.external() || !(s.job.backend == Backend::kNccl && s.job.ranks == 1);
-      });
-  const std::vector<std::string> launcher_words = split_words(launcher);
-  if (needs_launcher && (launcher_words.empty() || !find_program(launcher_words.front()))) {
-    std::cerr << fmt::format(
-        "nanchaos run: error: launcher '{}' not found{} (Open MPI's mpirun: Debian package "
-        "openmpi-bin, installed by .ci/install-deps; or set --launcher / NANCHAOS_LAUNCHER)\n",
-        launcher_words.empty() ? launcher : launcher_words.front(),
-        launcher_words.empty() || launcher_words.front().find('/') != std::string::npos
-            ? ""
-            : " in PATH");
-    return 2;
-  }
-  // The interpreters for external jobs run as `python3 ...`: probed once per suite (for every
-  // package any scenario lists), chosen per scenario by its [job] torch and python_packages.
-  std::vector<PythonCandidate> pythons;
-  if (std::any_of(scenarios.begin(), scenarios.end(), command_needs_python)) {
-    std::vector<std::string> packages;
-    for (const auto& s : scenarios) {
-      if (!command_needs_python(s)) continue;
-      packages.insert(packages.end(), s.job.python_packages.begin(), s.job.python_packages.end());
-    }
-    pythons = probe_pythons(default_python_candidates(), packages);
-  }
-  if (!opts.quiet) std::cout << results::console_header() << std::flush;
+  return 0;
+}
 
-  bool write_failed = false;
-  auto write_reports = [&] {
-    try {
-      results::write_report_json(report, out + "/report.json");
-      results::write_junit(report, out + "/junit.xml");
-      results::write_markdown(report, out + "/report.md");
-      if (!opts.junit.empty()) results::write_junit(report, opts.junit);
-    } catch (const std::exception& e) {
-      // Keep running: later scenarios still measure; the exit status reports the failure.
-      if (!write_failed) std::cerr << "nanchaos run: error: " << e.what() << "\n";
-      write_failed = true;
-    }
-  };
+// A scenario that never runs has no trials: its stats say so (trials 0, no pass rate).
+nlohmann::json not_run_stats(const results::ScenarioResult& r) {
+  nlohmann::json st = results::scenario_stats({r});
+  st["trials"] = 0;
+  st["passed"] = 0;
+  st["pass_rate"] = nullptr;
+  return st;
+}
 
-  bool usage_error = false;
-  int job_counter = 0;
-  harness::Progress progress(scenarios.size(), !opts.quiet);
+// report.json: the interpreter, torch and listed packages an external scenario ran with.
+void note_python(const Scenario& s, const PythonInterpreter& python, results::ScenarioResult& res) {
+  if (!command_needs_python(s) || python.path.empty()) return;
+  res.extra["python"] = python.path;  // report.json: the interpreter and torch it ran with
+  res.extra["torch"] = python.torch_version;
+  if (!s.job.python_packages.empty()) {  // the listed packages' versions it ran with
+    nlohmann::json versions = nlohmann::json::object();
+    for (const auto& [name, version] : python.packages) versions[name] = version;
+    res.extra["python_packages"] = versions;
+  }
+}
+
+// One suite run once planned: the report, its files, the console and the progress lines.
+class SuiteRun {
+ public:
+  SuiteRun(const RunOptions& opts, std::vector<Scenario> scenarios)
+      : opts_(opts), scenarios_(std::move(scenarios)) {
+    report_.suite = suite_name(opts.paths);
+    report_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
+    report_.nanchaos_version = NANCHAOS_VERSION;
+    report_.host = hostname();
+    report_.trials = opts.trials;
+    out_ = opts.out_dir.empty()
+               ? "results/runs/" + utc_stamp("%Y%m%dT%H%M%SZ") + "-" + report_.suite
+               : opts.out_dir;
+  }
+  const std::string& out() const { return out_; }
+  const std::vector<Scenario>& scenarios() const { return scenarios_; }
+
+  // The console table's header; the progress lines' clock starts.
+  void start() {
+    if (!opts_.quiet) std::cout << results::console_header() << std::flush;
+    progress_.emplace(scenarios_.size(), !opts_.quiet);
+  }
+
+  // Step 2, run one scenario with its trials (or refuse it: a Blocker), record and show it,
+  // write the reports. False once a stop signal ended the suite.
+  bool scenario(size_t index, Preflight& preflight, LaunchContext& launch) {
+    if (stop_signal() != 0) {
+      note_interruption(index);
+      return false;
+    }
+    const Scenario& s = scenarios_[index];
+    const PythonInterpreter python = preflight.python_for(s);
+    launch.python = python.path;
+    results::ScenarioResult res;
+    if (const Blocker blocked = preflight.blocker(s)) {
+      res = result_for(s, "");  // no run folder
+      res.trial_count = 0;      // a skipped or refused scenario has no trials
+      res.verdict = blocked.skip ? results::Verdict::kSkipped : results::Verdict::kError;
+      res.reason = blocked.reason;
+      res.stats = not_run_stats(res);
+    } else {
+      res = run_trials(s, index, launch);
+    }
+    note_python(s, python, res);
+    record(index, res);
+    if (stop_signal() != 0) note_interruption(index + 1);
+    write_reports();  // after every scenario: nothing measured is lost if the controller dies
+    return !report_.interrupted;
+  }
+
+  // Step 3, the final reports and the exit status.
+  int finish() {
+    if (stop_signal() != 0 && !report_.interrupted) note_interruption(scenarios_.size());
+    progress_->done();
+    report_.detector_stats = results::suite_detector_stats(report_);
+    write_reports();
+    if (report_.interrupted) {
+      // No report.html: gnuplot would keep a person who pressed Ctrl-C waiting.
+      std::cerr << fmt::format(
+          "nanchaos run: interrupted by {}: {} scenario(s) judged, {} not run; reports: "
+          "{}/report.json, junit.xml, report.md\n",
+          report_.interrupt_signal, report_.scenarios.size(), report_.not_run.size(), out_);
+      return 128 + stop_signal();
+    }
+    const std::string html_note = results::write_html(report_, out_ + "/report.html");
+    if (!opts_.quiet) {
+      std::cout << results::console_footer(report_);
+      std::cout << "reports: " << out_ << "/report.json, junit.xml, report.md, report.html\n";
+    }
+    // Not an error: the page is there with its tables; the note says what is missing.
+    if (!html_note.empty())
+      std::cerr << "nanchaos run: warning: report.html: " << html_note << "\n";
+    return exit_code();
+  }
+
+ private:
   // One trial = one job of the scenario with seed + trial, in its own run folder.
-  auto run_trial = [&](const Scenario& base, size_t index, int trial) {
+  results::ScenarioResult run_trial(const Scenario& base, size_t index, int trial,
+                                    const LaunchContext& launch) {
     Scenario s = base;
     s.seed = base.seed + uint64_t(trial);
-    progress.start(index, s.name, trial, opts.trials);
-    const std::string run_dir =
-        opts.trials == 1 ? out + "/" + s.name : fmt::format("{}/{}/trial-{}", out, s.name, trial);
-    const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter, now_us());
+    progress_->start(index, s.name, trial, opts_.trials);
+    const std::string run_dir = opts_.trials == 1
+                                    ? out_ + "/" + s.name
+                                    : fmt::format("{}/{}/trial-{}", out_, s.name, trial);
+    const std::string job_id = fmt::format("{}-{}-{}", getpid(), ++job_counter_, now_us());
     const auto seed = trial == 0 ? std::nullopt : std::optional<uint64_t>(s.seed);
     results::ScenarioResult res = run_scenario_job(s, run_dir, launch, job_id, seed);
     res.trial = trial;
-    res.trial_count = opts.trials;
+    res.trial_count = opts_.trials;
     return res;
-  };
+  }
 
-  // A stop signal: the scenario it interrupted is an `error` (reason "interrupted"), the ones
-  // after it are listed as not run, and the reports say so at the top level.
-  auto note_interruption = [&](size_t first_not_run) {
-    report.interrupted = true;
-    report.interrupt_signal = signal_name(stop_signal());
-    for (size_t i = first_not_run; i < scenarios.size(); ++i) {
-      report.not_run.push_back(scenarios[i].name);
+  // The scenario's trials and the one result that stands for them (results/stats.h).
+  results::ScenarioResult run_trials(const Scenario& s, size_t index, const LaunchContext& launch) {
+    std::vector<results::ScenarioResult> trials;
+    for (int t = 0; t < opts_.trials && (t == 0 || stop_signal() == 0); ++t) {
+      trials.push_back(run_trial(s, index, t, launch));
     }
-  };
-  for (size_t index = 0; index < scenarios.size(); ++index) {
-    if (stop_signal() != 0) {
-      note_interruption(index);
-      break;
-    }
-    const auto& s = scenarios[index];
-    results::ScenarioResult res = result_for(s, "");  // no run folder yet
-    res.trial_count = 0;  // until a trial runs: a skipped or refused scenario has no trials
-    auto missing = unimplemented_features(s);
-    const std::string no_gpu = s.job.device == Device::kCuda ? gpu_skip_reason(s) : "";
-    PythonInterpreter python;
-    if (command_needs_python(s))
-      python = choose_python(pythons, s.job.torch, s.job.python_packages);
-    launch.python = python.path;
-    // A scenario that never runs has no trials: its stats say so (trials 0, no pass rate).
-    auto not_run_stats = [](const results::ScenarioResult& r) {
-      nlohmann::json st = results::scenario_stats({r});
-      st["trials"] = 0;
-      st["passed"] = 0;
-      st["pass_rate"] = nullptr;
-      return st;
-    };
-    if (!no_gpu.empty()) {
-      res.verdict = results::Verdict::kSkipped;
-      res.reason = no_gpu;
-      res.stats = not_run_stats(res);
-    } else if (command_needs_python(s) && python.path.empty()) {
-      // Interpreters with torch, none meeting [job] torch and python_packages: skipped with what
-      // each one has.
-      res.verdict = python.unmet ? results::Verdict::kSkipped : results::Verdict::kError;
-      res.reason = python.error;
-      res.stats = not_run_stats(res);
-    } else if (!missing.empty()) {
+    // Cut short: a trial's job was interrupted, or the signal came between two trials.
+    const bool cut = stop_signal() != 0 && (trials.size() < size_t(opts_.trials) ||
+                                            trials.back().reason == "interrupted");
+    results::ScenarioResult res = results::representative_trial(trials);
+    if (cut) {
+      res = trials.back();
       res.verdict = results::Verdict::kError;
-      res.reason = "not implemented yet: " + missing.front();
-      for (size_t i = 1; i < missing.size(); ++i) res.reason += "; " + missing[i];
-      usage_error = true;
-      res.stats = not_run_stats(res);
-    } else {
-      std::vector<results::ScenarioResult> trials;
-      for (int t = 0; t < opts.trials && (t == 0 || stop_signal() == 0); ++t) {
-        trials.push_back(run_trial(s, index, t));
-      }
-      // Cut short: a trial's job was interrupted, or the signal came between two trials.
-      const bool cut = stop_signal() != 0 && (trials.size() < size_t(opts.trials) ||
-                                              trials.back().reason == "interrupted");
-      res = results::representative_trial(trials);
-      if (cut) {
-        res = trials.back();
-        res.verdict = results::Verdict::kError;
-        res.reason = "interrupted";
-        res.extra["interrupted_by"] = signal_name(stop_signal());
-      }
-      res.stats = results::scenario_stats(trials);
-      if (opts.trials > 1) res.trials = std::move(trials);
+      res.reason = "interrupted";
+      res.extra["interrupted_by"] = signal_name(stop_signal());
     }
-    if (command_needs_python(s) && !python.path.empty()) {
-      res.extra["python"] = python.path;  // report.json: the interpreter and torch it ran with
-      res.extra["torch"] = python.torch_version;
-      if (!s.job.python_packages.empty()) {  // the listed packages' versions it ran with
-        nlohmann::json versions = nlohmann::json::object();
-        for (const auto& [name, version] : python.packages) versions[name] = version;
-        res.extra["python_packages"] = versions;
-      }
-    }
-    if (res.verdict == results::Verdict::kError) usage_error = true;
-    report.scenarios.push_back(res);
-    progress.finish(index, res);
-    if (!opts.quiet) {
+    res.stats = results::scenario_stats(trials);
+    if (opts_.trials > 1) res.trials = std::move(trials);
+    return res;
+  }
+
+  // Into the report, the progress lines and the console table.
+  void record(size_t index, const results::ScenarioResult& res) {
+    if (res.verdict == results::Verdict::kError) usage_error_ = true;
+    report_.scenarios.push_back(res);
+    progress_->finish(index, res);
+    if (!opts_.quiet) {
       std::cout << results::console_row(res) << std::flush;
     } else if ((res.verdict == results::Verdict::kFail ||
                 res.verdict == results::Verdict::kError) &&
@@ -535,38 +448,80 @@ int run_suite(const RunOptions& opts) {
       std::cerr << fmt::format("nanchaos run: {} {}: {} (run dir {})\n", to_string(res.verdict),
                                res.name, res.reason, res.run_dir);
     }
-    if (stop_signal() != 0) note_interruption(index + 1);
-    write_reports();  // after every scenario: nothing measured is lost if the controller dies
-    if (report.interrupted) break;
   }
-  if (stop_signal() != 0 && !report.interrupted) note_interruption(scenarios.size());
-  progress.done();
-  report.detector_stats = results::suite_detector_stats(report);
-  write_reports();
-  if (report.interrupted) {
-    // No report.html: gnuplot would keep a person who pressed Ctrl-C waiting.
-    std::cerr << fmt::format(
-        "nanchaos run: interrupted by {}: {} scenario(s) judged, {} not run; reports: "
-        "{}/report.json, junit.xml, report.md\n",
-        report.interrupt_signal, report.scenarios.size(), report.not_run.size(), out);
-    return 128 + stop_signal();
+
+  // A stop signal: the scenario it interrupted is an `error` (reason "interrupted"), the ones
+  // after it are listed as not run, and the reports say so at the top level.
+  void note_interruption(size_t first_not_run) {
+    report_.interrupted = true;
+    report_.interrupt_signal = signal_name(stop_signal());
+    for (size_t i = first_not_run; i < scenarios_.size(); ++i) {
+      report_.not_run.push_back(scenarios_[i].name);
+    }
   }
-  const std::string html_note = results::write_html(report, out + "/report.html");
-  if (!opts.quiet) {
-    std::cout << results::console_footer(report);
-    std::cout << "reports: " << out << "/report.json, junit.xml, report.md, report.html\n";
+
+  void write_reports() {
+    try {
+      results::write_report_json(report_, out_ + "/report.json");
+      results::write_junit(report_, out_ + "/junit.xml");
+      results::write_markdown(report_, out_ + "/report.md");
+      if (!opts_.junit.empty()) results::write_junit(report_, opts_.junit);
+    } catch (const std::exception& e) {
+      // Keep running: later scenarios still measure; the exit status reports the failure.
+      if (!write_failed_) std::cerr << "nanchaos run: error: " << e.what() << "\n";
+      write_failed_ = true;
+    }
   }
-  // Not an error: the page is there with its tables; the note says what is missing.
-  if (!html_note.empty()) std::cerr << "nanchaos run: warning: report.html: " << html_note << "\n";
-  if (usage_error || write_failed || report.errors() > 0) return 2;
-  if (report.failed() > 0) return 1;
-  // CI on a GPU runner that lost its GPU must not stay green (RunOptions::fail_on_skip).
-  if (opts.fail_on_skip && report.skipped() > 0) {
-    std::cerr << fmt::format(
-        "nanchaos run: error: {} scenario(s) skipped and --fail-on-skip is set (exit 1)\n",
-        report.skipped());
-    return 1;
+
+  int exit_code() const {
+    if (usage_error_ || write_failed_ || report_.errors() > 0) return 2;
+    if (report_.failed() > 0) return 1;
+    // CI on a GPU runner that lost its GPU must not stay green (RunOptions::fail_on_skip).
+    if (opts_.fail_on_skip && report_.skipped() > 0) {
+      std::cerr << fmt::format(
+          "nanchaos run: error: {} scenario(s) skipped and --fail-on-skip is set (exit 1)\n",
+          report_.skipped());
+      return 1;
+    }
+    return 0;
   }
-  return 0;
+
+  const RunOptions& opts_;
+  const std::vector<Scenario> scenarios_;
+  results::SuiteReport report_;
+  std::string out_;
+  std::optional<harness::Progress> progress_;  // from start()
+  int job_counter_ = 0;
+  bool usage_error_ = false;
+  bool write_failed_ = false;
+};
+
+}  // namespace
+
+int run_suite(const RunOptions& opts) {
+  // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
+  StopSignalHandlers stop_handlers;
+  Preflight preflight(opts.host_limits);
+  std::vector<Scenario> scenarios;
+  if (const int rc = plan_suite(opts, preflight, scenarios); rc != 0) return rc;
+  SuiteRun run(opts, std::move(scenarios));
+  if (const int rc = check_outputs(run.out(), opts.junit); rc != 0) return rc;
+  LaunchContext launch;
+  launch.launcher = default_launcher(opts.launcher);
+  launch.self_exe = opts.self_exe;
+  // A missing launcher is a missing dependency, said once up front (not a "crashed" job per
+  // scenario).
+  if (const std::string e = launcher_error(launch.launcher, run.scenarios()); !e.empty()) {
+    std::cerr << "nanchaos run: error: " << e << "\n";
+    return 2;
+  }
+  // The interpreters for external jobs run as `python3 ...`: probed once per suite, chosen per
+  // scenario by its [job] torch and python_packages.
+  preflight.probe_pythons(run.scenarios());
+  run.start();
+  for (size_t index = 0; index < run.scenarios().size(); ++index) {
+    if (!run.scenario(index, preflight, launch)) break;
+  }
+  return run.finish();
 }
 }  // namespace nanchaos::harness

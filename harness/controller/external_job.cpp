@@ -2,7 +2,7 @@
 // "External jobs"), and about a target that matched nothing in the model the agent found.
 #include <fmt/format.h>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/scenario/keys.h"
 #include "harness/scenario/scenario_schema.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/launch.h"
 #include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {

@@ -1,8 +1,9 @@
 // Absurd values refused before any job starts (issue 13 point 2): an estimate of one rank's
 // memory for the built-in workloads and of the job's total, checked against this host's memory,
-// and [job].ranks checked against how many processes this host can run. `nanchaos validate` and
-// `nanchaos run` call check_host_limits() on every scenario after loading it; the rank
-// subcommands never do (a rank may run on another host). Torch-free.
+// and [job].ranks checked against how many processes this host can run. `nanchaos validate`,
+// `nanchaos run` and `nanchaos campaign` call check_host_limits() on every scenario after loading
+// it (Preflight::load, preflight.h); the rank subcommands never do (a rank may run on another
+// host). Torch-free.
 //
 // The estimate (bytes of one rank, P = parameter elements, Bf = buffer elements (BatchNorm
 // running statistics), A = activation elements of one step, all closed forms of the configured

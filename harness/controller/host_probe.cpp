@@ -1,48 +1,30 @@
 // What the controller asks of its host before launching: the GPUs (gpu_skip_reason), a Python
-// with torch for external jobs (resolve_python), programs on PATH. Declared in controller.h.
-#include <arpa/inet.h>
-#include <dirent.h>
+// with torch for external jobs (resolve_python), programs on PATH. Declared in host_probe.h.
+#include "harness/controller/host_probe.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "harness/common/child_process.h"
 #include "harness/common/cuda_device.h"
-#include "harness/common/job_guard.h"
 #include "harness/common/log.h"
-#include "harness/common/proc_status.h"
-#include "harness/common/rank_host.h"
 #include "harness/common/version_req.h"
-#include "harness/controller/controller.h"
-#include "harness/controller/judge.h"
-#include "harness/controller/progress.h"
-#include "harness/evidence/clock_sync.h"
-#include "harness/evidence/events.h"
-#include "harness/scenario/plan.h"
 #include "nanchaos/config.h"
-#include "results/html.h"
-#include "results/report.h"
-#include "results/stats.h"
 
 namespace fs = std::filesystem;
 

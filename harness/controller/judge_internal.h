@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/rank_evidence.h"
 #include "harness/scenario/scenario.h"
 #include "results/report.h"

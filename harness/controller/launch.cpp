@@ -1,6 +1,8 @@
 // Launching one job and watching it to its end: the launcher command lines (mpirun, srun,
 // exec-rank), the poll loop (pid watch, memory, attach deadlines, timeout, interruption), the
-// kill sequence and the orphan sweep. Declared in controller.h.
+// kill sequence and the orphan sweep. Declared in launch.h.
+#include "harness/controller/launch.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,24 +30,17 @@
 #include <thread>
 
 #include "harness/common/child_process.h"
-#include "harness/common/cuda_device.h"
 #include "harness/common/job_guard.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
 #include "harness/common/rank_output.h"
-#include "harness/controller/controller.h"
-#include "harness/controller/judge.h"
 #include "harness/controller/merged_log.h"
-#include "harness/controller/progress.h"
+#include "harness/controller/stop_signal.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
-#include "nanchaos/config.h"
-#include "results/html.h"
-#include "results/report.h"
-#include "results/stats.h"
 
 namespace fs = std::filesystem;
 
@@ -416,6 +411,22 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
   merged.finish();  // every process of the job is gone: nothing more will be written
   return r;
 }
+MpiSessionDir::MpiSessionDir(const LaunchContext& ctx, const std::string& job_id,
+                             std::map<std::string, std::string>& env) {
+  if (!ctx.private_mpi_tmpdir) return;
+  // Short: Open MPI puts its sockets below it (a Unix socket path holds ~107 bytes).
+  dir_ = fmt::format("/tmp/nanchaos-mpi-{}", job_id);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  env["OMPI_MCA_orte_tmpdir_base"] = dir_;
+}
+
+MpiSessionDir::~MpiSessionDir() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
 std::string agent_never_loaded(int64_t rank) {
   return fmt::format(
       "rank {}: the nanchaos agent never loaded (no `agent` event): the command is not a Python "

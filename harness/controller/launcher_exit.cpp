@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/controller/judge_internal.h"
+#include "harness/controller/stop_signal.h"
 
 namespace nanchaos::harness {
 

@@ -20,7 +20,7 @@
 #include <variant>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/evidence/event_types.h"
 
 namespace nanchaos::harness {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "harness/common/rank_host.h"
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/judge.h"
 #include "harness/scenario/scenario.h"
 #include "tests/harness/event_logs.h"

@@ -1,8 +1,6 @@
 // End-to-end: the real binary launches real `mpirun -np N` jobs; assertions read report.json.
 // Deadlock.HangAndCrash*, Deadlock.NaiveStack* and LossScale.* check shipped scenarios: they read
 // the shipped suite's run (NANCHAOS_SHIPPED_RUN) and are registered by tests/CMakeLists.txt.
-#include "harness/controller/controller.h"
-
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -16,6 +14,8 @@
 #include <vector>
 
 #include "detectors/core/consensus.h"
+#include "harness/controller/host_probe.h"
+#include "harness/controller/launch.h"
 #include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 

@@ -17,7 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/host_probe.h"
+#include "harness/controller/launch.h"
 #include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/scenario/scenario.h"
 #include "results/report.h"
 #include "tests/harness/event_logs.h"

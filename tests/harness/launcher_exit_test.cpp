@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/judge.h"
 #include "harness/scenario/scenario.h"
 #include "results/report.h"

@@ -13,7 +13,7 @@
 
 #include "harness/comm/in_process.h"
 #include "harness/controller/campaign_draw.h"
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/judge.h"
 #include "harness/evidence/events.h"
 #include "harness/job/runner.h"

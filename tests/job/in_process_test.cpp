@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/controller/controller.h"
+#include "harness/controller/job_result.h"
 #include "harness/controller/judge.h"
 #include "harness/evidence/events.h"
 #include "harness/job/runner.h"
