@@ -1,6 +1,7 @@
 // Detector `replica` (detectors/replica.cpp): the ranks outside the digest vote's majority.
 // The vote and the divergence classes themselves: tests/harness/replica_test.cpp.
 #include "detectors/core/replica.h"
+
 #include "tests/detectors/detector_test_util.h"
 
 namespace nanchaos::detect {
