@@ -17,7 +17,7 @@ namespace {
 class BatchDetector final : public DetectorImpl<BatchDetector> {
  public:
   explicit BatchDetector(const harness::StackConfig& s)
-      : DetectorImpl("batch"), max_abs_(s.detectors.max_abs) {
+      : DetectorImpl("batch"), max_abs_(s.detectors.params.get_float("max_abs")) {
     classes_ =
         s.job.workload == harness::WorkloadKind::kMlp ? s.workload.classes : s.workload.vocab;
   }
@@ -72,7 +72,8 @@ DetectorInfo batch_detector() {
   info.order = 30;  // the batch as the model receives it
   info.presets = harness::kPresetDefault;
   info.column = harness::kBatchField;
-  info.replay = true;  // the replay's reproduced test
+  info.replay = true;             // the replay's reproduced test
+  info.refined_to_layer = false;  // the inputs or labels are the origin
   info.attribute = [](const double* row, const AttributionNames&, Decision* d) {
     d->cause = to_string(Cause::kData);
     d->layer = row[harness::kBatchField] > 0.5 ? "labels" : "inputs";

@@ -41,7 +41,8 @@ DetectorInfo grad_detector() {
   info.order = 70;  // the fused gradient scan
   info.presets = harness::kPresetDefault | harness::kPresetNaive;
   info.column = harness::kGradIdx;
-  info.replay = true;  // the replay's reproduced test
+  info.replay = true;     // the replay's reproduced test
+  info.found_inf = true;  // under fp16 a non-finite gradient is the scaler's found_inf
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     d->cause = to_string(Cause::kGradient);
     d->layer = n.backward.at(size_t(row[harness::kGradIdx]));

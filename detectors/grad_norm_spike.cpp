@@ -19,8 +19,9 @@ class GradNormSpikeDetector final : public DetectorImpl<GradNormSpikeDetector> {
  public:
   explicit GradNormSpikeDetector(const harness::StackConfig& s)
       : DetectorImpl("grad_norm_spike"),
-        window_(s.detectors.spike_window, s.detectors.spike_zscore),
-        per_param_(s.detectors.spike_window) {}
+        window_(s.detectors.params.get_int("spike_window"),
+                s.detectors.params.get_float("spike_zscore")),
+        per_param_(s.detectors.params.get_int("spike_window")) {}
   Hook hook() const override { return Hook::kGradients; }
   std::optional<Finding> check(const StepView& v) override {
     const harness::ScanStats& g = *v.grad_stats;

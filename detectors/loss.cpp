@@ -40,7 +40,8 @@ DetectorInfo loss_detector() {
   info.order = 50;
   info.presets = harness::kPresetDefault | harness::kPresetNaive;
   info.column = harness::kLogitsFinite;
-  info.replay = true;  // the replay's reproduced test
+  info.replay = true;          // the replay's reproduced test
+  info.localizes_loss = true;  // code 0: non-finite logits
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     const bool logits_finite = row[harness::kLogitsFinite] > 0.5;
     d->cause = logits_finite ? to_string(Cause::kLossMath) : to_string(Cause::kActivation);

@@ -42,6 +42,8 @@ DetectorInfo loss_scale_detector() {
   info.presets = harness::kPresetDefault;
   info.preset_fp16_only = true;  // bf16 has fp32's exponent range: only fp16 needs a scaler
   info.column = harness::kGradIdx;
+  info.found_inf = true;
+  info.reports_found_inf = true;  // a grad decision under fp16 is the scaler's found_inf
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     // found_inf (DESIGN.md): with every activation finite, an fp16 overflow in backward.
     d->cause = to_string(Cause::kFp16Overflow);

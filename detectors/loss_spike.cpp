@@ -13,7 +13,9 @@ namespace {
 class LossSpikeDetector final : public DetectorImpl<LossSpikeDetector> {
  public:
   explicit LossSpikeDetector(const harness::StackConfig& s)
-      : DetectorImpl("loss_spike"), window_(s.detectors.spike_window, s.detectors.spike_zscore) {}
+      : DetectorImpl("loss_spike"),
+        window_(s.detectors.params.get_int("spike_window"),
+                s.detectors.params.get_float("spike_zscore")) {}
   Hook hook() const override { return Hook::kLoss; }
   std::optional<Finding> check(const StepView& v) override {
     if (window_.test_and_add(v.loss->item<double>()) > 0) {

@@ -69,6 +69,8 @@ DetectorInfo replica_detector() {
   info.order = 20;                         // step start, after param: the cross-replica digest
   info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md, issue 15)
   info.column = harness::kReplicaIdx;
+  info.refined_by_replay = false;  // the divergence built up over earlier steps
+  info.ranks_by_vote = true;       // the minority of the digest vote; resync applies
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     // A replica whose digest differs from the majority's (replica.h classify_divergence):
     // drifted training state, a corrupted weight, or one update with a different step size.

@@ -38,6 +38,7 @@ DetectorInfo watchdog_detector() {
   };
   info.order = 110;  // the collective deadline (its detection aborts the job; no attribution)
   info.presets = harness::kPresetDefault;
+  info.arms_collective_deadline = true;
   return info;
 }
 

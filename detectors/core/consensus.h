@@ -100,37 +100,12 @@ struct LrRaise {
   int64_t raised_step = -1;               ///< the last step whose LR was raised (-1: none)
 
   /// Records `step`'s applied LR; returns the kLrRaised column for it: steps since the last
-  /// raise (any distance; the window is grew_under_raised_lr's), -1 when none.
+  /// raise (any distance; the window is attribution.h grew_under_raised_lr's), -1 when none.
   double note(int64_t step, double lr);
 };
 
-/// The ranks whose training state (the kLr, kLossScale, kStepCounter columns) differs from the
-/// majority's; empty when every rank agrees. A tie (2 ranks: no vote says which is right) goes
-/// against the group holding a rank in `flagged` (the ranks a detector fired on, when they are
-/// not every rank: the state that differs is where the symptom showed, e.g. the rank whose
-/// grown loss scale overflowed), then the larger LR, then the larger step counter (a scheduler
-/// or a counter stepped too often drifts upward: nanotron 242), then against the group without
-/// the lowest rank, as the replica vote (replica.h). Ascending.
-std::vector<int64_t> drifted_ranks(const std::vector<double>& rows, int world,
-                                   const std::vector<int64_t>& flagged = {});
-
-/// Refines a consensus decision with the training-state columns, the same on every rank:
-/// 1. the ranks' training states differ (drifted_ranks; `flagged` = the decision's ranks unless
-///    the detector is `replica`, whose ranks are its own vote) and the cause is a blow-up surfacing
-///    (grew_under_raised_lr's list), gradient_explosion or replica_divergence: cause
-///    replica_divergence, ranks = the drifted ones (the state that differs is the fault; what
-///    it then broke is a consequence);
-/// 2. else some rank raised its LR within LrRaise::kWindow steps and the cause is a blow-up
-///    surfacing: cause gradient_explosion;
-/// 3. then, for a gradient_explosion decision, when some but not all ranks ever raised their LR:
-///    ranks = those (a replica check names the replica that took the larger step only by vote).
-void attribute_training_state(const std::vector<double>& rows, int world, Decision* d);
-
-/// Whether a decision with `cause` is what a raised LR turns into (activation, loss_math,
-/// gradient, parameter, fp16_overflow, reduce_overflow: a blow-up surfacing) and some rank's
-/// row says its LR was raised within the window. Data, communication, hang, crash and replica
-/// causes stand.
-bool grew_under_raised_lr(const std::vector<double>& rows, int world, const std::string& cause);
+// The training-state attribution that reads kLrRaised, kLr, kLossScale and kStepCounter:
+// detectors/stack/attribution.h.
 
 /// max over ranks of the kMaxAbs column.
 double global_max_abs(const std::vector<double>& rows, int world);

@@ -23,7 +23,7 @@ torch::optim::OptimizerParamState* state_of(const ModelState& m, const torch::Te
 
 }  // namespace
 
-PolicyAction choose_action(const harness::RecoveryConfig& pol, const std::string& detector) {
+PolicyAction choose_action(const harness::RecoveryConfig& pol, bool by_vote) {
   using harness::Policy;
   PolicyAction a;
   a.action = "skip_step";
@@ -38,7 +38,7 @@ PolicyAction choose_action(const harness::RecoveryConfig& pol, const std::string
       a.action = "rollback";
       a.rollback = true;
     }
-    if (pol.has(Policy::kResync) && detector == "replica") {
+    if (pol.has(Policy::kResync) && by_vote) {
       a.action = "resync";
       a.resync = true;
     }

@@ -60,7 +60,8 @@ class Snapshot {
 
 /// What the `[recovery] policy` list does about one detection (SCENARIO_FORMAT.md "[recovery]"):
 /// `abort` wins; `none` trains on; otherwise the step is skipped, `rollback` re-executes from the
-/// last snapshot, `resync` applies to a `replica` detection, and `lr_backoff` multiplies the
+/// last snapshot, `resync` applies to a detection whose ranks are a vote's minority (`by_vote`:
+/// the registry's `ranks_by_vote`, the replica detector), and `lr_backoff` multiplies the
 /// learning rate by lr_backoff_factor from now on (combined as "rollback+lr_backoff").
 struct PolicyAction {
   std::string action;  ///< the `decision` event's action: skip_step, rollback, resync, abort, none
@@ -70,7 +71,7 @@ struct PolicyAction {
   bool resync = false;
   double lr_factor = 1.0;  ///< onto the cumulative lr_backoff factor
 };
-PolicyAction choose_action(const harness::RecoveryConfig& pol, const std::string& detector);
+PolicyAction choose_action(const harness::RecoveryConfig& pol, bool by_vote);
 
 /// Policy `resync`: the minority ranks of `vote` receive parameters, buffers, optimizer state
 /// (tensors and step counters), the loss scaler's state and the learning-rate factor from the

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "detectors/stack/anomaly_engine.h"
+#include "detectors/stack/attribution.h"
 #include "harness/common/cause.h"
 #include "harness/common/digest.h"
 #include "harness/evidence/event_types.h"
@@ -29,17 +30,55 @@ using harness::LossScaler;
 using harness::now_us;
 using harness::Policy;
 
+namespace {
+
+const harness::DetectorInfo& info_of(const Detector& d) {
+  return harness::detectors().at(d.name());
+}
+
+// Without a detector that arms the collective deadline (the watchdog) a collective waits
+// forever, as a stock c10d job does (until the launcher's timeout); with one enabled, it waits
+// collective_timeout_ms. An expired or failed collective is that detector's finding.
+Deadline deadline(const harness::StackConfig& s) {
+  Deadline out;
+  for (const auto& name : harness::detector_order()) {
+    if (!harness::detectors().at(name).arms_collective_deadline) continue;
+    out.detector = name;
+    const auto& on = s.detectors.enabled;
+    if (std::find(on.begin(), on.end(), name) != on.end()) {
+      out.timeout_ms = s.detectors.params.get_int("collective_timeout_ms");
+    }
+  }
+  return out;
+}
+
+void write_detect(harness::EventLog& log, const std::string& detector, int64_t step,
+                  const Finding& f) {
+  harness::DetectEvent det;
+  det.detector = detector;
+  det.step = step;
+  det.layer = f.layer;
+  det.cause = f.cause;
+  harness::write_event(log, det);
+}
+
+// The consensus bits of the detectors whose registration sets `flag`.
+uint64_t bits_where(bool harness::DetectorInfo::*flag) {
+  uint64_t bits = 0;
+  const auto& order = harness::detector_order();
+  for (size_t b = 0; b < order.size(); ++b) {
+    if (harness::detectors().at(order[b]).*flag) bits |= uint64_t(1) << b;
+  }
+  return bits;
+}
+
+}  // namespace
+
 ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog& log,
                                harness::Communicator& comm, JobLayout layout, torch::Device device,
                                int watchdog_exit, std::function<void(int)> write_exit,
                                std::function<ModelState()> state)
-    : s_(s),
-      log_(log),
-      layout_(std::move(layout)),
-      job_state_(std::move(state)),
-      replay_checks_(s) {
-  rank_ = comm.rank();
-  world_ = comm.world_size();
+    : s_(s), log_(log), layout_(std::move(layout)), job_state_(std::move(state)), replay_(s) {
   for (const auto& name : s_.detectors.enabled) {
     const auto& info = harness::detectors().at(name);
     if (!info.make) continue;  // optional, not built (the controller refused the rest)
@@ -52,16 +91,12 @@ ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog&
   use_traceless_anomaly_metadata();
   // Always-on anomaly mode (the `anomaly` detector): the costly baseline.
   if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
-  // Without a watchdog a collective waits forever, as a stock c10d job does (until the
-  // launcher's timeout); with one, it waits collective_timeout_ms.
-  const bool watchdog = std::find(s_.detectors.enabled.begin(), s_.detectors.enabled.end(),
-                                  "watchdog") != s_.detectors.enabled.end();
-  coll_ = std::make_unique<StackComm>(comm, log_, watchdog ? s_.detectors.collective_timeout_ms : 0,
-                                      layout_.cuda, device, watchdog_exit, std::move(write_exit));
+  coll_ = std::make_unique<StackComm>(comm, log_, deadline(s_), layout_.cuda, device, watchdog_exit,
+                                      std::move(write_exit));
   for (const auto& d : detectors_) {
     has_post_reduce_ |= d->hook() == Hook::kPostReduce;
     // The loss check's attribution gets the module on the step itself (transient faults too).
-    localize_ |= consensus_ && d->name() == "loss";
+    localize_ |= consensus_ && info_of(*d).localizes_loss;
     if (d->hook() == Hook::kReplica) replica_ = d.get();
   }
   // Only fp16 needs a dynamic loss scaler (bf16 has fp32's exponent range), as with GradScaler.
@@ -73,7 +108,7 @@ ReferenceStack::~ReferenceStack() = default;
 ModelState ReferenceStack::state() {
   ModelState m = job_state_();
   m.scaler = scaler();
-  m.lr_scale = &lr_scale_;
+  m.lr_scale = &carry_.lr_scale;
   return m;
 }
 
@@ -83,15 +118,8 @@ StackState ReferenceStack::checkpoint() const {
   StackState st;
   for (const auto& d : detectors_) st.detectors.push_back(d->clone());
   if (scaler_) st.scaler = scaler_->state();
-  st.lr_scale = lr_scale_;
-  st.aborting = aborting_;
-  st.abort_cause = abort_cause_;
-  st.snapshot = snapshot_;
-  st.consecutive = consecutive_;
-  st.rollbacks = rollbacks_;
-  st.replica_vote = replica_vote_;
+  st.carry = carry_;
   st.seq = coll_->seq();
-  st.lr_raise = lr_raise_;
   return st;
 }
 
@@ -102,15 +130,8 @@ void ReferenceStack::restore(const StackState& st) {
     if (detectors_[i]->hook() == Hook::kReplica) replica_ = detectors_[i].get();
   }
   if (scaler_ && st.scaler) scaler_->restore(*st.scaler);
-  lr_scale_ = st.lr_scale;
-  aborting_ = st.aborting;
-  abort_cause_ = st.abort_cause;
-  snapshot_ = st.snapshot;
-  consecutive_ = st.consecutive;
-  rollbacks_ = st.rollbacks;
-  replica_vote_ = st.replica_vote;
+  carry_ = st.carry;
   coll_->set_seq(st.seq);
-  lr_raise_ = st.lr_raise;
   rollback_requested_ = false;
 }
 
@@ -118,7 +139,7 @@ void ReferenceStack::restore(const StackState& st) {
 
 void ReferenceStack::before_step(int64_t step) {
   if (s_.recovery.has(Policy::kRollback) && step % s_.recovery.snapshot_every == 0) {
-    snapshot_ = std::make_shared<const Snapshot>(step, state());
+    carry_.snapshot = std::make_shared<const Snapshot>(step, state());
     log_.write("snapshot", {{"step", step}});
   }
   rollback_requested_ = false;
@@ -127,32 +148,33 @@ void ReferenceStack::before_step(int64_t step) {
 std::optional<Stop> ReferenceStack::after_step(int64_t /*step*/, bool detected, bool reexecuted,
                                                int64_t high_water) {
   if (detected) {
-    ++consecutive_;
+    ++carry_.consecutive;
   } else if (!reexecuted) {
-    consecutive_ = 0;
-    rollbacks_ = 0;
+    carry_.consecutive = 0;
+    carry_.rollbacks = 0;
   }
-  if (aborting_) return Stop{"policy abort", abort_cause_};
-  if (detected && consecutive_ >= s_.recovery.max_consecutive) {
+  if (carry_.aborting) return Stop{"policy abort", carry_.abort_cause};
+  if (detected && carry_.consecutive >= s_.recovery.max_consecutive) {
     const std::string reason =
-        rollbacks_ == 0 ? fmt::format("{} consecutive detections (max_consecutive)", consecutive_)
-                        : fmt::format(
-                              "{} detections without a clean step past step {} ({} rollbacks; "
-                              "max_consecutive): the fault returns on every re-execution",
-                              consecutive_, high_water, rollbacks_);
-    return Stop{reason, abort_cause_};
+        carry_.rollbacks == 0
+            ? fmt::format("{} consecutive detections (max_consecutive)", carry_.consecutive)
+            : fmt::format(
+                  "{} detections without a clean step past step {} ({} rollbacks; "
+                  "max_consecutive): the fault returns on every re-execution",
+                  carry_.consecutive, high_water, carry_.rollbacks);
+    return Stop{reason, carry_.abort_cause};
   }
   return std::nullopt;
 }
 
 std::optional<int64_t> ReferenceStack::rollback(int64_t step) {
-  if (!rollback_requested_ || !snapshot_) return std::nullopt;
+  if (!rollback_requested_ || !carry_.snapshot) return std::nullopt;
   // Re-execute from the last snapshot taken before the faulty step; persistent faults fire
   // again on the re-executed steps, transient ones do not.
-  snapshot_->restore(state());
-  ++rollbacks_;
-  log_.write("rollback", {{"step", step}, {"to_step", snapshot_->step()}});
-  return snapshot_->step();
+  carry_.snapshot->restore(state());
+  ++carry_.rollbacks;
+  log_.write("rollback", {{"step", step}, {"to_step", carry_.snapshot->step()}});
+  return carry_.snapshot->step();
 }
 
 // ---- the step pipeline
@@ -162,7 +184,7 @@ void ReferenceStack::begin_step(int64_t step) {
   local_findings_.clear();
   first_local_us_.reset();
   for (auto& d : detectors_) d->reset();
-  rows_.assign(size_t(world_) * kRowWidth, 0.0);
+  rows_.assign(size_t(coll_->world()) * kRowWidth, 0.0);
   row_.assign(kRowWidth, 0.0);
   row_[kLogitsFinite] = 1.0;
   row_[kModuleIdx] = -1.0;
@@ -174,12 +196,12 @@ void ReferenceStack::begin_step(int64_t step) {
 }
 
 void ReferenceStack::note_lr(int64_t step, double lr) {
-  row_[harness::kLrRaised] = lr_raise_.note(step, lr);
+  row_[harness::kLrRaised] = carry_.lr_raise.note(step, lr);
   row_[harness::kLr] = lr;
 }
 
 // The loss scale and the largest optimizer step counter, read only on a flagged step (the
-// detail round): consensus.h attribute_training_state compares them across ranks.
+// detail round): attribution.h attribute_training_state compares them across ranks.
 void ReferenceStack::fill_training_state() {
   const ModelState m = state();
   row_[harness::kLossScale] = m.scaler ? m.scaler->scale() : 0.0;
@@ -195,28 +217,27 @@ void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
     const auto bits = uint64_t(row_[kBits]);
     if (!first_local_us_) first_local_us_ = now_us();
     row_[kBits] = double(bits | (uint64_t(1) << bit));
-    harness::DetectEvent det;
-    det.detector = d->name();
-    det.step = view.step;
-    det.layer = finding->layer;
-    det.cause = finding->cause;
-    harness::write_event(log_, det);
+    write_detect(log_, d->name(), view.step, *finding);
     // The finding's code travels in the detector's registered consensus column.
     const int column = harness::detectors().at(d->name()).column;
     if (column >= 0) row_[size_t(column)] = finding->code;
-    local_findings_[d->name()] = *finding;
+    local_findings_[bit] = *finding;
   }
 }
 
 void ReferenceStack::check(Hook hook, const StepView& view) {
-  if (replaying_) {
-    replay_checks_.check(hook, view);
+  if (replaying()) {
+    replay_.check(hook, view);
     return;
   }
   step_ = view.step;
   run_detectors(hook, view);
-  if (hook == Hook::kLoss && localize_ && local_findings_.count("loss") &&
-      local_findings_["loss"].code == 0 && !probes_.empty()) {
+  const auto logits_nonfinite = [](const std::pair<const int, Finding>& f) {
+    return f.second.code == 0 &&
+           harness::detectors().at(harness::detector_order()[size_t(f.first)]).localizes_loss;
+  };
+  if (hook == Hook::kLoss && localize_ && !probes_.empty() &&
+      std::any_of(local_findings_.begin(), local_findings_.end(), logits_nonfinite)) {
     // Non-finite logits: which module, and was it the half rounding.
     const int64_t t0 = now_us();
     const ProbeSums::First first = probes_.first_nonfinite(layout_.module_names);
@@ -234,10 +255,12 @@ void ReferenceStack::replica_round(StepView& view) {
   const std::vector<uint64_t> mine = replica_digests(state());
   harness::Digest all;
   for (uint64_t v : mine) all.add_u64(v);
-  const std::vector<uint64_t> combined = coll_->allgather_u64({all.value()}, "replica", step);
-  replica_vote_ = harness::replica_vote(combined);
+  // The exchange's collectives are named after the detector (`replica`, `replica_detail`).
+  const std::string& name = replica_->name();
+  const std::vector<uint64_t> combined = coll_->allgather_u64({all.value()}, name, step);
+  carry_.replica_vote = harness::replica_vote(combined);
   std::vector<uint64_t> per_tensor;
-  if (replica_vote_.diverged) per_tensor = coll_->allgather_u64(mine, "replica_detail", step);
+  if (carry_.replica_vote.diverged) per_tensor = coll_->allgather_u64(mine, name + "_detail", step);
   view.replica_combined = &combined;
   view.replica_per_tensor = &per_tensor;
   view.replica_names = &layout_.replica_names;
@@ -248,21 +271,22 @@ void ReferenceStack::replica_round(StepView& view) {
   // in which this rank differs from the source (a drifted training state shows here even
   // though `layer` names the first parameter it then changed).
   nlohmann::json differing = nlohmann::json::array();
-  if (replica_vote_.diverged && rank_ != replica_vote_.source) {
-    const size_t n = mine.size(), me = size_t(rank_) * n, src = size_t(replica_vote_.source) * n;
+  if (carry_.replica_vote.diverged && coll_->rank() != carry_.replica_vote.source) {
+    const size_t n = mine.size(), me = size_t(coll_->rank()) * n,
+                 src = size_t(carry_.replica_vote.source) * n;
     for (size_t t = 0; t < n; ++t) {
       if (per_tensor[me + t] != per_tensor[src + t]) differing.push_back(layout_.replica_names[t]);
     }
   }
   log_.write("replica_check", {{"step", step},
                                {"us", now_us() - t0},
-                               {"diverged", replica_vote_.diverged},
+                               {"diverged", carry_.replica_vote.diverged},
                                {"differing", std::move(differing)}});
 }
 
 void ReferenceStack::on_activation(const std::string& module, const torch::Tensor& out) {
-  if (replaying_) {
-    replay_checks_.on_activation(module, out);
+  if (replaying()) {
+    replay_.on_activation(module, out);
     return;
   }
   for (auto& d : detectors_) d->on_activation(module, out);
@@ -270,8 +294,8 @@ void ReferenceStack::on_activation(const std::string& module, const torch::Tenso
 
 void ReferenceStack::note_output(const std::string& module, const torch::Tensor& out,
                                  bool rounded) {
-  if (replaying_) {
-    replay_probes_.add(module, out, rounded);
+  if (replaying()) {
+    replay_.note_output(module, out, rounded);
     return;
   }
   const int64_t t0 = now_us();
@@ -280,7 +304,7 @@ void ReferenceStack::note_output(const std::string& module, const torch::Tensor&
 }
 
 void ReferenceStack::note_gradient_scan(const harness::ScanStats& pre, float pre_scale) {
-  if (replaying_) return;
+  if (replaying()) return;
   // The scan's first non-finite gradient, for the loss scaler's found_inf even when no
   // detector at this hook flagged it (grad, loss_scale and grad_norm_spike wrote theirs).
   if (pre.first_nonfinite >= 0) row_[kGradIdx] = pre.first_nonfinite;
@@ -292,13 +316,15 @@ bool ReferenceStack::wants_early_return() const {
 }
 
 // The naive stack's hand-written early return: skip backward/all-reduce/update on this rank.
+// It reports the first of its findings in pipeline order (detector_order()), as decide() does.
 void ReferenceStack::early_return(int64_t step) {
+  const auto& [bit, first] = *local_findings_.begin();
   harness::DecisionEvent dec;
   dec.step = step;
-  dec.detector = local_findings_.begin()->first;
-  dec.ranks = {rank_};
-  dec.layer = local_findings_.begin()->second.layer;
-  dec.cause = local_findings_.begin()->second.cause;
+  dec.detector = harness::detector_order().at(size_t(bit));
+  dec.ranks = {coll_->rank()};
+  dec.layer = first.layer;
+  dec.cause = first.cause;
   dec.action = "early_return";
   dec.local = true;
   dec.first_local_us = first_local_us_.value_or(0);
@@ -316,37 +342,32 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   coll_->allreduce_i64(counts.data(), counts.size(), "consensus", step);
   if (harness::summary_flagged(counts)) {
     fill_training_state();
-    std::copy(row_.begin(), row_.end(), rows_.begin() + size_t(rank_) * kRowWidth);
+    std::copy(row_.begin(), row_.end(), rows_.begin() + size_t(coll_->rank()) * kRowWidth);
     coll_->allreduce_rows(rows_, "consensus_detail", step);
     detail_ = true;
-    decision = harness::decide(rows_, world_, layout_.grad_names, layout_.module_names,
+    decision = harness::decide(rows_, coll_->world(), layout_.grad_names, layout_.module_names,
                                layout_.replica_names);
-    global_max_abs_ = harness::global_max_abs(rows_, world_);
+    global_max_abs_ = harness::global_max_abs(rows_, coll_->world());
   }
   decided_us_ = now_us();  // every rank agrees here; the replay only refines attribution
   // The replay re-runs one step's computation: it cannot tell anything about state that
   // diverged over earlier steps.
-  if (decision.flagged && s_.detectors.replay && decision.detector != "replica") {
+  if (decision.flagged && s_.detectors.replay &&
+      harness::detectors().at(decision.detector).refined_by_replay) {
     refine(replay(step), &decision);
   }
   // Training-state drift, or growth under a raised LR (DESIGN.md), named from every rank's row.
-  harness::attribute_training_state(rows_, world_, &decision);
+  attribute_training_state(rows_, coll_->world(), &decision);
   return decision;
 }
 
 void ReferenceStack::begin_replay(int64_t step) {
   log_.write("replay_begin", {{"step", step}});
-  replay_checks_.begin();
-  replay_probes_.clear();
-  replay_anomaly_.emplace();  // anomaly mode for the replay's forward and backward
-  replaying_ = true;
+  replay_.begin();
 }
 
 ReplayResult ReferenceStack::end_replay(int64_t step) {
-  replaying_ = false;
-  replay_anomaly_.reset();
-  const ReplayResult r =
-      replay_checks_.result(replay_probes_.first_nonfinite(layout_.module_names));
+  const ReplayResult r = replay_.end(layout_.module_names);
   log_.write("replay_end", {{"step", step},
                             {"reproduced", r.reproduced},
                             {"module", harness::name_at(layout_.module_names, r.first_module)},
@@ -356,41 +377,18 @@ ReplayResult ReferenceStack::end_replay(int64_t step) {
   return r;
 }
 
-/// Shares every rank's replay result ([reproduced, first module, first grad, fp16 overflow,
-/// first parameter] per rank), so every rank refines the decision identically.
+/// Shares every rank's replay result (attribution.h ReplayField), so every rank refines the
+/// decision identically.
 void ReferenceStack::refine(const ReplayResult& mine, Decision* d) {
-  constexpr size_t kW = 5;
-  std::vector<double> rows(size_t(world_) * kW, 0.0);
-  rows[size_t(rank_) * kW + 0] = mine.reproduced ? 1 : 0;
-  rows[size_t(rank_) * kW + 1] = mine.first_module;
-  rows[size_t(rank_) * kW + 2] = mine.first_grad;
-  rows[size_t(rank_) * kW + 3] = mine.overflow ? 1 : 0;
-  rows[size_t(rank_) * kW + 4] = mine.first_param;
+  std::vector<double> rows(size_t(coll_->world()) * kReplayWidth, 0.0);
+  double* row = &rows[size_t(coll_->rank()) * kReplayWidth];
+  row[kReproduced] = mine.reproduced ? 1 : 0;
+  row[kReplayModule] = mine.first_module;
+  row[kReplayGrad] = mine.first_grad;
+  row[kReplayOverflow] = mine.overflow ? 1 : 0;
+  row[kReplayParam] = mine.first_param;
   coll_->allreduce_rows(rows, "replay", step_);
-  const size_t r0 = size_t(d->ranks.front());
-  d->transient = rows[r0 * kW + 0] < 0.5;
-  // DESIGN.md: parameters non-finite at step start are the cause, whatever they made
-  // non-finite downstream (module outputs, the loss, the gradients).
-  const int param = int(rows[r0 * kW + 4]);
-  if (param >= 0 && d->detector != "batch") {
-    d->cause = to_string(Cause::kParameter);
-    d->layer = layout_.grad_names.at(size_t(param));
-    return;
-  }
-  const int module = int(rows[r0 * kW + 1]);
-  if (module >= 0 && rows[r0 * kW + 3] > 0.5 && d->detector != "batch") {
-    d->cause = to_string(Cause::kFp16Overflow);
-    d->layer = layout_.module_names.at(size_t(module));
-    return;
-  }
-  // DESIGN.md: a module whose output is non-finite while its input was finite is the cause;
-  // the replay's probe sees the first such module in forward order.
-  if (module >= 0 &&
-      (d->cause == to_string(Cause::kActivation) || d->cause == to_string(Cause::kGradient)) &&
-      d->detector != "batch") {
-    d->cause = to_string(Cause::kActivation);
-    d->layer = layout_.module_names.at(size_t(module));
-  }
+  attribute_replay(rows, {layout_.grad_names, layout_.module_names, layout_.replica_names}, d);
 }
 
 bool ReferenceStack::recover(Decision& decision, int64_t step, bool* skip) {
@@ -404,10 +402,9 @@ bool ReferenceStack::recover(Decision& decision, int64_t step, bool* skip) {
 /// GradScaler update from the consensus: found_inf is any rank's non-finite scaled gradient.
 /// The same matrix on every rank gives the same scale everywhere.
 void ReferenceStack::update_scaler(Decision* d, bool* skip) {
-  const uint64_t inf_bits = (uint64_t(1) << harness::detector_bit("grad")) |
-                            (uint64_t(1) << harness::detector_bit("loss_scale"));
+  static const uint64_t inf_bits = bits_where(&harness::DetectorInfo::found_inf);
   bool found_inf = false, other = false;
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; r < coll_->world(); ++r) {
     const auto bits = uint64_t(rows_[size_t(r) * kRowWidth + kBits]);
     found_inf |= (bits & inf_bits) != 0;
     other |= (bits & ~inf_bits) != 0;
@@ -423,28 +420,24 @@ void ReferenceStack::update_scaler(Decision* d, bool* skip) {
     *d = Decision{};  // the scaler probing its range after a growth: not a detection
     return;
   }
-  if (d->detector == "grad") {  // under fp16 a non-finite gradient is the scaler's found_inf
-    d->detector = "loss_scale";
-    d->cause = to_string(Cause::kFp16Overflow);
-    // ... unless the training state says why: a drifted scale or LR, or a raised LR.
-    harness::attribute_training_state(rows_, world_, d);
-  }
+  attribute_found_inf(rows_, coll_->world(), d);  // under fp16 a non-finite gradient is found_inf
   if (result == LossScaler::Result::kBelowMin) {
-    aborting_ = true;
-    abort_cause_ = to_string(Cause::kFp16Overflow);
+    carry_.aborting = true;
+    carry_.abort_cause = to_string(Cause::kFp16Overflow);
   }
 }
 
 void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
-  const PolicyAction act = choose_action(s_.recovery, d.detector);
+  const PolicyAction act =
+      choose_action(s_.recovery, harness::detectors().at(d.detector).ranks_by_vote);
   if (act.abort) {
-    aborting_ = true;
-    abort_cause_ = d.cause;
+    carry_.aborting = true;
+    carry_.abort_cause = d.cause;
   }
   *skip = *skip || act.skip;
   rollback_requested_ = rollback_requested_ || act.rollback;
-  if (act.lr_factor != 1.0) lr_scale_ *= act.lr_factor;
-  if (!d.cause.empty()) abort_cause_ = d.cause;
+  if (act.lr_factor != 1.0) carry_.lr_scale *= act.lr_factor;
+  if (!d.cause.empty()) carry_.abort_cause = d.cause;
   harness::DecisionEvent dec;
   dec.step = step_;
   dec.detector = d.detector;
@@ -459,10 +452,10 @@ void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
   harness::write_event(log_, dec);
   if (act.resync) {
     // Policy `resync` (recovery.h); layouts that differ abort the job.
-    const std::string why = resync(state(), replica_vote_, *coll_, log_, step_);
+    const std::string why = resync(state(), carry_.replica_vote, *coll_, log_, step_);
     if (!why.empty()) {
-      aborting_ = true;
-      abort_cause_ = to_string(Cause::kReplicaDivergence);
+      carry_.aborting = true;
+      carry_.abort_cause = to_string(Cause::kReplicaDivergence);
     }
   }
 }
@@ -474,8 +467,8 @@ bool ReferenceStack::post_reduce(StepView& view, int64_t step, bool detected, bo
     // The reduced buffer is the same on every rank, so every rank comes here: the largest
     // contribution (post_reduce tells a SUM overflow from corruption by it) is gathered only
     // now, on the rare step that needs it.
-    std::vector<double> m(size_t(world_), 0.0);
-    m[size_t(rank_)] = row_[kMaxAbs];
+    std::vector<double> m(size_t(coll_->world()), 0.0);
+    m[size_t(coll_->rank())] = row_[kMaxAbs];
     coll_->allreduce_rows(m, "max_abs", step);
     global_max_abs_ = *std::max_element(m.begin(), m.end());
   }
@@ -485,12 +478,7 @@ bool ReferenceStack::post_reduce(StepView& view, int64_t step, bool detected, bo
     if (d->hook() != Hook::kPostReduce) continue;
     if (auto f = d->check(view)) {
       if (!first_local_us_) first_local_us_ = now_us();
-      harness::DetectEvent det;
-      det.detector = d->name();
-      det.step = step;
-      det.layer = f->layer;
-      det.cause = f->cause;
-      harness::write_event(log_, det);
+      write_detect(log_, d->name(), step, *f);
       if (!detected) {
         Decision pd;
         pd.flagged = true;

@@ -56,23 +56,29 @@ struct Stop {
   std::string cause;
 };
 
-/// Everything the stack carries from one step to the next, for an in-launch campaign's
-/// checkpoint of the whole rank (harness/job/rank_runner.h): copies of the detectors (their
-/// spike windows), the loss scaler, the lr_backoff factor, the escalation counters, the
-/// rollback snapshot (shared: a Snapshot never changes once taken), the last replica vote and
-/// the collective sequence number. The job's own state (parameters, buffers, optimizer) is the
-/// job's Snapshot. Taken between steps only.
-struct StackState {
-  std::vector<std::shared_ptr<const Detector>> detectors;  ///< the stack's order
-  std::optional<harness::LossScaler::State> scaler;
+/// The recovery state the stack carries from one step to the next: the lr_backoff factor, the
+/// LR-raise tracker, a pending abort, the rollback snapshot (shared: a Snapshot never changes
+/// once taken), the escalation counters and the last replica vote (resync's source).
+struct Carry {
   double lr_scale = 1.0;
+  harness::LrRaise lr_raise;
   bool aborting = false;
   std::string abort_cause;
   std::shared_ptr<const Snapshot> snapshot;
-  int64_t consecutive = 0, rollbacks = 0;
+  int64_t consecutive = 0;  ///< detections in a row
+  int64_t rollbacks = 0;    ///< since the count was last reset
   harness::ReplicaVote replica_vote;
+};
+
+/// Everything the stack carries from one step to the next, for an in-launch campaign's
+/// checkpoint of the whole rank (harness/job/rank_runner.h): copies of the detectors (their
+/// spike windows), the loss scaler, the Carry and the collective sequence number. The job's own
+/// state (parameters, buffers, optimizer) is the job's Snapshot. Taken between steps only.
+struct StackState {
+  std::vector<std::shared_ptr<const Detector>> detectors;  ///< the stack's order
+  std::optional<harness::LossScaler::State> scaler;
+  Carry carry;
   int64_t seq = 0;  ///< StackComm's next collective number
-  harness::LrRaise lr_raise;
 };
 
 class ReferenceStack {
@@ -89,13 +95,13 @@ class ReferenceStack {
   bool enabled() const { return !detectors_.empty(); }
   /// Anomaly mode is on for this backward (the `anomaly` detector, or a replay): a NaN raises
   /// there, and the job hands the message to check(kGradients) as `anomaly_message`.
-  bool anomaly_mode() const { return anomaly_mode_ || replaying_; }
+  bool anomaly_mode() const { return anomaly_mode_ || replaying(); }
   /// Between begin_replay and end_replay.
-  bool replaying() const { return replaying_; }
+  bool replaying() const { return replay_.active(); }
   /// The fp16 dynamic loss scaler (nullptr unless precision = fp16).
   harness::LossScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
   /// lr_backoff's cumulative factor (1 until a backoff; a `state` fault may change it).
-  double& lr_scale() { return lr_scale_; }
+  double& lr_scale() { return carry_.lr_scale; }
   /// This step's cost of always-on localization (us).
   int64_t localize_us() const { return localize_us_; }
 
@@ -134,7 +140,7 @@ class ReferenceStack {
   void on_activation(const std::string& module, const torch::Tensor& out);
   /// Whether the job should hand its probe sums to note_output (always-on localization, and
   /// every replay).
-  bool localizing() const { return localize_ || replaying_; }
+  bool localizing() const { return localize_ || replaying(); }
   /// One fp32 sum of a module output, kept as a 0-d tensor (no host sync). `rounded`: the sum
   /// after the CPU path's half rounding.
   void note_output(const std::string& module, const torch::Tensor& out, bool rounded);
@@ -182,7 +188,6 @@ class ReferenceStack {
   harness::EventLog& log_;
   JobLayout layout_;
   std::function<ModelState()> job_state_;
-  int rank_ = 0, world_ = 1;
   int64_t step_ = 0;  // the step being run (begin_step .. the next begin_step)
   std::unique_ptr<StackComm> coll_;
   std::vector<std::unique_ptr<Detector>> detectors_;
@@ -196,27 +201,17 @@ class ReferenceStack {
   std::vector<double> rows_;  // [world x kRowWidth], filled only on a flagged step
   bool detail_ = false;       // rows_ holds every rank's row
   double global_max_abs_ = 0;
-  std::map<std::string, Finding> local_findings_;
+  std::map<int, Finding> local_findings_;  // by consensus bit: begin() is the first in order
   std::optional<int64_t> first_local_us_;
   int64_t decided_us_ = 0;
   ProbeSums probes_;  // always-on localization's sums of this step
   int64_t localize_us_ = 0;
-  harness::ReplicaVote replica_vote_;
   // the replay
-  ReplayChecks replay_checks_;
-  ProbeSums replay_probes_;
-  bool replaying_ = false;
-  std::optional<torch::autograd::DetectAnomalyGuard> replay_anomaly_;
+  ReplayChecks replay_;
   // recovery
   std::optional<harness::LossScaler> scaler_;
-  double lr_scale_ = 1.0;
-  harness::LrRaise lr_raise_;
+  Carry carry_;
   bool rollback_requested_ = false;
-  bool aborting_ = false;
-  std::string abort_cause_;
-  std::shared_ptr<const Snapshot> snapshot_;
-  int64_t consecutive_ = 0;  // detections in a row
-  int64_t rollbacks_ = 0;    // since the count was last reset
 };
 
 }  // namespace nanchaos::detect

@@ -58,7 +58,13 @@ ReplayChecks::ReplayChecks(const harness::StackConfig& s) {
 
 void ReplayChecks::begin() {
   findings_.clear();
+  probes_.clear();
   for (auto& d : detectors_) d->reset();
+  anomaly_.emplace();
+}
+
+void ReplayChecks::note_output(const std::string& module, const torch::Tensor& out, bool rounded) {
+  probes_.add(module, out, rounded);
 }
 
 void ReplayChecks::check(Hook hook, const StepView& view) {
@@ -72,7 +78,9 @@ void ReplayChecks::on_activation(const std::string& module, const torch::Tensor&
   for (auto& d : detectors_) d->on_activation(module, out);
 }
 
-ReplayResult ReplayChecks::result(const ProbeSums::First& first) const {
+ReplayResult ReplayChecks::end(const std::vector<std::string>& modules) {
+  anomaly_.reset();
+  const ProbeSums::First first = probes_.first_nonfinite(modules);
   ReplayResult r;
   r.reproduced = !findings_.empty();
   // A finding's code means what its registered consensus column means (consensus.h).

@@ -61,26 +61,35 @@ class ProbeSums {
   std::vector<bool> half_typed_;  // the output's dtype is fp16 or bf16 (CUDA autocast)
 };
 
-/// The replay detectors of one rank and their findings for the step being replayed.
+/// The replay of one rank: its detectors, their findings and probe sums for the step being
+/// replayed, and anomaly mode while it runs.
 class ReplayChecks {
  public:
   /// Makes every registered detector with `replay = true` (keys from `s`).
   explicit ReplayChecks(const harness::StackConfig& s);
 
-  /// Forgets the last replay's findings and resets the detectors.
+  /// Forgets the last replay's findings and probe sums, resets the detectors and turns on
+  /// anomaly mode for the replay's forward and backward, until end().
   void begin();
+  /// Between begin() and end().
+  bool active() const { return anomaly_.has_value(); }
   /// The replay detectors of `hook` on `view` (no evidence, no consensus row).
   void check(Hook hook, const StepView& view);
   void on_activation(const std::string& module, const torch::Tensor& out);
-  /// The result: reproduced when any replay detector flagged; first_param, first_module and
-  /// first_grad from the findings whose registered consensus column carries that index (param,
-  /// activation, grad), overflow from `first` when it names the same module, anomaly_op from
-  /// the anomaly detector.
-  ReplayResult result(const ProbeSums::First& first) const;
+  /// A module output's probe sum (ProbeSums::add).
+  void note_output(const std::string& module, const torch::Tensor& out, bool rounded);
+  /// Turns anomaly mode back off and returns the result: reproduced when any replay detector
+  /// flagged; first_param, first_module and first_grad from the findings whose registered
+  /// consensus column carries that index (param, activation, grad), overflow from the probe
+  /// sums (`modules`: the probed modules, forward order) when they name the same module,
+  /// anomaly_op from the anomaly detector.
+  ReplayResult end(const std::vector<std::string>& modules);
 
  private:
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::map<std::string, Finding> findings_;
+  ProbeSums probes_;
+  std::optional<torch::autograd::DetectAnomalyGuard> anomaly_;
 };
 
 }  // namespace nanchaos::detect

@@ -17,12 +17,12 @@ using harness::Cause;
 using harness::CollStatus;
 using harness::ElemType;
 
-StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, int64_t timeout_ms,
+StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, Deadline deadline,
                      bool cuda, torch::Device device, int watchdog_exit,
                      std::function<void(int)> write_exit)
     : comm_(comm),
       log_(log),
-      timeout_ms_(timeout_ms),
+      deadline_(std::move(deadline)),
       cuda_(cuda),
       device_(device),
       watchdog_exit_(watchdog_exit),
@@ -33,13 +33,13 @@ StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, int64_
 void StackComm::collective(const std::string& name, void* buf, size_t count, ElemType type,
                            int64_t step) {
   const int64_t seq = seq_++;
-  const CollStatus st =
-      harness::logged_allreduce(comm_, log_, seq, name, buf, count, type, step, timeout_ms_);
+  const CollStatus st = harness::logged_allreduce(comm_, log_, seq, name, buf, count, type, step,
+                                                  deadline_.timeout_ms);
   if (st == CollStatus::kOk) return;
   // Watchdog: name the collective, then take the whole job down (never hang).
   const char* what = st == CollStatus::kTimeout ? "timeout" : "error";
   harness::DetectEvent det;
-  det.detector = "watchdog";
+  det.detector = deadline_.detector;
   det.step = step;
   det.layer = name;
   det.cause = to_string(Cause::kHang);
@@ -48,7 +48,7 @@ void StackComm::collective(const std::string& name, void* buf, size_t count, Ele
   harness::write_event(log_, det);
   harness::AbortEvent ab;
   ab.step = step;
-  ab.reason = fmt::format("watchdog: collective #{} {} {}", seq, name, what);
+  ab.reason = fmt::format("{}: collective #{} {} {}", deadline_.detector, seq, name, what);
   ab.cause = to_string(Cause::kHang);
   harness::write_event(log_, ab);
   write_exit_(watchdog_exit_);

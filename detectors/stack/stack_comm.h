@@ -1,11 +1,12 @@
 // The stack's collectives (consensus rows, replica digests, resync, the replay's exchange) and
 // the job's gradient all-reduce, over the rank's communicator: each one logged as
-// coll_enter/coll_leave (harness/comm/collective.h) and, with the `watchdog` detector enabled,
-// polled against [detectors].collective_timeout_ms. A collective that times out or fails is
-// the watchdog's finding: `detect` (cause `hang`, layer = the collective), `abort`, the rank's
+// coll_enter/coll_leave (harness/comm/collective.h) and, with a detector that arms the
+// collective deadline enabled (registry: `arms_collective_deadline`, the `watchdog`), polled
+// against [detectors].collective_timeout_ms. A collective that times out or fails is that
+// detector's finding: `detect` (cause `hang`, layer = the collective), `abort`, the rank's
 // `exit`, then Communicator::abort_job takes every rank down; it never returns to the caller.
-// Without a watchdog a collective waits forever, as a stock c10d job does (until the
-// launcher's timeout).
+// Without one a collective waits forever, as a stock c10d job does (until the launcher's
+// timeout).
 //
 // On NCCL (device = cuda) the float64 rows and int64 words travel through a device copy as
 // int64 bit patterns: a SUM where one rank contributes each slot is then an exact all-gather,
@@ -26,12 +27,18 @@
 
 namespace nanchaos::detect {
 
+/// Every collective's deadline and whose finding its expiry is.
+struct Deadline {
+  int64_t timeout_ms = 0;  ///< 0: none (wait forever)
+  std::string detector;    ///< the `detect` event's detector on expiry
+};
+
 class StackComm {
  public:
-  /// `timeout_ms` 0: no watchdog. On a watchdog finding the rank exits with `watchdog_exit`,
-  /// after `write_exit(code)` wrote its `exit` event (the job owns that event's fields).
-  /// `device` is where NCCL buffers live (`cuda`).
-  StackComm(harness::Communicator& comm, harness::EventLog& log, int64_t timeout_ms, bool cuda,
+  /// On an expired deadline the rank exits with `watchdog_exit`, after `write_exit(code)` wrote
+  /// its `exit` event (the job owns that event's fields). `device` is where NCCL buffers live
+  /// (`cuda`).
+  StackComm(harness::Communicator& comm, harness::EventLog& log, Deadline deadline, bool cuda,
             torch::Device device, int watchdog_exit, std::function<void(int)> write_exit);
 
   int rank() const { return rank_; }
@@ -55,7 +62,7 @@ class StackComm {
  private:
   harness::Communicator& comm_;
   harness::EventLog& log_;
-  int64_t timeout_ms_;
+  Deadline deadline_;
   bool cuda_;
   torch::Device device_;
   int watchdog_exit_;

@@ -64,6 +64,32 @@ struct DetectorInfo {
   /// from the consensus (the replay or the detector's own event tells). Must not throw for
   /// indices outside the name lists (it leaves `layer` empty then).
   std::function<void(const double* row, const AttributionNames& names, Decision* d)> attribute;
+
+  // What the stack (detectors/stack/) reads instead of the detector's name.
+  /// Enabling it gives every collective the deadline [detectors].collective_timeout_ms; a
+  /// collective past it (or failed) is this detector's `detect` (stack_comm.h). watchdog.
+  bool arms_collective_deadline = false;
+  /// Its finding is GradScaler's found_inf (a non-finite scaled gradient): under fp16 the loss
+  /// scaler backs off on it. grad, loss_scale.
+  bool found_inf = false;
+  /// Under fp16, a decision led by another found_inf detector is reported as this one, with
+  /// cause fp16_overflow (the scaler's found_inf is its finding). loss_scale; at most one.
+  bool reports_found_inf = false;
+  /// Its finding with code 0 means non-finite logits: the stack names the module from the
+  /// always-on probe sums on the step itself, so a transient fault is localized too. loss.
+  bool localizes_loss = false;
+  /// The replay refines a decision it leads (transient, then cause and layer). false: its
+  /// finding is state that diverged over earlier steps, which re-running one step cannot tell.
+  /// Off for replica.
+  bool refined_by_replay = true;
+  /// The replay's non-finite parameter or module output may rename the cause and layer of a
+  /// decision it leads. false: the finding already names its origin (the inputs or labels)
+  /// and the replay only tells whether it was transient. Off for batch.
+  bool refined_to_layer = true;
+  /// Its ranks are the minority of a vote on the replicas' state (replica.h), not where a
+  /// symptom showed: policy resync applies to its decisions, and the training-state vote
+  /// (attribution.h drifted_ranks) does not lean against them. replica.
+  bool ranks_by_vote = false;
 };
 
 std::map<std::string, DetectorInfo>& detectors();

@@ -171,9 +171,6 @@ void Loader::load_detectors(const toml::table& root, Scenario& s) const {
   if (!p.has("replay")) p.set("replay", !naive);
   d.replay = p.get_bool("replay");
   if (p.has("collective_timeout_ms")) d.collective_timeout_ms = p.get_int("collective_timeout_ms");
-  if (p.has("max_abs")) d.max_abs = p.get_float("max_abs");
-  if (p.has("spike_window")) d.spike_window = p.get_int("spike_window");
-  if (p.has("spike_zscore")) d.spike_zscore = p.get_float("spike_zscore");
   d.params = std::move(p);
   // The job's own stack detects; nothing of the built-in one runs.
   if (s.job.external()) d.enabled.clear();

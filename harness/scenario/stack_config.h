@@ -95,11 +95,12 @@ struct DetectorConfig {
   bool consensus = true;             ///< default false for naive
   bool replay = true;                ///< default false for naive
   bool replay_given = false;
-  Params params;  ///< detector-declared keys (max_abs, spike_*, collective_timeout_ms)
+  /// Every detector-declared key (max_abs, spike_*, replica_every, collective_timeout_ms), as
+  /// written or defaulted: each detector reads its own keys from here, nowhere else.
+  Params params;
+  /// The watchdog's collective_timeout_ms, also read outside the stack (the controller's
+  /// post-mortem, the NCCL set-up, the external job's plan, which carries no Params).
   int64_t collective_timeout_ms = 10000;
-  double max_abs = 1e6;
-  int64_t spike_window = 20;
-  double spike_zscore = 6.0;
 };
 
 /// kResync: on a `replica` detection the flagged ranks copy the majority's state (replica.h).

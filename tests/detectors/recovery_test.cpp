@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "harness/scenario/detector_registry.h"
 #include "harness/scenario/scenario.h"
 
 namespace nanchaos::detect {
@@ -23,23 +24,28 @@ RecoveryConfig Policies(std::vector<Policy> p) {
   return c;
 }
 
+// The registry's answer for `detector`: are its ranks a vote's minority (resync applies)?
+bool ByVote(const std::string& detector) {
+  return nanchaos::harness::detectors().at(detector).ranks_by_vote;
+}
+
 TEST(PolicyTable, AbortWinsNoneTrainsOnTheRestSkip) {
-  auto a = choose_action(Policies({Policy::kRollback, Policy::kAbort}), "grad");
+  auto a = choose_action(Policies({Policy::kRollback, Policy::kAbort}), ByVote("grad"));
   EXPECT_EQ(a.action, "abort");
   EXPECT_TRUE(a.abort && a.skip && !a.rollback);
-  a = choose_action(Policies({Policy::kNone}), "grad");
+  a = choose_action(Policies({Policy::kNone}), ByVote("grad"));
   EXPECT_EQ(a.action, "none");
   EXPECT_FALSE(a.skip || a.abort);
-  a = choose_action(Policies({Policy::kSkipStep}), "loss");
+  a = choose_action(Policies({Policy::kSkipStep}), ByVote("loss"));
   EXPECT_EQ(a.action, "skip_step");
   EXPECT_TRUE(a.skip);
-  a = choose_action(Policies({Policy::kRollback, Policy::kLrBackoff}), "loss");
+  a = choose_action(Policies({Policy::kRollback, Policy::kLrBackoff}), ByVote("loss"));
   EXPECT_EQ(a.action, "rollback+lr_backoff");
   EXPECT_TRUE(a.rollback);
   EXPECT_EQ(a.lr_factor, 0.5);
   // resync answers a replica divergence only; other detections are skipped.
-  EXPECT_EQ(choose_action(Policies({Policy::kResync}), "replica").action, "resync");
-  EXPECT_EQ(choose_action(Policies({Policy::kResync}), "grad").action, "skip_step");
+  EXPECT_EQ(choose_action(Policies({Policy::kResync}), ByVote("replica")).action, "resync");
+  EXPECT_EQ(choose_action(Policies({Policy::kResync}), ByVote("grad")).action, "skip_step");
 }
 
 class RecoveryState : public ::testing::Test {

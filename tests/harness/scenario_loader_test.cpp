@@ -341,9 +341,11 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_TRUE(s.detectors.replay);
   EXPECT_FALSE(s.detectors.replay_given);
   EXPECT_EQ(s.detectors.collective_timeout_ms, 10000);
-  EXPECT_DOUBLE_EQ(s.detectors.max_abs, 1e6);
-  EXPECT_EQ(s.detectors.spike_window, 20);
-  EXPECT_DOUBLE_EQ(s.detectors.spike_zscore, 6.0);
+  EXPECT_EQ(s.detectors.params.get_int("collective_timeout_ms"), 10000);
+  EXPECT_DOUBLE_EQ(s.detectors.params.get_float("max_abs"), 1e6);
+  EXPECT_EQ(s.detectors.params.get_int("spike_window"), 20);
+  EXPECT_DOUBLE_EQ(s.detectors.params.get_float("spike_zscore"), 6.0);
+  EXPECT_EQ(s.detectors.params.get_int("replica_every"), 10);
 
   EXPECT_EQ(s.recovery.policy, std::vector<Policy>{Policy::kSkipStep});
   EXPECT_TRUE(s.recovery.has(Policy::kSkipStep));
