@@ -102,28 +102,22 @@ namespace {
 // step a survivor entered a collective of; its latency, the fault to the job's end. This is the
 // harness's knowledge, kept in `harness_named`: it never counts as the stack's detection.
 void explain_dead_rank(const ScenarioResult& judged, const Truth& truth, CampaignFault* row) {
-  const auto pm = judged.extra.find("postmortem");
-  if (pm == judged.extra.end() || !pm->is_object() ||
-      pm->value("cause", "") != to_string(Cause::kRankFailure)) {
-    return;
-  }
+  if (!judged.judged) return;
+  const PostMortem& pm = judged.judged->postmortem;
+  if (!pm.blame || pm.blame->cause != to_string(Cause::kRankFailure)) return;
   Named n;
   n.detector = "post-mortem";
-  n.ranks = pm->at("ranks").get<std::vector<int64_t>>();
+  n.ranks = pm.blame->ranks;
   std::sort(n.ranks.begin(), n.ranks.end());
   n.cause = to_string(Cause::kRankFailure);
   n.step = truth.step;
-  if (auto lc = judged.extra.find("last_collective"); lc != judged.extra.end() && lc->is_object()) {
-    for (const auto& [rank, c] : lc->items()) {
-      if (!c.is_object() || !c.contains("step") || !c["step"].is_number_integer()) continue;
-      if (std::binary_search(n.ranks.begin(), n.ranks.end(), std::stoll(rank))) continue;
-      n.step = std::max(n.step, c["step"].get<int64_t>());
-    }
+  for (const auto& [rank, c] : pm.last_collective) {
+    if (!c) continue;
+    if (std::binary_search(n.ranks.begin(), n.ranks.end(), rank)) continue;
+    n.step = std::max(n.step, c->step);
   }
   row->harness_latency_steps = n.step - truth.step;
-  if (auto a = judged.extra.find("abort_latency_ms"); a != judged.extra.end() && a->is_number()) {
-    row->harness_latency_ms = a->get<double>();
-  }
+  if (judged.judged->abort_latency_ms) row->harness_latency_ms = *judged.judged->abort_latency_ms;
   row->harness_rank_ok = n.ranks == truth.ranks;
   row->harness_cause_ok = n.cause == truth.cause;
   row->harness_named = std::move(n);
@@ -140,10 +134,7 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
   row.fault_class = fault_class;
   row.truth = truth;
   row.wall_ms = judged.wall_ms;
-  if (auto it = judged.extra.find("false_positives");
-      it != judged.extra.end() && it->is_number_integer()) {
-    row.false_positives = it->get<int64_t>();
-  }
+  if (judged.judged) row.false_positives = judged.judged->false_positives;
   // A fault that never fired measured nothing: its row is an error, out of every rate.
   if (judged.injections.empty() || judged.outcome == Outcome::kNone) {
     row.error = judged.reason.empty() ? "the fault never fired" : judged.reason;

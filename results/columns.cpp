@@ -53,11 +53,11 @@ Row::Row(const ScenarioResult& r, Format f) : result(r) {
     detection = &*r.first_detection;
     return;
   }
-  const auto pm = r.extra.find("postmortem");
-  if (f == Format::kConsole && pm != r.extra.end() && pm->is_object()) {
+  if (f == Format::kConsole && r.judged && r.judged->postmortem.blame) {
+    const Blame& blame = *r.judged->postmortem.blame;
     postmortem_.detector = "post-mortem";
-    postmortem_.ranks = pm->value("ranks", std::vector<int64_t>{});
-    postmortem_.cause = pm->value("cause", "");
+    postmortem_.ranks = blame.ranks;
+    postmortem_.cause = blame.cause;
     detection = &postmortem_;
   }
 }

@@ -25,7 +25,7 @@ enum class Format { kConsole, kMarkdown, kHtml };
 
 /// One scenario as a table row shows it. `detection` is what the detector columns (detector, rank,
 /// layer, cause, latencies) describe: the first detection; on the console, when no detector fired
-/// but the harness's post-mortem blamed ranks (extra.postmortem), that blame as detector
+/// but the harness's post-mortem blamed ranks (JobFacts::postmortem), that blame as detector
 /// "post-mortem" (the console's DETECTOR column says who was blamed; report.md and report.html
 /// head theirs "First detector" and show only the stack's). Null: nothing to show.
 class Row {

@@ -59,8 +59,27 @@ std::string attribution_text(const json& a) {
 
 std::string verdict_cell(const std::optional<ScenarioSide>& s) {
   if (!s) return "absent";
-  if (s->trials > 1) return fmt::format("{} {}/{}", s->verdict, s->passed, s->trials);
-  return s->verdict;
+  if (s->trials > 1) return fmt::format("{} {}/{}", to_string(s->verdict), s->passed, s->trials);
+  return to_string(s->verdict);
+}
+
+// "scenario "x": unknown verdict "passed" (known: pass, fail, error, skipped)".
+std::string unknown_verdict(const std::string& scenario, const std::string& verdict) {
+  std::vector<std::string> known;
+  for (Verdict v : {Verdict::kPass, Verdict::kFail, Verdict::kError, Verdict::kSkipped}) {
+    known.push_back(to_string(v));
+  }
+  return fmt::format("scenario \"{}\": unknown verdict \"{}\" (known: {})", scenario, verdict,
+                     fmt::join(known, ", "));
+}
+
+// scenario_side() of one scenario of the report `label`: an unknown verdict names both.
+ScenarioSide side_of(const json& scenario, const std::string& label) {
+  try {
+    return scenario_side(scenario);
+  } catch (const CompareInputError& e) {
+    throw CompareInputError(fmt::format("{}: {}", label, e.what()));
+  }
 }
 
 std::string arrow(const std::string& a, const std::string& b) { return a == b ? a : a + " → " + b; }
@@ -138,6 +157,11 @@ json load_report(const std::string& path) {
       throw CompareInputError(
           fmt::format("{}: scenarios[{}] has no \"name\" and \"verdict\" strings", path, i));
     }
+    if (!parse_verdict(s["verdict"].get<std::string>())) {
+      throw CompareInputError(fmt::format(
+          "{}: {}", path,
+          unknown_verdict(s["name"].get<std::string>(), s["verdict"].get<std::string>())));
+    }
     if (!names.insert(s["name"].get<std::string>()).second) {
       throw CompareInputError(
           fmt::format("{}: scenario \"{}\" appears twice", path, s["name"].get<std::string>()));
@@ -149,7 +173,12 @@ json load_report(const std::string& path) {
 
 ScenarioSide scenario_side(const json& s) {
   ScenarioSide side;
-  side.verdict = str(s, "verdict");
+  const std::string verdict = str(s, "verdict");
+  const auto v = parse_verdict(verdict);
+  if (!v) {
+    throw CompareInputError(unknown_verdict(str(s, "name"), verdict));
+  }
+  side.verdict = *v;
   side.reason = str(s, "reason");
   const json& fd = s.value("first_detection", json());
   if (fd.is_object()) {
@@ -161,13 +190,13 @@ ScenarioSide scenario_side(const json& s) {
   const json& st = s.value("stats", json());
   if (st.is_object()) {
     side.trials = count_of(num(st, "trials"), 1);
-    side.passed = count_of(num(st, "passed"), side.verdict == "pass");
+    side.passed = count_of(num(st, "passed"), side.verdict == Verdict::kPass);
     side.steps_max = stat(st, "latency_steps", "max");
     side.ms_p50 = stat(st, "latency_ms", "p50");
     side.ms_p95 = stat(st, "latency_ms", "p95");
   } else {  // a report from before --trials: its top level is its one trial
     side.trials = 1;
-    side.passed = side.verdict == "pass";
+    side.passed = side.verdict == Verdict::kPass;
     side.steps_max = num(fd, "latency_steps");
     side.ms_p50 = side.ms_p95 = num(fd, "latency_ms");
   }
@@ -191,7 +220,7 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     ScenarioDiff d;
     d.name = bs["name"].get<std::string>();
     seen.insert(d.name);
-    d.base = scenario_side(bs);
+    d.base = side_of(bs, base_label);
     auto it = fresh_by_name.find(d.name);
     if (it == fresh_by_name.end()) {
       ++c.only_base;
@@ -201,20 +230,24 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
       continue;
     }
     ++c.shared;
-    d.fresh = scenario_side(*it->second);
+    d.fresh = side_of(*it->second, fresh_label);
     const ScenarioSide& b = *d.base;
     const ScenarioSide& n = *d.fresh;
     // A scenario that passed and is now skipped stopped passing: a suite whose GPU runs quietly
     // turn into skips must not pass the gate. Skipped on both sides, or newly skipped after a
     // failure, is only a note.
-    if (n.verdict == "skipped" && b.verdict != "skipped" && b.verdict != "pass") {
+    if (n.verdict == Verdict::kSkipped && b.verdict != Verdict::kSkipped &&
+        b.verdict != Verdict::kPass) {
       d.notes.push_back("skipped in NEW");
     }
-    if (b.verdict == "pass" && n.verdict != "pass") {
+    if (b.verdict == Verdict::kPass && n.verdict != Verdict::kPass) {
       flag(d, "verdict",
-           fmt::format("pass → {}{}", n.verdict, n.reason.empty() ? "" : " (" + n.reason + ")"));
+           fmt::format("pass → {}{}", to_string(n.verdict),
+                       n.reason.empty() ? "" : " (" + n.reason + ")"));
     }
-    if (b.verdict != "pass" && n.verdict == "pass") d.notes.push_back("fixed: now passes");
+    if (b.verdict != Verdict::kPass && n.verdict == Verdict::kPass) {
+      d.notes.push_back("fixed: now passes");
+    }
     const bool b_det = !b.attribution.is_null(), n_det = !n.attribution.is_null();
     if (b_det && n_det) {
       d.attribution_match = b.attribution == n.attribution;
@@ -231,7 +264,7 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
              fmt::format("later: {:.0f} → {:.0f} steps after the injection (max over trials)",
                          *b.steps_max, *n.steps_max));
       }
-    } else if (b_det && !n_det && n.verdict != "skipped") {
+    } else if (b_det && !n_det && n.verdict != Verdict::kSkipped) {
       flag(d, "detection",
            fmt::format("no longer detected (was {} after {} steps)", b.detector,
                        opt_text(b.steps_max, "{:.0f}")));
@@ -256,7 +289,7 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     if (o.common_only) continue;
     ScenarioDiff d;
     d.name = name;
-    d.fresh = scenario_side(ns);
+    d.fresh = side_of(ns, fresh_label);
     d.notes.push_back("only in NEW");
     c.scenarios.push_back(std::move(d));
   }
@@ -337,7 +370,7 @@ json format_json(const Comparison& c) {
   auto side = [](const std::optional<ScenarioSide>& s) -> json {
     if (!s) return nullptr;
     auto o = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-    return {{"verdict", s->verdict},
+    return {{"verdict", to_string(s->verdict)},
             {"trials", s->trials},
             {"passed", s->passed},
             {"first_detector", s->detector.empty() ? json(nullptr) : json(s->detector)},

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "results/report.h"
+
 namespace nanchaos::results {
 
 /// A report that cannot be read or is not a nanchaos report.json; what() names the file.
@@ -50,7 +52,7 @@ struct CompareOptions {
 
 /// One side of one scenario, as read from a report.
 struct ScenarioSide {
-  std::string verdict;
+  Verdict verdict = Verdict::kError;
   std::string reason;
   int trials = 1;
   int passed = 0;
@@ -90,14 +92,17 @@ struct Comparison {
 std::string overlap_text(const Comparison& c);
 
 /// Reads and checks a report.json (an object with a "scenarios" array of objects with unique
-/// "name" strings). Throws CompareInputError naming `path` (missing file, parse error with its
-/// byte offset, wrong shape).
+/// "name" strings and a known "verdict": pass, fail, error, skipped). Throws CompareInputError
+/// naming `path` (missing file, parse error with its byte offset, wrong shape, and for an unknown
+/// verdict the scenario too).
 nlohmann::json load_report(const std::string& path);
 
 /// One side of a scenario from its report.json object (stats when present, else the top level).
+/// Throws CompareInputError naming the scenario when its verdict is not one of Verdict's.
 ScenarioSide scenario_side(const nlohmann::json& scenario);
 
-/// Compares two loaded reports (see the header comment for the rules).
+/// Compares two loaded reports (see the header comment for the rules). Throws
+/// CompareInputError naming the label and the scenario for an unknown verdict.
 Comparison compare_reports(const nlohmann::json& base, const nlohmann::json& fresh,
                            const CompareOptions& o = {}, const std::string& base_label = "BASE",
                            const std::string& fresh_label = "NEW");

@@ -254,12 +254,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
       h += "<p>No job ran.</p></section>\n";
       continue;
     }
-    std::optional<int64_t> start;
-    auto it = s.extra.find("job_start_us");
-    if (it != s.extra.end() && it->is_number_integer()) start = it->get<int64_t>();
-    // wall_ms is launch -> launcher reaped, i.e. the job's end on the timeline's clock.
-    const Timeline t = load_timeline(s.run_dir, int(s.ranks), start,
-                                     start ? std::optional<double>(s.wall_ms) : std::nullopt);
+    const Timeline& t = s.timeline;
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(
         stem,

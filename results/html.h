@@ -3,8 +3,9 @@
 // Contents: the summary table (verdict, first detector, attribution, latency p50/p95 over the
 // trials, pass rate), one latency chart per detector across the scenarios it caught first
 // (p50 bar, p95 and max marks, ms), and per scenario a timeline of every rank of its
-// representative trial: ranks as lanes (y), ms since the job started (x), collectives as bars
-// (coll_enter..coll_leave; a collective never left is drawn to the rank's last event in a
+// representative trial (ScenarioResult::timeline: the judge's, from the evidence it read; the
+// page opens no event log): ranks as lanes (y), ms since the job started (x), collectives and
+// point-to-point sends/receives as bars (a bar never left is drawn to the rank's last event in a
 // warning colour), and injection, detection, decision, abort and exit as labelled marks.
 //
 // Charts are SVG rendered by gnuplot (svg terminal) from data and script files written to a
@@ -21,37 +22,9 @@
 
 namespace nanchaos::results {
 
-/// One rank's view of a job, read from its events/rank-N.jsonl (harness/evidence/events.h). Times
-/// are ms since the job started (the controller's `job_start_us`; else the earliest event).
-struct Timeline {
-  struct Bar {
-    int rank = 0;
-    double t0_ms = 0, t1_ms = 0;
-    std::string name;   ///< consensus, grad_allreduce, ...
-    bool open = false;  ///< entered, never left: t1 is the rank's last event
-  };
-  struct Mark {
-    int rank = 0;
-    double t_ms = 0;
-    std::string kind;   ///< inject, detect, decision, abort, exit
-    std::string label;  ///< e.g. "inject tensor s10", "detect loss", "exit 3"
-  };
-  int ranks = 0;
-  double begin_ms = 0;  ///< the earliest event of any rank (launch and set-up come before it)
-  double end_ms = 0;    ///< the latest event of any rank
-  std::vector<Bar> bars;
-  std::vector<Mark> marks;
-};
-
-/// Reads `run_dir/events/rank-{0..ranks-1}.jsonl`. Missing files give empty lanes; a truncated
-/// last line is skipped (events.h). `job_start_us` is CLOCK_MONOTONIC us (nullopt: the earliest
-/// event is time 0). A collective never left ends at the rank's last event; when that event is
-/// the enter itself (the rank was killed while waiting) it ends at `job_end_ms` (ms since the
-/// start; nullopt: the latest event of any rank). Throws nothing.
-Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
-                       std::optional<double> job_end_ms = std::nullopt);
-
-/// Gnuplot script (data inline as datablocks) drawing `t` into the SVG `svg_path`.
+/// Gnuplot script (data inline as datablocks) drawing `t` (ScenarioResult::timeline, which the
+/// judge builds) into the SVG `svg_path`: collectives and point-to-point sends/receives as bars
+/// in two colours, those never left in a third.
 std::string timeline_script(const Timeline& t, const std::string& title,
                             const std::string& svg_path);
 

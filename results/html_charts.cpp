@@ -1,16 +1,13 @@
-// report.html's charts (html.h): the data, read from the run folders' event logs (timelines)
-// and from the scenarios' stats (latency per detector), and the gnuplot scripts that draw them.
+// report.html's charts (html.h): the data, from the judge's timelines (ScenarioResult::timeline)
+// and the scenarios' stats (latency per detector), and the gnuplot scripts that draw them.
 // Each script carries its data inline (datablocks), so a person can re-render one by hand.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <map>
 #include <set>
 
-#include "harness/evidence/event_paths.h"
-#include "harness/evidence/event_types.h"
 #include "results/html.h"
 
 namespace nanchaos::results {
@@ -36,75 +33,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// One rank's events on the timeline: its collectives as bars, the stack's and the faults' events
-// as marks. Returns the time of its last event (ms).
-double add_rank(const std::vector<harness::TypedEvent>& events, int r,
-                const std::function<double(int64_t)>& ms, Timeline& t, bool& any) {
-  std::map<int64_t, std::pair<double, std::string>> open;  // seq -> (enter ms, name)
-  double last = 0;
-  for (const auto& te : events) {
-    const double at = ms(harness::event_time_us(te));
-    last = std::max(last, at);
-    t.begin_ms = any ? std::min(t.begin_ms, at) : at;
-    any = true;
-    if (const auto* e = std::get_if<harness::CollEnterEvent>(&te)) {
-      open[e->seq] = {at, e->name};
-    } else if (const auto* e = std::get_if<harness::CollLeaveEvent>(&te)) {
-      auto it = open.find(e->seq);
-      if (it != open.end()) {
-        t.bars.push_back({r, it->second.first, at, it->second.second, false});
-        open.erase(it);
-      }
-    } else if (const auto* e = std::get_if<harness::InjectEvent>(&te)) {
-      std::string label = fmt::format("inject {} s{}", e->kind, e->step);
-      if (e->replay) label += " (replay)";
-      t.marks.push_back({r, at, "inject", label});
-    } else if (const auto* e = std::get_if<harness::DetectEvent>(&te)) {
-      t.marks.push_back({r, at, "detect", "detect " + e->detector});
-    } else if (const auto* e = std::get_if<harness::DecisionEvent>(&te)) {
-      t.marks.push_back({r, at, "decision", "decision " + e->action});
-    } else if (std::holds_alternative<harness::AbortEvent>(te)) {
-      t.marks.push_back({r, at, "abort", "abort"});
-    } else if (const auto* e = std::get_if<harness::ExitEvent>(&te)) {
-      t.marks.push_back({r, at, "exit", fmt::format("exit {}", e->code)});
-    }
-  }
-  // Entered and never left: the rank was still waiting at its last sign of life.
-  for (const auto& [seq, v] : open) t.bars.push_back({r, v.first, last, v.second, true});
-  return last;
-}
-
 }  // namespace
-
-Timeline load_timeline(const std::string& run_dir, int ranks, std::optional<int64_t> job_start_us,
-                       std::optional<double> job_end_ms) {
-  Timeline t;
-  t.ranks = std::max(ranks, 0);
-  std::vector<std::vector<harness::TypedEvent>> logs(size_t(t.ranks));
-  int64_t t0 = job_start_us.value_or(std::numeric_limits<int64_t>::max());
-  for (int r = 0; r < t.ranks; ++r) {
-    for (const auto& e : harness::read_events(harness::event_log_path(run_dir, r))) {
-      logs[size_t(r)].push_back(harness::parse_event(e));
-      if (!job_start_us) t0 = std::min(t0, harness::event_time_us(logs[size_t(r)].back()));
-    }
-  }
-  if (t0 == std::numeric_limits<int64_t>::max()) t0 = 0;
-  auto ms = [&](int64_t t_us) { return double(t_us - t0) / 1000.0; };
-  bool any = false;
-  for (int r = 0; r < t.ranks; ++r) {
-    t.end_ms = std::max(t.end_ms, add_rank(logs[size_t(r)], r, ms, t, any));
-  }
-  // A rank whose last sign of life IS entering the collective (killed while waiting) waited
-  // until the job ended: a zero-length bar would hide the very thing to see.
-  const double waited_until = job_end_ms ? std::max(*job_end_ms, t.end_ms) : t.end_ms;
-  for (auto& b : t.bars) {
-    if (b.open && b.t1_ms <= b.t0_ms) {
-      b.t1_ms = waited_until;
-      t.end_ms = waited_until;
-    }
-  }
-  return t;
-}
 
 std::string timeline_script(const Timeline& t, const std::string& title,
                             const std::string& svg_path) {
@@ -129,21 +58,25 @@ std::string timeline_script(const Timeline& t, const std::string& title,
   auto block = [&](const std::string& name, const std::string& rows) {
     s += fmt::format("${} << EOD\n{}EOD\n", name, rows);
   };
-  std::string closed, open;
+  // Collectives, point-to-point sends/receives (pipeline stages), and either never left.
+  struct Bars {
+    const char* block;
+    const char* colour;
+    const char* title;
+    std::string rows;
+  };
+  Bars bars[] = {{"coll", "#4a7fb5", "collective", ""},
+                 {"p2p", "#74b816", "send/recv", ""},
+                 {"open", "#e8590c", "never left", ""}};
   for (const auto& b : t.bars) {
-    (b.open ? open : closed) += fmt::format("{} {} {}\n", b.t0_ms, b.t1_ms, b.rank);
+    bars[b.open ? 2 : b.p2p ? 1 : 0].rows += fmt::format("{} {} {}\n", b.t0_ms, b.t1_ms, b.rank);
   }
-  if (!closed.empty()) {
-    block("coll", closed);
-    plots.push_back(
-        "$coll using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '#4a7fb5' "
-        "title 'collective'");
-  }
-  if (!open.empty()) {
-    block("open", open);
-    plots.push_back(
-        "$open using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '#e8590c' "
-        "title 'collective never left'");
+  for (const auto& b : bars) {
+    if (b.rows.empty()) continue;
+    block(b.block, b.rows);
+    plots.push_back(fmt::format(
+        "${} using (($1+$2)/2):3:1:2:($3-0.25):($3+0.25) with boxxyerror lc rgb '{}' title '{}'",
+        b.block, b.colour, b.title));
   }
   // Marks of one moment (inject, detect, decision at the faulty step; abort and exit at the end)
   // get their labels in different corners around the point, so they do not print on each other.

@@ -70,20 +70,20 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
                        pct(s.stats, "abort_latency_ms", "{:.0f}"));
     }
   }
-  // Peak memory per rank (extra.memory, written by the judge; VmHWM counts shared library
+  // Peak memory per rank (JobFacts::memory, written by the judge; VmHWM counts shared library
   // pages in every rank, so the total is an upper bound).
   bool mem_heading = false;
   for (const auto& s : r.scenarios) {
-    const auto it = s.extra.find("memory");
-    if (it == s.extra.end() || !it->is_object()) continue;
+    if (!s.judged || !s.judged->memory) continue;
+    const Memory& mem = *s.judged->memory;
     if (!mem_heading) {
       m += "\n## Memory per rank (peak RSS, VmHWM)\n\n| Scenario | Ranks | Max (MiB) | Mean (MiB) "
            "| Total (MiB) |\n|---|--:|--:|--:|--:|\n";
       mem_heading = true;
     }
-    m += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", md_cell(s.name),
-                     it->value("ranks_measured", 0), it->value("per_rank_max_mib", 0.0),
-                     it->value("per_rank_mean_mib", 0.0), it->value("total_mib", 0.0));
+    m +=
+        fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", md_cell(s.name), mem.ranks_measured,
+                    mem.per_rank_max_mib, mem.per_rank_mean_mib, mem.total_mib);
   }
   bool heading = false;
   for (const auto& s : r.scenarios) {

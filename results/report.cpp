@@ -8,7 +8,7 @@
 // - A detection step < 0 means unknown (null).
 // - Non-finite numbers matter here (a NaN final loss is the point of many scenarios), and JSON
 //   has no literal for them: nlohmann would silently write null, which reads as "absent". They are
-//   written as the strings "nan", "inf", "-inf" instead, also inside checks and `extra`.
+//   written as the strings "nan", "inf", "-inf" instead, also inside checks and the job facts.
 // report.json keeps the spec's key order (ordered_json) so a person can read it top-down; the
 // to_json() overloads return the same content as plain nlohmann::json.
 #include "results/report.h"
@@ -59,6 +59,17 @@ J detection_json(const Detection& d) {
   j["decision_us"] = opt<J>(d.decision_us);
   j["action"] = str_or_null<J>(d.action);
   return j;
+}
+
+// Everything of job_facts.h the scenario has, as one object (nlohmann::json: keys sorted).
+nlohmann::json facts_json(const ScenarioResult& r) {
+  nlohmann::json f = nlohmann::json::object();
+  if (r.judged) write_facts(*r.judged, f);
+  if (r.controller) write_facts(*r.controller, f);
+  if (r.interpreter) write_facts(*r.interpreter, f);
+  if (!r.interrupted_by.empty()) f["interrupted_by"] = r.interrupted_by;
+  if (!r.in_launch.empty()) f["in_launch"] = r.in_launch;
+  return f;
 }
 
 template <class J>
@@ -129,11 +140,11 @@ J scenario_json(const ScenarioResult& r) {
     for (const auto& t : r.trials) trials.push_back(scenario_json<J>(t));
     j["trials"] = std::move(trials);
   }
-  // The contract fields win: `extra` adds facts, it never rewrites a judged one.
-  if (r.extra.is_object()) {
-    for (const auto& [k, v] : r.extra.items()) {
-      if (!j.contains(k)) j[k] = sanitized<J>(v);
-    }
+  // The job facts follow the contract fields, keys in name order (report.json's layout since
+  // they were a JSON bag); a fact never rewrites a contract field.
+  const nlohmann::json facts = facts_json(r);
+  for (const auto& [k, v] : facts.items()) {
+    if (!j.contains(k)) j[k] = sanitized<J>(v);
   }
   return j;
 }

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "results/job_facts.h"
+
 namespace nanchaos::results {
 
 /// A scenario's verdict. Written as "pass", "fail", "error", "skipped" (to_string) in every
@@ -101,6 +103,32 @@ struct JobLogs {
   bool empty() const { return merged.empty() && launcher.empty() && ranks.empty(); }
 };
 
+/// Every rank's events of a job as report.html draws them (html.h), built by the judge from the
+/// evidence it read (harness/controller/timeline.cpp); not written into report.json. Times are ms
+/// since the job started (its first launch), on the controller's clock: a rank on another host is
+/// moved by its measured clock offset.
+struct Timeline {
+  struct Bar {
+    int rank = 0;
+    double t0_ms = 0, t1_ms = 0;
+    std::string name;   ///< consensus, grad_allreduce, ...; "send to 2", "recv from 1" (p2p)
+    bool open = false;  ///< entered, never left: t1 is the rank's last event (or the job's end)
+    bool p2p = false;   ///< a point-to-point send or receive (p2p_enter..p2p_leave)
+  };
+  struct Mark {
+    int rank = 0;
+    double t_ms = 0;
+    std::string kind;   ///< inject, detect, decision, abort, exit
+    std::string label;  ///< e.g. "inject tensor s10", "detect loss", "exit 3"
+  };
+  int ranks = 0;
+  double begin_ms = 0;  ///< the earliest event of any rank (launch and set-up come before it)
+  double end_ms =
+      0;  ///< the latest event of any rank (or the job's end, for a rank killed waiting)
+  std::vector<Bar> bars;
+  std::vector<Mark> marks;
+};
+
 struct ScenarioResult {
   std::string name;
   std::string file;
@@ -122,7 +150,13 @@ struct ScenarioResult {
   /// Events the ranks could not write (a full disk: harness/evidence/events.h `log_dropped`, summed
   /// over ranks); > 0 only with verdict `error`.
   int64_t dropped_events = 0;
-  nlohmann::json extra = nlohmann::json::object();  ///< per-rank last collective, abort latency...
+  // --- written at the scenario's top level after the fields above (results/job_facts.h) ---
+  std::optional<JobFacts> judged;             ///< the judge's post-mortem and facts (a job ran)
+  std::optional<ControllerFacts> controller;  ///< the controller's figures after the job
+  std::optional<Interpreter> interpreter;     ///< an external Python job's interpreter
+  std::string interrupted_by;  ///< "SIGINT"/"SIGTERM" that stopped it ("": not; report.json key)
+  std::string in_launch;       ///< campaigns: the batch launch it ran in ("": its own job)
+  Timeline timeline;           ///< report.html's timeline of the job (empty: no job was judged)
   // --- repeated trials (`nanchaos run --trials N`; docs/scenario-format.md "Trials") ---
   int trial = 0;        ///< which trial the fields above describe (its seed is seed + trial)
   int trial_count = 1;  ///< N

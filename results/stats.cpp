@@ -25,11 +25,9 @@ namespace {
 using json = nlohmann::json;
 
 // Samples of one quantity, collected trial by trial.
-// abort_latency_ms as the judge wrote it into `extra` (null when the job did not abort).
+// abort_latency_ms as the judge found it (nullopt when the job did not abort).
 std::optional<double> abort_latency(const ScenarioResult& r) {
-  auto it = r.extra.find("abort_latency_ms");
-  if (it == r.extra.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
+  return r.judged ? r.judged->abort_latency_ms : std::nullopt;
 }
 
 // Latency samples of the trials one detector caught first.

@@ -36,7 +36,7 @@ J number(double v) {
   return J(v);
 }
 
-/// A free-form value (check expected/actual, extra) as J, with non-finite floats replaced.
+/// A free-form value (check expected/actual, a job fact) as J, with non-finite floats replaced.
 template <class J>
 J sanitized(const nlohmann::json& v) {
   if (v.is_number_float()) return number<J>(v.get<double>());

@@ -124,7 +124,8 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
       res.reason = "interrupted";
     }
     res.wall_ms = share_ms;
-    res.extra["in_launch"] = launch_dir;
+    res.in_launch = launch_dir;
+    res.timeline = {};  // the launch's whole timeline, once per fault: campaigns draw none
     out[i] = std::move(res);
   }
   return out;

@@ -211,16 +211,18 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     // The evidence so far stays (outcome, events); the verdict cannot mean anything.
     res.verdict = results::Verdict::kError;
     res.reason = "interrupted";
-    res.extra["interrupted_by"] = signal_name(job.interrupted_by);
+    res.interrupted_by = signal_name(job.interrupted_by);
   }
+  results::ControllerFacts facts;
   // The timeline's zero (CLOCK_MONOTONIC us): the first launch's start.
-  res.extra["job_start_us"] = earlier.empty() ? job.t0_us : earlier.front().t0_us;
+  facts.job_start_us = earlier.empty() ? job.t0_us : earlier.front().t0_us;
   // No orphans: what of this job is alive now, after launch_job's sweep (0, or a bug).
-  res.extra["orphans_left"] = job_processes(job_id).size();
+  facts.orphans_left = int64_t(job_processes(job_id).size());
   // The controller's own footprint after each job (the soak test bounds its growth).
-  res.extra["controller"] = {{"vm_rss_kib", vm_rss_kib().value_or(0)},
-                             {"vm_hwm_kib", vm_hwm_kib().value_or(0)},
-                             {"fds", open_fd_count()}};
+  facts.vm_rss_kib = vm_rss_kib().value_or(0);
+  facts.vm_hwm_kib = vm_hwm_kib().value_or(0);
+  facts.fds = open_fd_count();
+  res.controller = facts;
   return res;
 }
 
@@ -310,12 +312,10 @@ nlohmann::json not_run_stats(const results::ScenarioResult& r) {
 // report.json: the interpreter, torch and listed packages an external scenario ran with.
 void note_python(const Scenario& s, const PythonInterpreter& python, results::ScenarioResult& res) {
   if (!command_needs_python(s) || python.path.empty()) return;
-  res.extra["python"] = python.path;  // report.json: the interpreter and torch it ran with
-  res.extra["torch"] = python.torch_version;
+  res.interpreter = results::Interpreter{python.path, python.torch_version, std::nullopt};
   if (!s.job.python_packages.empty()) {  // the listed packages' versions it ran with
-    nlohmann::json versions = nlohmann::json::object();
+    auto& versions = res.interpreter->packages.emplace();
     for (const auto& [name, version] : python.packages) versions[name] = version;
-    res.extra["python_packages"] = versions;
   }
 }
 
@@ -426,7 +426,7 @@ class SuiteRun {
       res = trials.back();
       res.verdict = results::Verdict::kError;
       res.reason = "interrupted";
-      res.extra["interrupted_by"] = signal_name(stop_signal());
+      res.interrupted_by = signal_name(stop_signal());
     }
     res.stats = results::scenario_stats(trials);
     if (opts_.trials > 1) res.trials = std::move(trials);

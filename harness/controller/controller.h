@@ -58,9 +58,9 @@ std::string utc_stamp(const char* strftime_format);
 /// (fresh launcher, fresh MASTER_PORT; built-in ranks get `--skip-faults`), up to N times; the
 /// last launch's evidence stays at the top of run_dir. A launch that cannot start, an interruption
 /// (stop_signal()) and an unpreparable folder give verdict `error` with the reason; the rest of
-/// the evidence stays. Adds extra.job_start_us, orphans_left and the controller's footprint.
-/// `seed` overrides the scenario's (a trial). Safe to call from several threads at once for
-/// different run folders and job ids (each call owns its launcher; see launch_job's caveat on
+/// the evidence stays. Adds ScenarioResult::controller (job start, orphans left, the controller's
+/// footprint). `seed` overrides the scenario's (a trial). Safe to call from several threads at once
+/// for different run folders and job ids (each call owns its launcher; see launch_job's caveat on
 /// the death signal: the calling thread must outlive the call, which it does).
 results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& run_dir,
                                          const LaunchContext& ctx, const std::string& job_id,

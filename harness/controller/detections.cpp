@@ -218,7 +218,7 @@ void attribute_external(const std::vector<RankEvidence>& logs, const JobResult& 
 // step of the divergence. It is the flight recorder's reading, not the stack's word: campaigns
 // count it beside the stack's detections (results/campaign.cpp), never as one.
 void add_collective_mismatch(const Postmortem& pm, Ledger& l, std::vector<Detection>& dets) {
-  if (pm.mismatch.is_null() || pm.mismatch_ranks.empty()) return;
+  if (!pm.mismatch || pm.mismatch_ranks.empty()) return;
   for (const auto& d : dets) {
     const auto t = l.earliest_t.find({d.step, d.detector});
     if (d.step < pm.mismatch_step) return;  // an earlier step's detection came first

@@ -17,6 +17,7 @@
 #include "harness/common/cause.h"
 #include "harness/controller/judge_internal.h"
 #include "harness/controller/rank_evidence.h"
+#include "harness/controller/timeline.h"
 #include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
@@ -490,42 +491,42 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
     }
   }
   if (own.first_inject_t) j.abort_ms = double(job.t_end_us - *own.first_inject_t) / 1000.0;
+  results::JobFacts facts;
   j.restarts = int64_t(ev.earlier.size());
   if (s.job.restarts > 0) {
     std::vector<LaunchView> views;
     for (const auto& launch : ev.earlier) views.push_back({&launch.ranks, &launch.job});
     views.push_back({&logs, &reaped});
-    const LaunchesJudged launches = judge_launches(s, views);
+    LaunchesJudged launches = judge_launches(s, views);
     j.resumed_from_step = launches.last_resumed_from_step;
-    res.extra["launches"] = launches.launches;
-    res.extra["restarts"] = launches.restarts;
+    facts.launches = std::move(launches.launches);
+    facts.restarts = std::move(launches.restarts);
   }
 
-  res.extra["postmortem"] = nullptr;
-  if (!res.first_detection && !j.blamed.empty()) {
-    res.extra["postmortem"] = {{"ranks", j.blamed}, {"cause", j.blamed_cause}};
+  results::PostMortem& post = facts.postmortem;
+  if (!res.first_detection && !j.blamed.empty())
+    post.blame = results::Blame{j.blamed, j.blamed_cause};
+  post.last_collective = pm.last_collective;
+  post.collective_mismatch = pm.mismatch;
+  post.absent_ranks = pm.absent;
+  if (pm.first_gap_seq >= 0) post.first_gap_collective = pm.first_gap_seq;
+  post.dead_ranks = pm.dead;
+  post.deadlock = pm.deadlock;
+  post.longest_collective_wait_ms = pm.longest_wait_ms;
+  if ((res.outcome == Outcome::kAborted || res.outcome == Outcome::kCrashed) && j.abort_ms >= 0) {
+    facts.abort_latency_ms = j.abort_ms;
   }
-  res.extra["last_collective"] = pm.last_collective;
-  res.extra["collective_mismatch"] = pm.mismatch;
-  res.extra["absent_ranks"] = pm.absent;
-  res.extra["first_gap_collective"] =
-      pm.first_gap_seq >= 0 ? json(pm.first_gap_seq) : json(nullptr);
-  res.extra["dead_ranks"] = pm.dead;
-  res.extra["deadlock"] = pm.deadlock;
-  res.extra["longest_collective_wait_ms"] = pm.longest_wait_ms;
-  res.extra["abort_latency_ms"] =
-      ((res.outcome == Outcome::kAborted || res.outcome == Outcome::kCrashed) && j.abort_ms >= 0)
-          ? json(j.abort_ms)
-          : json(nullptr);
-  res.extra["false_positives"] = j.false_positives;
-  res.extra["consistent"] = j.consistent ? json(*j.consistent) : json(nullptr);
-  res.extra["recovered"] = j.recovered;
-  res.extra["launcher_exit_code"] = reaped.exit_code;
-  res.extra["launcher_exit"] = launcher_exit_json(launcher);
-  res.extra["orphans_killed"] = job.orphans_killed;
-  res.extra["memory"] = memory_json(logs, job);
-  res.extra["clock_offsets"] = clock_offsets_json(logs);
-  res.extra["remote_ranks"] = job.remote_ranks;
+  facts.false_positives = j.false_positives;
+  facts.consistent = j.consistent;
+  facts.recovered = j.recovered;
+  facts.launcher_exit_code = reaped.exit_code;
+  facts.launcher_exit = launcher_exit_facts(launcher);
+  facts.orphans_killed = job.orphans_killed;
+  facts.memory = peak_memory(logs, job);
+  facts.clock_offsets = clock_offsets(logs);
+  facts.remote_ranks.assign(job.remote_ranks.begin(), job.remote_ranks.end());
+  res.judged = std::move(facts);
+  res.timeline = job_timeline(logs, t0, res.wall_ms);
 
   add_checks(s, logs, job, j, res);
   decide_verdict(s, ev, job, fired.faults, res);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,12 +23,14 @@ namespace nanchaos::harness {
 
 /// What the collectives and the processes' ends say about each rank.
 struct Postmortem {
-  nlohmann::json last_collective = nlohmann::json::object();  ///< rank -> its last coll_enter
+  /// rank -> its last coll_enter (nullopt: it entered none)
+  std::map<int64_t, std::optional<results::LastCollective>> last_collective;
   int64_t first_gap_seq = -1;  ///< the first collective some ranks entered and others not
   /// the ranks missing from it; with no such collective, the ranks that the others' unmatched
   /// point-to-point sends and receives wait on and that wait on no one (find_p2p_stall)
   std::vector<int64_t> absent;
-  nlohmann::json mismatch = nullptr;  ///< one collective number entered at different steps/names
+  /// One collective number entered at different steps/names/sizes (nullopt: none).
+  std::optional<results::CollectiveMismatch> mismatch;
   /// The first mismatch as evidence (mismatch not null): the ranks that diverged (the minority
   /// of the (step, op, size) groups; on a tie the group furthest ahead, which skipped a
   /// collective), the earliest step among the entries, and when the disagreement became
@@ -79,9 +82,9 @@ struct LauncherExit {
 };
 /// Reads `job.exit_code` against `logs` (see LauncherExit). Pure.
 LauncherExit launcher_exit(const std::vector<RankEvidence>& logs, const JobResult& job);
-/// report.json `launcher_exit`: {status, signal ("SIGSEGV" or null), after_ranks_exited,
-/// counted (whether the verdict used status), note (or null)}.
-nlohmann::json launcher_exit_json(const LauncherExit& l);
+/// report.json `launcher_exit`: the status, the signal's name, whether every rank had exited,
+/// whether the verdict counted the status, and why not.
+results::LauncherExitFacts launcher_exit_facts(const LauncherExit& l);
 
 /// One launch of a job as the judge reads it: its ranks' evidence and the launcher's exit state.
 struct LaunchView {
@@ -94,7 +97,7 @@ struct LaunchesJudged {
   /// report.json `launches`: per launch {launch, start_ms, end_ms (from the first launch's
   /// start), outcome, resumed_from_step, checkpoint_loaded ({path, step} or null),
   /// steps_reached}.
-  nlohmann::json launches;
+  std::vector<results::Launch> launches;
   /// report.json `restarts`: per relaunch {after_launch, cause (the launch's outcome),
   /// failed_ms, resume_ms (the failing event -> every rank of the next launch completed its
   /// first step), detect_ms (-> the first rank of the launch gone), teardown_ms (-> every
@@ -104,7 +107,7 @@ struct LaunchesJudged {
   /// step)}; null phases where the evidence lacks the event. The failing event: the first abort
   /// (aborted), the deadline t0 + timeout_ms (hung), the crash fault's injection or else the first
   /// rank gone (crashed).
-  nlohmann::json restarts;
+  std::vector<results::Restart> restarts;
   std::optional<int64_t> last_resumed_from_step;
   std::optional<double> resume_ms_max;
 };

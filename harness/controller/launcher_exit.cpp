@@ -45,12 +45,9 @@ LauncherExit launcher_exit(const std::vector<RankEvidence>& logs, const JobResul
   return l;
 }
 
-nlohmann::json launcher_exit_json(const LauncherExit& l) {
-  return {{"status", l.status},
-          {"signal", l.signal ? nlohmann::json(signal_name(l.signal)) : nlohmann::json(nullptr)},
-          {"after_ranks_exited", l.after_ranks_exited},
-          {"counted", !l.teardown_crash},
-          {"note", l.note.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.note)}};
+results::LauncherExitFacts launcher_exit_facts(const LauncherExit& l) {
+  return {l.status, l.signal ? signal_name(l.signal) : "", l.after_ranks_exited, !l.teardown_crash,
+          l.note};
 }
 
 }  // namespace nanchaos::harness

@@ -12,11 +12,10 @@
 namespace nanchaos::harness {
 namespace {
 
-using nlohmann::json;
 using results::Outcome;
 
-json ms_or_null(std::optional<int64_t> from_us, std::optional<int64_t> to_us) {
-  if (!from_us || !to_us) return nullptr;
+std::optional<double> ms_between(std::optional<int64_t> from_us, std::optional<int64_t> to_us) {
+  if (!from_us || !to_us) return std::nullopt;
   return double(*to_us - *from_us) / 1000.0;
 }
 
@@ -91,8 +90,6 @@ std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches
 
 LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& launches) {
   LaunchesJudged out;
-  out.launches = json::array();
-  out.restarts = json::array();
   if (launches.empty()) return out;
   const int64_t t0 = launches.front().job->t0_us;
   std::vector<Outcome> outcomes;
@@ -102,22 +99,21 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     outcomes.push_back(outcome);
     const std::optional<int64_t> resumed = resumed_from_step(launches, k);
     if (k + 1 == launches.size()) out.last_resumed_from_step = resumed;
-    json loaded = nullptr;
+    results::Launch launch;
+    launch.launch = int64_t(k);
+    launch.start_ms = double(l.job->t0_us - t0) / 1000.0;
+    launch.end_ms = double(l.job->t_end_us - t0) / 1000.0;
+    launch.outcome = to_string(outcome);
+    launch.resumed_from_step = resumed;
     for (const auto& r : *l.ranks) {
       if (r.ckpt_loads.empty()) continue;
       const auto& c = r.ckpt_loads.front();
-      loaded = {{"path", c.path}, {"step", c.step ? json(*c.step) : json(nullptr)}};
+      launch.checkpoint_loaded = results::Launch::Checkpoint{c.path, c.step};
       break;
     }
-    int64_t steps_done = 0;
-    for (const auto& r : *l.ranks) steps_done = std::max(steps_done, r.steps_done);
-    out.launches.push_back({{"launch", k},
-                            {"start_ms", double(l.job->t0_us - t0) / 1000.0},
-                            {"end_ms", double(l.job->t_end_us - t0) / 1000.0},
-                            {"outcome", to_string(outcome)},
-                            {"resumed_from_step", resumed ? json(*resumed) : json(nullptr)},
-                            {"checkpoint_loaded", loaded},
-                            {"steps_reached", steps_done}});
+    for (const auto& r : *l.ranks)
+      launch.steps_reached = std::max(launch.steps_reached, r.steps_done);
+    out.launches.push_back(std::move(launch));
   }
   // One restart per launch after the first: from the failure of launch k-1 to the first step
   // launch k completed, in consecutive phases that add up to resume_ms.
@@ -142,19 +138,20 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     }
     const auto first_step =
         last_of_all(*next.ranks, [](const RankEvidence& r) { return r.first_step_end_t; });
-    const json resume_ms = ms_or_null(failed, first_step);
-    if (resume_ms.is_number()) {
-      out.resume_ms_max = std::max(out.resume_ms_max.value_or(0.0), resume_ms.get<double>());
+    results::Restart restart;
+    restart.after_launch = int64_t(k - 1);
+    restart.cause = to_string(outcomes[k - 1]);
+    restart.failed_ms = double(*failed - t0) / 1000.0;
+    restart.resume_ms = ms_between(failed, first_step);
+    if (restart.resume_ms) {
+      out.resume_ms_max = std::max(out.resume_ms_max.value_or(0.0), *restart.resume_ms);
     }
-    out.restarts.push_back({{"after_launch", k - 1},
-                            {"cause", to_string(outcomes[k - 1])},
-                            {"failed_ms", double(*failed - t0) / 1000.0},
-                            {"resume_ms", resume_ms},
-                            {"detect_ms", ms_or_null(failed, decided)},
-                            {"teardown_ms", ms_or_null(decided, gone)},
-                            {"relaunch_ms", ms_or_null(gone, attached)},
-                            {"load_ms", loaded ? ms_or_null(attached, loaded) : json(nullptr)},
-                            {"first_step_ms", ms_or_null(loaded ? loaded : attached, first_step)}});
+    restart.detect_ms = ms_between(failed, decided);
+    restart.teardown_ms = ms_between(decided, gone);
+    restart.relaunch_ms = ms_between(gone, attached);
+    if (loaded) restart.load_ms = ms_between(attached, loaded);
+    restart.first_step_ms = ms_between(loaded ? loaded : attached, first_step);
+    out.restarts.push_back(std::move(restart));
   }
   return out;
 }

@@ -54,12 +54,12 @@ void find_first_gap(const std::vector<RankEvidence>& logs, Postmortem& pm) {
   for (int r = 0; r < world; ++r) {
     const auto& l = logs[r];
     if (l.coll_enter.empty()) {
-      pm.last_collective[std::to_string(r)] = nullptr;
+      pm.last_collective[r] = std::nullopt;
       continue;
     }
     const auto& [seq, c] = *l.coll_enter.rbegin();
-    pm.last_collective[std::to_string(r)] = {
-        {"seq", seq}, {"name", c.name}, {"step", c.step}, {"left", l.coll_left.count(seq) > 0}};
+    pm.last_collective[r] =
+        results::LastCollective{seq, c.name, c.step, l.coll_left.count(seq) > 0};
   }
 }
 
@@ -126,10 +126,10 @@ void find_mismatch(const std::vector<RankEvidence>& logs, Postmortem& pm) {
     std::map<std::tuple<int64_t, std::string, int64_t>, std::vector<int64_t>> groups;
     for (const auto& e : entries) groups[e.key()].push_back(e.rank);
     if (groups.size() < 2) continue;
-    nlohmann::json ranks = nlohmann::json::array();
+    std::vector<results::MismatchEntry> ranks;
     for (const auto& e : entries) {
-      ranks.push_back({{"rank", e.rank}, {"step", e.step}, {"name", e.name}});
-      if (e.count >= 0) ranks.back()["count"] = e.count;
+      ranks.push_back(
+          {e.rank, e.step, e.name, e.count >= 0 ? std::optional<int64_t>(e.count) : std::nullopt});
     }
     // Diverged: the smallest group; on a tie the one furthest ahead (a rank that skipped a
     // collective meets its peers' earlier one), else every rank outside the lowest rank's group.
@@ -164,8 +164,8 @@ void find_mismatch(const std::vector<RankEvidence>& logs, Postmortem& pm) {
         break;
       }
     }
-    pm.mismatch = {
-        {"seq", k}, {"ranks", ranks}, {"diverged", pm.mismatch_ranks}, {"step", pm.mismatch_step}};
+    pm.mismatch =
+        results::CollectiveMismatch{k, std::move(ranks), pm.mismatch_ranks, pm.mismatch_step};
     return;
   }
 }

@@ -131,6 +131,37 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
   }
 }
 
+// The event on the rank's timeline lane, if it is drawn there.
+void add_to_lane(const json& e, const TypedEvent& te, int64_t t, std::vector<LaneEvent>& lane) {
+  using What = LaneEvent::What;
+  auto mark = [&](const char* kind, std::string label) {
+    lane.push_back({What::kMark, t, false, 0, kind, std::move(label)});
+  };
+  if (const auto* c = std::get_if<CollEnterEvent>(&te)) {
+    lane.push_back({What::kEnter, t, false, c->seq, c->name, ""});
+  } else if (const auto* c = std::get_if<CollLeaveEvent>(&te)) {
+    lane.push_back({What::kLeave, t, false, c->seq, "", ""});
+  } else if (const auto* i = std::get_if<InjectEvent>(&te)) {
+    mark("inject", fmt::format("inject {} s{}{}", i->kind, i->step, i->replay ? " (replay)" : ""));
+  } else if (const auto* d = std::get_if<DetectEvent>(&te)) {
+    mark("detect", "detect " + d->detector);
+  } else if (const auto* d = std::get_if<DecisionEvent>(&te)) {
+    mark("decision", "decision " + d->action);
+  } else if (std::holds_alternative<AbortEvent>(te)) {
+    mark("abort", "abort");
+  } else if (const auto* x = std::get_if<ExitEvent>(&te)) {
+    mark("exit", fmt::format("exit {}", x->code));
+  } else if (const auto* o = std::get_if<OtherEvent>(&te); o && o->ev == "p2p_enter") {
+    const int64_t peer = int_field(e, "peer", -1);
+    const std::string peer_text = peer < 0 ? "any" : std::to_string(peer);
+    const bool send = e.value("op", std::string()) == "send";
+    lane.push_back({What::kEnter, t, true, int_field(e, "seq", 0),
+                    send ? "send to " + peer_text : "recv from " + peer_text, ""});
+  } else if (o && o->ev == "p2p_leave") {
+    lane.push_back({What::kLeave, t, true, int_field(e, "seq", 0), "", ""});
+  }
+}
+
 }  // namespace
 
 RankEvidence rank_evidence_from_events(std::vector<json> events, const JobResult& job,
@@ -140,7 +171,10 @@ RankEvidence rank_evidence_from_events(std::vector<json> events, const JobResult
   TypedReader typed{r};
   for (const auto& e : events) {
     const TypedEvent te = parse_event(e);
-    r.last_t = std::max<int64_t>(r.last_t, event_time_us(te));
+    const int64_t t = event_time_us(te);
+    r.last_t = std::max<int64_t>(r.last_t, t);
+    r.first_t = std::min(r.first_t.value_or(t), t);
+    add_to_lane(e, te, t, r.lane);
     if (const auto* other = std::get_if<OtherEvent>(&te)) read_other(e, other->ev, r);
     std::visit(typed, te);
   }
@@ -204,31 +238,33 @@ std::map<int, int64_t> ranks_gone_us(const std::vector<RankEvidence>& logs, cons
   return gone;
 }
 
-json clock_offsets_json(const std::vector<RankEvidence>& logs) {
-  json out = json::object();
+std::map<int64_t, results::ClockOffset> clock_offsets(const std::vector<RankEvidence>& logs) {
+  std::map<int64_t, results::ClockOffset> out;
   for (size_t r = 0; r < logs.size(); ++r) {
     const auto& c = logs[r].clock;
     if (!c.is_object()) continue;
-    json one = {{"host", logs[r].host},
-                {"applied_shift_us", logs[r].shift_us ? json(*logs[r].shift_us) : json(nullptr)}};
+    results::ClockOffset one;
+    one.host = logs[r].host;
+    one.applied_shift_us = logs[r].shift_us;
     if (c.contains("error")) {
-      one["error"] = c["error"];
+      one.error = c["error"].is_string() ? c["error"].get<std::string>() : c["error"].dump();
     } else {
-      one["offset_us"] = c.value("offset_us", int64_t(0));
-      one["rtt_us"] = c.value("rtt_us", int64_t(0));
-      one["samples"] = c.value("samples", 0);
+      one.offset_us = c.value("offset_us", int64_t(0));
+      one.rtt_us = c.value("rtt_us", int64_t(0));
+      one.samples = c.value("samples", 0);
     }
-    out[std::to_string(r)] = one;
+    out[int64_t(r)] = one;
   }
-  return out.empty() ? json(nullptr) : out;
+  return out;
 }
 
 // The rank's own exit-event figure, else the controller's last sample of its /proc status (ranks
 // on its host only). `measured_by` says which for each rank: "exit_event", "controller_sample",
 // or why none ("remote, no exit event": a rank on another host that did not reach its exit
 // record).
-json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job) {
-  json per_rank = json::object(), measured_by = json::object();
+std::optional<results::Memory> peak_memory(const std::vector<RankEvidence>& logs,
+                                           const JobResult& job) {
+  results::Memory m;
   double max_mib = 0, total_mib = 0;
   for (size_t r = 0; r < logs.size(); ++r) {
     int64_t kib = logs[r].vm_hwm_kib.value_or(0);
@@ -240,23 +276,20 @@ json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job) {
     if (how.empty()) {
       how = job.remote_ranks.count(int(r)) ? "none (remote, no exit event)" : "none";
     }
-    measured_by[std::to_string(r)] = how;
+    m.measured_by[int64_t(r)] = how;
     if (kib <= 0) continue;
     const double mib = double(kib) / 1024.0;
-    per_rank[std::to_string(r)] = std::round(mib * 10) / 10;
+    m.per_rank_mib[int64_t(r)] = std::round(mib * 10) / 10;
     max_mib = std::max(max_mib, mib);
     total_mib += mib;
   }
-  if (per_rank.empty()) return nullptr;
-  const auto n = per_rank.size();
+  if (m.per_rank_mib.empty()) return std::nullopt;
   auto round1 = [](double v) { return std::round(v * 10) / 10; };
-  return {{"source", "VmHWM"},
-          {"ranks_measured", n},
-          {"per_rank_max_mib", round1(max_mib)},
-          {"per_rank_mean_mib", round1(total_mib / double(n))},
-          {"total_mib", round1(total_mib)},
-          {"per_rank_mib", per_rank},
-          {"measured_by", measured_by}};
+  m.ranks_measured = int64_t(m.per_rank_mib.size());
+  m.per_rank_max_mib = round1(max_mib);
+  m.per_rank_mean_mib = round1(total_mib / double(m.ranks_measured));
+  m.total_mib = round1(total_mib);
+  return m;
 }
 
 // Two ways evidence goes missing: a rank's log that could not grow (its own log_error,

@@ -22,6 +22,7 @@
 
 #include "harness/controller/job_result.h"
 #include "harness/evidence/event_types.h"
+#include "results/job_facts.h"
 
 namespace nanchaos::harness {
 
@@ -36,6 +37,19 @@ struct P2pEntry {
   int64_t peer = -1;  ///< the other end's global rank (-1: a receive from any source)
   int64_t step = 0;
   int64_t t_us = 0;
+};
+
+/// One event of a rank's lane on report.html's timeline (timeline.h): a collective or a
+/// point-to-point send/receive entered or left (each numbered by `seq` on its own), or a
+/// labelled mark (inject, detect, decision, abort, exit).
+struct LaneEvent {
+  enum class What { kEnter, kLeave, kMark };
+  What what = What::kMark;
+  int64_t t_us = 0;
+  bool p2p = false;   ///< p2p_enter/p2p_leave (else coll_enter/coll_leave; kMark: false)
+  int64_t seq = 0;    ///< kEnter/kLeave
+  std::string name;   ///< kEnter: the bar's name ("grad_allreduce", "send to 2"); kMark: its kind
+  std::string label;  ///< kMark: "inject tensor s10", "detect loss", "exit 3"
 };
 
 /// A checkpoint the job saved or loaded, as the agent observed it (`ckpt_save` / `ckpt_load`,
@@ -63,6 +77,8 @@ struct RankEvidence {
   /// controller's timeline; what decides for a rank the controller could not pid-watch.
   std::optional<int64_t> gone_us;
   int64_t last_t = 0;
+  std::optional<int64_t> first_t;  ///< its earliest event
+  std::vector<LaneEvent> lane;     ///< its events on report.html's timeline, in log order
   /// When it was up: its `start` (built-in), or its agent's `agent` event (external, earlier).
   std::optional<int64_t> start_t;
   std::optional<int64_t> first_step;        ///< the lowest step it began (step_begin)
@@ -147,12 +163,13 @@ std::string launch_dir(const std::string& run_dir, size_t launch);
 std::map<int, int64_t> ranks_gone_us(const std::vector<RankEvidence>& logs, const JobResult& job);
 
 /// report.json `clock_offsets`: per rank that logged a `clock` event, what it measured and the
-/// shift the judge applied (null: its events were left on their own clock).
-nlohmann::json clock_offsets_json(const std::vector<RankEvidence>& logs);
+/// shift the judge applied (none: its events were left on their own clock).
+std::map<int64_t, results::ClockOffset> clock_offsets(const std::vector<RankEvidence>& logs);
 
-/// report.json `memory`: per-rank peak memory (VmHWM) and where each figure came from; null when
-/// no rank could be measured.
-nlohmann::json memory_json(const std::vector<RankEvidence>& logs, const JobResult& job);
+/// report.json `memory`: per-rank peak memory (VmHWM) and where each figure came from; nullopt
+/// when no rank could be measured.
+std::optional<results::Memory> peak_memory(const std::vector<RankEvidence>& logs,
+                                           const JobResult& job);
 
 /// Why the evidence of a job is incomplete ("" when it is not): a rank's log that could not
 /// grow, or a full filesystem (free_bytes below 256 KiB) while a rank's log lacks its exit

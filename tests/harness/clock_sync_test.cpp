@@ -165,8 +165,10 @@ TEST(JudgeRemoteRanks, CrashBlameNeedsNoInjectEvent) {
   const auto r = judge_run(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(),
                            RemoteCrashJob());
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
-  EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
-  EXPECT_EQ(r.extra["postmortem"], (json{{"ranks", {1}}, {"cause", "rank_failure"}}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["dead_ranks"], json::array({1}))
+      << nanchaos::results::to_json(r).dump();
+  EXPECT_EQ(nanchaos::results::to_json(r)["postmortem"],
+            (json{{"ranks", {1}}, {"cause", "rank_failure"}}));
   EXPECT_TRUE(r.injections.empty());
 }
 
@@ -178,7 +180,8 @@ TEST(JudgeRemoteRanks, WithoutTheWatchRecordTheInjectionDoesNotDecide) {
   fs::remove(fs::path(d.path()) / "events" / "rank-1.gone.json");
   const auto r = judge_run(load_scenario_string(kRemoteCrashScenario, "remote.toml"), d.path(),
                            RemoteCrashJob());
-  EXPECT_EQ(r.extra["dead_ranks"], json::array({0, 1})) << r.extra.dump();
+  EXPECT_EQ(nanchaos::results::to_json(r)["dead_ranks"], json::array({0, 1}))
+      << nanchaos::results::to_json(r).dump();
 }
 
 TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromTheWatch) {
@@ -188,19 +191,21 @@ TEST(JudgeRemoteRanks, EventsMovedOntoTheControllerTimelineAndCrashBlamedFromThe
   const JobResult job = RemoteCrashJob();
   const auto r = judge_run(s, d.path(), job);
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
-  EXPECT_EQ(r.extra["dead_ranks"], json::array({1})) << r.extra.dump();
+  EXPECT_EQ(nanchaos::results::to_json(r)["dead_ranks"], json::array({1}))
+      << nanchaos::results::to_json(r).dump();
   ASSERT_EQ(r.injections.size(), 1u);
   EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 1.015);  // on the controller's timeline, not -6999 ms
-  EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), 300.0);
+  EXPECT_DOUBLE_EQ(nanchaos::results::to_json(r)["abort_latency_ms"].get<double>(), 300.0);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
-  const json& c = r.extra["clock_offsets"];
+  const json c = nanchaos::results::to_json(r)["clock_offsets"];
   EXPECT_EQ(c["1"]["host"], "far");
   EXPECT_EQ(c["1"]["offset_us"], 0);
   EXPECT_EQ(c["1"]["rtt_us"], 80);
   EXPECT_EQ(c["1"]["applied_shift_us"], RemoteRun::kSkewUs);
   EXPECT_EQ(c["0"]["applied_shift_us"], nullptr);  // the controller's own host: its clock
-  EXPECT_EQ(r.extra["remote_ranks"], json::array({1}));
-  EXPECT_EQ(r.extra["memory"], nullptr);  // nobody wrote an exit event, nobody was sampled
+  EXPECT_EQ(nanchaos::results::to_json(r)["remote_ranks"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["memory"],
+            nullptr);  // nobody wrote an exit event, nobody was sampled
 }
 
 TEST(JudgeRemoteRanks, MemoryFromExitEventsSaysHowEachRankWasMeasured) {
@@ -221,13 +226,14 @@ TEST(JudgeRemoteRanks, MemoryFromExitEventsSaysHowEachRankWasMeasured) {
       load_scenario_string(
           "[scenario]\nname = \"t\"\n[job]\nworkload = \"mlp\"\nsteps = 4\nranks = 3\n", "m.toml"),
       d.path(), job);
-  const json& m = r.extra["memory"];
-  ASSERT_TRUE(m.is_object()) << r.extra.dump();
+  const json m = nanchaos::results::to_json(r)["memory"];
+  ASSERT_TRUE(m.is_object()) << nanchaos::results::to_json(r).dump();
   EXPECT_EQ(m["ranks_measured"], 2);
   EXPECT_EQ(m["measured_by"], (json{{"0", "controller_sample"},
                                     {"1", "exit_event"},
                                     {"2", "none (remote, no exit event)"}}));
-  EXPECT_EQ(r.extra["clock_offsets"], nullptr);  // no rank logged a clock event
+  EXPECT_EQ(nanchaos::results::to_json(r)["clock_offsets"],
+            nullptr);  // no rank logged a clock event
 }
 
 }  // namespace

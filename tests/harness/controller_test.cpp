@@ -135,7 +135,7 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
   auto strip = [](json s) {
     // Measurements, not results: times, clock offsets and the ranks' peak memory.
     for (const char* k :
-         {"wall_ms", "run_dir", "extra", "longest_collective_wait_ms", "abort_latency_ms",
+         {"wall_ms", "run_dir", "longest_collective_wait_ms", "abort_latency_ms",
           "launcher_exit_code", "memory", "job_start_us", "controller", "clock_offsets"}) {
       s.erase(k);
     }

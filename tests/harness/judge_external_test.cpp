@@ -218,7 +218,7 @@ TEST(JudgeExternal, AStackDecisionAloneIsNoDetection) {
   const auto res =
       judge_logs(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d, Job());
   EXPECT_TRUE(res.detections.empty());
-  EXPECT_EQ(res.extra["false_positives"], 0);
+  EXPECT_EQ(nanchaos::results::to_json(res)["false_positives"], 0);
   EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 
@@ -333,7 +333,7 @@ TEST(JudgeExternal, APipelineStageThatStoppedIsTheOneTheOthersSendsAndReceivesWa
           "duration_ms = \"forever\"\n[expect]\nrank = 2\ncause = \"hang\"\n",
           "judge.toml"),
       d, Job(1, 1'500'000));
-  EXPECT_EQ(res.extra["absent_ranks"], json::array({2}));
+  EXPECT_EQ(nanchaos::results::to_json(res)["absent_ranks"], json::array({2}));
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({2}));
   EXPECT_EQ(res.first_detection->cause, "hang");
@@ -388,8 +388,8 @@ TEST(JudgeExternal, ASkippedCollectiveIsFirstReportedAsACollectiveMismatch) {
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->step, 2);
   EXPECT_EQ(res.first_detection->latency_steps, 0);
-  EXPECT_EQ(res.extra["collective_mismatch"]["seq"], 2);
-  EXPECT_EQ(res.extra["collective_mismatch"]["diverged"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(res)["collective_mismatch"]["seq"], 2);
+  EXPECT_EQ(nanchaos::results::to_json(res)["collective_mismatch"]["diverged"], json::array({1}));
   // The stack's own word came later (rank 0's exception at step 3): it is still in the list,
   // and what the fault did is scored on it, not on the harness's reading.
   ASSERT_EQ(res.detections.size(), 2u);
@@ -424,7 +424,7 @@ TEST(JudgeExternal, ACollectiveMismatchAloneIsNotTheStacksDetection) {
       judge_logs(Load(std::string(kTensorFault) + "[expect]\ndetected = false\n"), d, Job());
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->detector, "collective_mismatch");
-  EXPECT_EQ(res.extra["false_positives"], 0);
+  EXPECT_EQ(nanchaos::results::to_json(res)["false_positives"], 0);
   EXPECT_NE(res.fault_outcome, results::FaultOutcome::kDetectedRecovered);
   EXPECT_NE(res.fault_outcome, results::FaultOutcome::kDetectedUnrecovered);
 }
@@ -467,8 +467,9 @@ TEST(JudgeExternal, AnEntryAfterThePeerGaveUpCountsAsAbsent) {
            "[detectors]\ncollective_timeout_ms = 1000\n"
            "[expect]\nfirst_detector = \"observed:exception\"\nrank = 1\n"),
       d, Job(1, 1'500'000));
-  EXPECT_EQ(res.extra["absent_ranks"], json::array({1}));
-  EXPECT_TRUE(res.extra["collective_mismatch"].is_null()) << res.extra["collective_mismatch"];
+  EXPECT_EQ(nanchaos::results::to_json(res)["absent_ranks"], json::array({1}));
+  EXPECT_TRUE(nanchaos::results::to_json(res)["collective_mismatch"].is_null())
+      << nanchaos::results::to_json(res)["collective_mismatch"];
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "hang");  // it raised only after rank 0 gave up on it
@@ -583,7 +584,8 @@ TEST(JudgeExternal, ObservedExceptionBlamesADeadAbsentRankAsRankFailure) {
   ASSERT_TRUE(res.first_detection.has_value());
   EXPECT_EQ(res.first_detection->ranks, std::vector<int64_t>({1}));
   EXPECT_EQ(res.first_detection->cause, "rank_failure");
-  EXPECT_NEAR(res.extra["longest_collective_wait_ms"].get<double>(), 2000.0, 0.01);
+  EXPECT_NEAR(nanchaos::results::to_json(res)["longest_collective_wait_ms"].get<double>(), 2000.0,
+              0.01);
   EXPECT_EQ(res.verdict, results::Verdict::kPass) << res.reason;
 }
 

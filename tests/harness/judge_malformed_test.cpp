@@ -113,13 +113,13 @@ TEST(JudgeMalformedLogs, AHugeCollectiveSequenceNumberIsJudgedAtOnce) {
   }
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto a = judge_logs(s, both, clean_job());
-  EXPECT_TRUE(a.extra["first_gap_collective"].is_null());
+  EXPECT_TRUE(nanchaos::results::to_json(a)["first_gap_collective"].is_null());
 
   EventLogDir one("nanchaos_judge_malformed", "huge_seq_one");
   clean_run(one);
   one.ev(0, "coll_enter", 200, {{"seq", huge}, {"name", "grad_allreduce"}, {"step", 1}});
   const auto b = judge_logs(s, one, clean_job());
-  EXPECT_EQ(b.extra["first_gap_collective"], huge);
+  EXPECT_EQ(nanchaos::results::to_json(b)["first_gap_collective"], huge);
 }
 
 TEST(JudgeMalformedLogs, AFinalEventWithoutEvalLossIsNotReadOutOfBounds) {
@@ -154,7 +154,8 @@ TEST(JudgeMalformedLogs, AnIntegerFieldWrittenAsAHugeFloatIsIgnored) {
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto res = judge_logs(s, d, clean_job());
   EXPECT_EQ(res.steps_completed, 4);
-  EXPECT_EQ(res.extra["first_gap_collective"], 0);  // seq counted as 0, which rank 1 never entered
+  EXPECT_EQ(nanchaos::results::to_json(res)["first_gap_collective"],
+            0);  // seq counted as 0, which rank 1 never entered
 }
 
 }  // namespace

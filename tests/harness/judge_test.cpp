@@ -125,11 +125,11 @@ TEST(JudgeOutcome, CleanCompletedRunPasses) {
   const auto* cons = FindCheck(r, "consistent");
   ASSERT_NE(cons, nullptr) << "consistent is checked by default when the job completes";
   EXPECT_TRUE(cons->pass);
-  EXPECT_EQ(r.extra["consistent"], true);
-  EXPECT_EQ(r.extra["deadlock"], false);
-  EXPECT_EQ(r.extra["recovered"], true);
-  EXPECT_EQ(r.extra["false_positives"], 0);
-  EXPECT_EQ(r.extra["absent_ranks"], json::array());
+  EXPECT_EQ(nanchaos::results::to_json(r)["consistent"], true);
+  EXPECT_EQ(nanchaos::results::to_json(r)["deadlock"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["recovered"], true);
+  EXPECT_EQ(nanchaos::results::to_json(r)["false_positives"], 0);
+  EXPECT_EQ(nanchaos::results::to_json(r)["absent_ranks"], json::array());
 }
 
 TEST(JudgeOutcome, CleanRunExpectingDetectionFails) {
@@ -154,7 +154,7 @@ TEST(JudgeOutcome, NonZeroLauncherExitIsCrashed) {
   const Scenario s = Load("[[fault]]\nkind = \"crash\"\nranks = [1]\nstep = 0\n", 1);
   const auto r = judge_logs(s, d, Job(137));
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
-  EXPECT_EQ(r.extra["dead_ranks"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["dead_ranks"], json::array({1}));
 }
 
 // A rank killed (crash fault) while the others' watchdog fires before the launcher's teardown:
@@ -188,8 +188,9 @@ TEST(JudgeOutcome, AbortedJobNamesTheRankThatDiedBeforeTheAbort) {
     job.rank_gone_us[1] = kT0 + (died_first ? 2'100 : 1'002'300);
     const auto r = judge_logs(s, d, job);
     EXPECT_EQ(r.outcome, results::Outcome::kAborted);
-    EXPECT_EQ(r.extra["dead_ranks"], died_first ? json::array({1}) : json::array())
-        << r.extra.dump();
+    EXPECT_EQ(nanchaos::results::to_json(r)["dead_ranks"],
+              died_first ? json::array({1}) : json::array())
+        << nanchaos::results::to_json(r).dump();
   }
 }
 
@@ -347,7 +348,7 @@ TEST(JudgeConsistency, DifferentParamsHashIsInconsistent) {
   const Scenario s = Load("", 3);
   const auto r = judge_logs(s, d, Job());
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
-  EXPECT_EQ(r.extra["consistent"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["consistent"], false);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("consistent"), std::string::npos) << r.reason;
   const auto* c = FindCheck(r, "consistent");
@@ -366,7 +367,7 @@ TEST(JudgeConsistency, DifferentStepActionsAreInconsistent) {
     d.final_ok(r, 1, 3000);
   }
   const auto r = judge_logs(Load("", 1), d, Job());
-  EXPECT_EQ(r.extra["consistent"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["consistent"], false);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
 
@@ -433,16 +434,17 @@ TEST(JudgeHang, TimedOutRankStuckInCollectiveIsDeadlock) {
       "fault_outcome = \"hang\"\n");
   const auto r = judge_logs(s, d, Job(137, 5'000'000, /*timed_out=*/true));
   EXPECT_EQ(r.outcome, results::Outcome::kHung);
-  EXPECT_EQ(r.extra["deadlock"], true);
-  EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
-  EXPECT_EQ(r.extra["first_gap_collective"], 5);
-  EXPECT_DOUBLE_EQ(r.extra["longest_collective_wait_ms"].get<double>(), 4000.0);
-  EXPECT_EQ(r.extra["last_collective"]["0"]["seq"], 5);
-  EXPECT_EQ(r.extra["last_collective"]["0"]["name"], "grad_allreduce");
-  EXPECT_EQ(r.extra["last_collective"]["0"]["left"], false);
-  EXPECT_EQ(r.extra["last_collective"]["1"]["seq"], 4);
-  EXPECT_EQ(r.extra["last_collective"]["1"]["left"], true);
-  EXPECT_TRUE(r.extra["dead_ranks"].empty());
+  EXPECT_EQ(nanchaos::results::to_json(r)["deadlock"], true);
+  EXPECT_EQ(nanchaos::results::to_json(r)["absent_ranks"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["first_gap_collective"], 5);
+  EXPECT_DOUBLE_EQ(nanchaos::results::to_json(r)["longest_collective_wait_ms"].get<double>(),
+                   4000.0);
+  EXPECT_EQ(nanchaos::results::to_json(r)["last_collective"]["0"]["seq"], 5);
+  EXPECT_EQ(nanchaos::results::to_json(r)["last_collective"]["0"]["name"], "grad_allreduce");
+  EXPECT_EQ(nanchaos::results::to_json(r)["last_collective"]["0"]["left"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["last_collective"]["1"]["seq"], 4);
+  EXPECT_EQ(nanchaos::results::to_json(r)["last_collective"]["1"]["left"], true);
+  EXPECT_TRUE(nanchaos::results::to_json(r)["dead_ranks"].empty());
   EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kHang);
   EXPECT_FALSE(r.first_detection.has_value());
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
@@ -484,8 +486,8 @@ TEST(JudgeHang, ShortWaitIsNoDeadlock) {
   // killed at 5 s; rank 0 waited 1.5 s < 2 s.
   const auto r = judge_logs(s, d, Job(137, 5'000'000, true));
   EXPECT_EQ(r.outcome, results::Outcome::kHung);
-  EXPECT_EQ(r.extra["deadlock"], false);
-  EXPECT_EQ(r.extra["absent_ranks"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["deadlock"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["absent_ranks"], json::array({1}));
   EXPECT_EQ(r.verdict, results::Verdict::kPass)
       << r.reason;  // deadlock = false is checked by default
 }
@@ -538,9 +540,11 @@ TEST(JudgeHang, WatchdogAbortBlamesAbsentRank) {
   EXPECT_EQ(r.first_detection->layer, "grad_allreduce");
   EXPECT_DOUBLE_EQ(*r.first_detection->latency_ms, 1000.05);  // 1'002'100 - 2050 us
   // rank 0 exited after its last event: it waited 1'002'300 - 2100 us, not until t_end.
-  EXPECT_DOUBLE_EQ(r.extra["longest_collective_wait_ms"].get<double>(), 1000.2);
-  EXPECT_EQ(r.extra["deadlock"], false);
-  EXPECT_DOUBLE_EQ(r.extra["abort_latency_ms"].get<double>(), (1'500'000 - 2050) / 1000.0);
+  EXPECT_DOUBLE_EQ(nanchaos::results::to_json(r)["longest_collective_wait_ms"].get<double>(),
+                   1000.2);
+  EXPECT_EQ(nanchaos::results::to_json(r)["deadlock"], false);
+  EXPECT_DOUBLE_EQ(nanchaos::results::to_json(r)["abort_latency_ms"].get<double>(),
+                   (1'500'000 - 2050) / 1000.0);
   EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kDetectedUnrecovered);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
 }
@@ -651,7 +655,7 @@ TEST(JudgeFalsePositives, DecisionBeforeFirstFaultIsFalsePositive) {
   EarlyDecisionRun(d);
   const Scenario s = Load("[[fault]]\nkind = \"tensor\"\ntarget = \"activation:head\"\nstep = 3\n");
   const auto r = judge_logs(s, d, Job());
-  EXPECT_EQ(r.extra["false_positives"], 1);
+  EXPECT_EQ(nanchaos::results::to_json(r)["false_positives"], 1);
   EXPECT_FALSE(r.first_detection.has_value()) << "a false positive is not the first detection";
   EXPECT_EQ(r.detections.size(), 1u);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
@@ -690,7 +694,7 @@ TEST(JudgeFalsePositives, AnyDetectionWithoutFaultIsFalsePositive) {
     d.final_ok(r, 1, 3000);
   }
   const auto r = judge_logs(Load("", 1), d, Job());
-  EXPECT_EQ(r.extra["false_positives"], 1);
+  EXPECT_EQ(nanchaos::results::to_json(r)["false_positives"], 1);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
 }
 
@@ -722,7 +726,7 @@ TEST(JudgeFaultOutcome, UndetectedNonFiniteParamsIsSilentCorruption) {
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_FALSE(r.first_detection.has_value());
   EXPECT_EQ(r.fault_outcome, results::FaultOutcome::kSilentCorruption);
-  EXPECT_EQ(r.extra["recovered"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["recovered"], false);
   ASSERT_TRUE(r.final_loss.has_value());
   EXPECT_TRUE(std::isnan(*r.final_loss));
   EXPECT_EQ(r.injections.size(), 2u);
@@ -768,8 +772,8 @@ TEST(JudgeMemory, PerRankPeakFromExitEventsAndControllerSamples) {
   JobResult job = Job(137);
   job.rank_vm_hwm_kib = {{1, 1024}, {2, 307200}};  // rank 1's sample is older (lower)
   const auto r = judge_logs(Load("", 1, 3), d, job);
-  const json& m = r.extra["memory"];
-  ASSERT_TRUE(m.is_object()) << r.extra.dump();
+  const json m = nanchaos::results::to_json(r)["memory"];
+  ASSERT_TRUE(m.is_object()) << nanchaos::results::to_json(r).dump();
   EXPECT_EQ(m["source"], "VmHWM");
   EXPECT_EQ(m["ranks_measured"], 3);
   EXPECT_DOUBLE_EQ(m["per_rank_mib"]["0"].get<double>(), 100.0);
@@ -784,7 +788,8 @@ TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
   RunDir d("memory_none");
   CleanRun(d, 2, 2);
   const auto r = judge_logs(Load("", 2), d, Job());
-  EXPECT_TRUE(r.extra["memory"].is_null()) << r.extra["memory"].dump();
+  EXPECT_TRUE(nanchaos::results::to_json(r)["memory"].is_null())
+      << nanchaos::results::to_json(r)["memory"].dump();
 }
 
 // Issue 13 point 5: a rank whose log could not grow (events.h log_error / log_dropped).
@@ -903,7 +908,7 @@ TEST(JudgePure, ReadJobEvidenceReadsWhatTheInMemoryEvidenceHolds) {
   const auto a = judge(s, from_disk, job);
   const auto b = judge_logs(s, d, job);
   EXPECT_EQ(results::to_json(a).dump(), results::to_json(b).dump());
-  EXPECT_EQ(a.extra["dead_ranks"], json::array({1}));
+  EXPECT_EQ(nanchaos::results::to_json(a)["dead_ranks"], json::array({1}));
 }
 
 }  // namespace

@@ -80,8 +80,8 @@ TEST(LauncherExit, ASegfaultAfterEveryRankExitedIsNotTheJobs) {
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.reason, "");
-  EXPECT_EQ(r.extra["launcher_exit_code"], 139);
-  EXPECT_EQ(r.extra["launcher_exit"],
+  EXPECT_EQ(nanchaos::results::to_json(r)["launcher_exit_code"], 139);
+  EXPECT_EQ(nanchaos::results::to_json(r)["launcher_exit"],
             (json{{"status", 139},
                   {"signal", "SIGSEGV"},
                   {"after_ranks_exited", true},
@@ -99,9 +99,9 @@ TEST(LauncherExit, ACrashBeforeTheRanksExitedStaysTheJobsEnd) {
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.verdict, results::Verdict::kFail);
   EXPECT_NE(r.reason.find("launcher exit status 139 (signal 11"), std::string::npos) << r.reason;
-  EXPECT_EQ(r.extra["launcher_exit"]["after_ranks_exited"], false);
-  EXPECT_EQ(r.extra["launcher_exit"]["counted"], true);
-  EXPECT_TRUE(r.extra["launcher_exit"]["note"].is_null());
+  EXPECT_EQ(nanchaos::results::to_json(r)["launcher_exit"]["after_ranks_exited"], false);
+  EXPECT_EQ(nanchaos::results::to_json(r)["launcher_exit"]["counted"], true);
+  EXPECT_TRUE(nanchaos::results::to_json(r)["launcher_exit"]["note"].is_null());
 }
 
 TEST(LauncherExit, OnlyACrashSignalAfterTheRanksIsForgiven) {
@@ -111,12 +111,13 @@ TEST(LauncherExit, OnlyACrashSignalAfterTheRanksIsForgiven) {
   for (const int status : {1, 137}) {
     const auto r = judge_logs(scenario(), d, reaped(status));
     EXPECT_EQ(r.outcome, results::Outcome::kCrashed) << status;
-    EXPECT_EQ(r.extra["launcher_exit"]["counted"], true) << status;
+    EXPECT_EQ(nanchaos::results::to_json(r)["launcher_exit"]["counted"], true) << status;
   }
   // The controller ended the job itself: its kill is no teardown crash.
   JobResult timed_out = reaped(139);
   timed_out.timed_out = true;
-  EXPECT_EQ(judge_logs(scenario(), d, timed_out).extra["launcher_exit"]["after_ranks_exited"],
+  EXPECT_EQ(nanchaos::results::to_json(
+                judge_logs(scenario(), d, timed_out))["launcher_exit"]["after_ranks_exited"],
             false);
 }
 

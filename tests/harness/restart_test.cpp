@@ -225,14 +225,14 @@ TEST(RestartJudge, OneShotCrashRelaunchedFromStepZeroCompletes) {
   EXPECT_EQ(r.outcome, results::Outcome::kCompleted);
   ASSERT_EQ(r.injections.size(), 1u);  // launch 0's crash, on the first launch's timeline
   EXPECT_DOUBLE_EQ(r.injections[0].t_ms, 4.005);
-  const json& launches = r.extra.at("launches");
+  const json launches = nanchaos::results::to_json(r).at("launches");
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0]["outcome"], "crashed");
   EXPECT_EQ(launches[0]["resumed_from_step"], nullptr);
   EXPECT_EQ(launches[1]["outcome"], "completed");
   EXPECT_EQ(launches[1]["resumed_from_step"], 0);
   EXPECT_DOUBLE_EQ(launches[1]["start_ms"].get<double>(), 105.0);
-  const json& restarts = r.extra.at("restarts");
+  const json restarts = nanchaos::results::to_json(r).at("restarts");
   ASSERT_EQ(restarts.size(), 1u);
   const json& rs = restarts[0];
   // Crash at 4.005 ms; rank 1 gone at 4.010; every process gone at 5.020; both ranks started at
@@ -262,7 +262,7 @@ TEST(RestartJudge, PersistentCrashExhaustsTheBudgetAndEndsCrashed) {
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.injections.size(), 3u);
-  EXPECT_EQ(r.extra.at("restarts").size(), 2u);
+  EXPECT_EQ(nanchaos::results::to_json(r).at("restarts").size(), 2u);
 }
 
 TEST(RestartJudge, WrongRestartCountFails) {
@@ -296,11 +296,13 @@ TEST(RestartJudge, ResumedStepFromTheLoadedCheckpoint) {
   ev.earlier.push_back({job0, first.evidence(2, job0).ranks});
   const auto r = judge(s, ev, job1);
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
-  const json& l1 = r.extra.at("launches")[1];
+  const json l1 = nanchaos::results::to_json(r).at("launches")[1];
   EXPECT_EQ(l1["resumed_from_step"], 2);
   EXPECT_EQ(l1["checkpoint_loaded"]["path"], "/run/ckpt/step-2.pt");
-  EXPECT_NEAR(r.extra.at("restarts")[0]["load_ms"].get<double>(), 105.500 - 105.000, 1e-9);
-  EXPECT_NEAR(r.extra.at("restarts")[0]["first_step_ms"].get<double>(), 106.030 - 105.500, 1e-9);
+  EXPECT_NEAR(nanchaos::results::to_json(r).at("restarts")[0]["load_ms"].get<double>(),
+              105.500 - 105.000, 1e-9);
+  EXPECT_NEAR(nanchaos::results::to_json(r).at("restarts")[0]["first_step_ms"].get<double>(),
+              106.030 - 105.500, 1e-9);
 }
 
 TEST(RestartJudge, LoadWithoutStepTakesTheStepCountedAtItsSave) {

@@ -74,7 +74,7 @@ ScenarioResult judged(FaultOutcome fo, Outcome outcome = Outcome::kCompleted) {
   inj.step = 10;
   r.injections.push_back(inj);
   r.wall_ms = 1500;
-  r.extra["false_positives"] = 0;
+  r.judged = JobFacts{};
   return r;
 }
 
@@ -159,10 +159,10 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   // Crashed, no detection, but the post-mortem names the dead rank: the harness explains it at
   // the survivors' last step; the stack named nothing, so it is no detection; outcome crash.
   r = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
-  r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
-  r.extra["last_collective"] = {{"0", {{"step", 10}, {"name", "consensus"}}},
-                                {"1", {{"step", 9}, {"name", "grad_allreduce"}}}};
-  r.extra["abort_latency_ms"] = 1078.5;
+  r.judged->postmortem.blame = Blame{{1}, "rank_failure"};
+  r.judged->postmortem.last_collective = {{0, LastCollective{0, "consensus", 10, false}},
+                                          {1, LastCollective{0, "grad_allreduce", 9, false}}};
+  r.judged->abort_latency_ms = 1078.5;
   f = score_fault(0, {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}}, "crash",
                   truth({1}, std::nullopt, "rank_failure"), r);
   EXPECT_EQ(*f.outcome, CampaignOutcome::kCrash);
@@ -180,7 +180,7 @@ TEST(CampaignScoring, OutcomeClassesFromTheJudge) {
   EXPECT_EQ(f.harness_latency_ms, 1078.5);
   // A hang the post-mortem explains (no watchdog) is not a detection.
   r = judged(FaultOutcome::kHang, Outcome::kHung);
-  r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "hang"}};
+  r.judged->postmortem.blame = Blame{{1}, "hang"};
   f = score_fault(0, kFault, "hang", t, r);
   EXPECT_FALSE(f.named.has_value());
   EXPECT_EQ(*f.outcome, CampaignOutcome::kHang);
@@ -231,7 +231,7 @@ TEST(CampaignScoring, AStackThatNamesNothingScoresZeroThoughTheHarnessExplainsIt
   std::vector<CampaignFault> rows;
   for (int i = 0; i < 4; ++i) {
     ScenarioResult r = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
-    r.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
+    r.judged->postmortem.blame = Blame{{1}, "rank_failure"};
     rows.push_back(score_fault(i, {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}}, "crash",
                                truth({1}, std::nullopt, "rank_failure"), r));
   }
@@ -558,7 +558,7 @@ TEST(CampaignCompare, PairedTestCountsOnlyWhatTheStackNamed) {
     ra.first_detection = detection("watchdog", {1}, "", "rank_failure");
     fa.push_back(score_fault(i, fault, "crash", t, ra));
     ScenarioResult rb = judged(FaultOutcome::kSilentCorruption, Outcome::kCrashed);
-    rb.extra["postmortem"] = {{"ranks", {1}}, {"cause", "rank_failure"}};
+    rb.judged->postmortem.blame = Blame{{1}, "rank_failure"};
     fb.push_back(score_fault(i, fault, "crash", t, i < 5 ? rb : ra));
   }
   auto file = [](const std::vector<CampaignFault>& rows) {

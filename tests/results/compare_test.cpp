@@ -265,6 +265,32 @@ TEST_F(CompareFiles, ExitCodesZeroOneAndTwoWithTheFileNamed) {
   EXPECT_NE(err_.str().find("--format yaml"), std::string::npos);
 }
 
+// A verdict compare does not know (a typo, a report from another tool) is an input error naming
+// the file and the scenario, never compared as text.
+TEST_F(CompareFiles, AnUnknownVerdictNamesTheFileAndTheScenario) {
+  const auto ok = write("ok.json", report({scenario("a", "pass", "", nullptr, "", 0, 0)}).dump());
+  const auto odd =
+      write("odd.json", report({scenario("a", "passed", "", nullptr, "", 0, 0)}).dump());
+  EXPECT_EQ(run(ok, odd), 2);
+  EXPECT_EQ(err_.str(), "nanchaos compare: error: " + odd +
+                            ": scenario \"a\": unknown verdict \"passed\" (known: pass, fail, "
+                            "error, skipped)\n");
+  EXPECT_EQ(out_.str(), "");
+  // Reports compared in memory: the label names the side.
+  try {
+    compare_reports(report({scenario("a", "pass", "", nullptr, "", 0, 0)}),
+                    report({scenario("a", "PASS", "", nullptr, "", 0, 0)}), {}, "base.json",
+                    "new.json");
+    ADD_FAILURE() << "no error for verdict PASS";
+  } catch (const CompareInputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "new.json: scenario \"a\": unknown verdict \"PASS\" (known: pass, fail, error, "
+                 "skipped)");
+  }
+  EXPECT_EQ(scenario_side(scenario("a", "skipped", "", nullptr, "", 0, 0)).verdict,
+            Verdict::kSkipped);
+}
+
 // Issue 13: two reports with no scenario in common are refused (exit 2), with or without
 // --common, and nothing is printed on stdout; --common lets a subset pass against a baseline.
 TEST_F(CompareFiles, NoSharedScenarioExitsTwoAndCommonComparesASubset) {

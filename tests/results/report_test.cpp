@@ -54,7 +54,9 @@ SuiteReport make_suite() {
   pass.steps_completed = 20;
   pass.final_loss = 2.5;
   pass.run_dir = "results/runs/x/nan-input-one-rank";
-  pass.extra = {{"abort_latency_ms", 12.5}, {"verdict", "overridden?"}};
+  pass.judged = JobFacts{};
+  pass.judged->abort_latency_ms = 12.5;
+  pass.interrupted_by = "SIGINT";
   suite.scenarios.push_back(pass);
 
   ScenarioResult fail;
@@ -196,8 +198,10 @@ TEST(ReportJson, PassingScenarioFields) {
                                       {"replay", false}}));
   EXPECT_EQ(s["steps_completed"], 20);
   EXPECT_DOUBLE_EQ(s["final_loss"].get<double>(), 2.5);
-  // extra is merged in, but never rewrites a contract field.
+  // The job facts sit beside the contract fields.
   EXPECT_DOUBLE_EQ(s["abort_latency_ms"].get<double>(), 12.5);
+  EXPECT_EQ(s["interrupted_by"], "SIGINT");
+  EXPECT_TRUE(s["postmortem"].is_null());
   EXPECT_EQ(s["verdict"], "pass");
 }
 

@@ -66,7 +66,8 @@ TEST(ScenarioStats, PassRatePercentilesAndPerDetectorGroups) {
       trial("pass", "loss", 0, 1.0, 100, 2000), trial("pass", "loss", 0, 3.0, 300, 2200),
       trial("fail", "grad", 1, 9.0, 50, 2100), trial("pass", "loss", 0, 2.0, 200, 1900),
       trial("pass", "", 0, 0, 0, 1800)};
-  trials[2].extra["abort_latency_ms"] = 1500.0;
+  trials[2].judged = JobFacts{};
+  trials[2].judged->abort_latency_ms = 1500.0;
   const json st = scenario_stats(trials);
   EXPECT_EQ(st["trials"], 5);
   EXPECT_EQ(st["passed"], 4);

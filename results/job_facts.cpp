@@ -1,0 +1,299 @@
+// The job facts' wire format (job_facts.h). Each key is written with the JSON type it has always
+// had (a double stays a double at 0, a rank map is keyed by the rank as a string), so report.json
+// reads the same as before these were structs.
+#include "results/job_facts.h"
+
+#include <string>
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+template <class T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json str_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+template <class T>
+json by_rank(const std::map<int64_t, T>& m) {
+  json out = json::object();
+  for (const auto& [rank, v] : m) out[std::to_string(rank)] = v;
+  return out;
+}
+
+// A key absent or null keeps `v` as it is (a report from before the key existed).
+template <class T>
+void read(const json& j, const char* key, T& v) {
+  auto it = j.find(key);
+  if (it != j.end() && !it->is_null()) it->get_to(v);
+}
+
+template <class T>
+void read(const json& j, const char* key, std::optional<T>& v) {
+  auto it = j.find(key);
+  if (it != j.end() && !it->is_null()) v = it->get<T>();
+}
+
+void read_str(const json& j, const char* key, std::string& v) {
+  auto it = j.find(key);
+  if (it != j.end() && it->is_string()) v = it->get<std::string>();
+}
+
+template <class T>
+void read_by_rank(const json& j, const char* key, std::map<int64_t, T>& m) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_object()) return;
+  for (const auto& [rank, v] : it->items()) m[std::stoll(rank)] = v.template get<T>();
+}
+
+bool has_any(const json& scenario, std::initializer_list<const char*> keys) {
+  if (!scenario.is_object()) return false;
+  for (const char* k : keys) {
+    if (scenario.contains(k)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void to_json(json& j, const LastCollective& v) {
+  j = {{"seq", v.seq}, {"name", v.name}, {"step", v.step}, {"left", v.left}};
+}
+void from_json(const json& j, LastCollective& v) {
+  read(j, "seq", v.seq);
+  read_str(j, "name", v.name);
+  read(j, "step", v.step);
+  read(j, "left", v.left);
+}
+
+void to_json(json& j, const CollectiveMismatch& v) {
+  json ranks = json::array();
+  for (const auto& e : v.ranks) {
+    ranks.push_back({{"rank", e.rank}, {"step", e.step}, {"name", e.name}});
+    if (e.count) ranks.back()["count"] = *e.count;
+  }
+  j = {{"seq", v.seq}, {"ranks", ranks}, {"diverged", v.diverged}, {"step", v.step}};
+}
+void from_json(const json& j, CollectiveMismatch& v) {
+  read(j, "seq", v.seq);
+  if (auto it = j.find("ranks"); it != j.end() && it->is_array()) {
+    for (const auto& e : *it) {
+      MismatchEntry m;
+      read(e, "rank", m.rank);
+      read(e, "step", m.step);
+      read_str(e, "name", m.name);
+      read(e, "count", m.count);
+      v.ranks.push_back(std::move(m));
+    }
+  }
+  read(j, "diverged", v.diverged);
+  read(j, "step", v.step);
+}
+
+void to_json(json& j, const Memory& v) {
+  j = {{"source", "VmHWM"},
+       {"ranks_measured", v.ranks_measured},
+       {"per_rank_max_mib", v.per_rank_max_mib},
+       {"per_rank_mean_mib", v.per_rank_mean_mib},
+       {"total_mib", v.total_mib},
+       {"per_rank_mib", by_rank(v.per_rank_mib)},
+       {"measured_by", by_rank(v.measured_by)}};
+}
+void from_json(const json& j, Memory& v) {
+  read(j, "ranks_measured", v.ranks_measured);
+  read(j, "per_rank_max_mib", v.per_rank_max_mib);
+  read(j, "per_rank_mean_mib", v.per_rank_mean_mib);
+  read(j, "total_mib", v.total_mib);
+  read_by_rank(j, "per_rank_mib", v.per_rank_mib);
+  read_by_rank(j, "measured_by", v.measured_by);
+}
+
+void to_json(json& j, const LauncherExitFacts& v) {
+  j = {{"status", v.status},
+       {"signal", str_or_null(v.signal)},
+       {"after_ranks_exited", v.after_ranks_exited},
+       {"counted", v.counted},
+       {"note", str_or_null(v.note)}};
+}
+void from_json(const json& j, LauncherExitFacts& v) {
+  read(j, "status", v.status);
+  read_str(j, "signal", v.signal);
+  read(j, "after_ranks_exited", v.after_ranks_exited);
+  read(j, "counted", v.counted);
+  read_str(j, "note", v.note);
+}
+
+void to_json(json& j, const ClockOffset& v) {
+  j = {{"host", v.host}, {"applied_shift_us", opt(v.applied_shift_us)}};
+  if (v.error) {
+    j["error"] = *v.error;
+  } else {
+    j["offset_us"] = v.offset_us;
+    j["rtt_us"] = v.rtt_us;
+    j["samples"] = v.samples;
+  }
+}
+void from_json(const json& j, ClockOffset& v) {
+  read_str(j, "host", v.host);
+  read(j, "applied_shift_us", v.applied_shift_us);
+  read(j, "error", v.error);
+  read(j, "offset_us", v.offset_us);
+  read(j, "rtt_us", v.rtt_us);
+  read(j, "samples", v.samples);
+}
+
+void to_json(json& j, const Launch& v) {
+  json loaded = nullptr;
+  if (v.checkpoint_loaded) {
+    loaded = {{"path", v.checkpoint_loaded->path}, {"step", opt(v.checkpoint_loaded->step)}};
+  }
+  j = {{"launch", v.launch},
+       {"start_ms", v.start_ms},
+       {"end_ms", v.end_ms},
+       {"outcome", v.outcome},
+       {"resumed_from_step", opt(v.resumed_from_step)},
+       {"checkpoint_loaded", loaded},
+       {"steps_reached", v.steps_reached}};
+}
+void from_json(const json& j, Launch& v) {
+  read(j, "launch", v.launch);
+  read(j, "start_ms", v.start_ms);
+  read(j, "end_ms", v.end_ms);
+  read_str(j, "outcome", v.outcome);
+  read(j, "resumed_from_step", v.resumed_from_step);
+  if (auto it = j.find("checkpoint_loaded"); it != j.end() && it->is_object()) {
+    Launch::Checkpoint c;
+    read_str(*it, "path", c.path);
+    read(*it, "step", c.step);
+    v.checkpoint_loaded = c;
+  }
+  read(j, "steps_reached", v.steps_reached);
+}
+
+void to_json(json& j, const Restart& v) {
+  j = {{"after_launch", v.after_launch},
+       {"cause", v.cause},
+       {"failed_ms", v.failed_ms},
+       {"resume_ms", opt(v.resume_ms)},
+       {"detect_ms", opt(v.detect_ms)},
+       {"teardown_ms", opt(v.teardown_ms)},
+       {"relaunch_ms", opt(v.relaunch_ms)},
+       {"load_ms", opt(v.load_ms)},
+       {"first_step_ms", opt(v.first_step_ms)}};
+}
+void from_json(const json& j, Restart& v) {
+  read(j, "after_launch", v.after_launch);
+  read_str(j, "cause", v.cause);
+  read(j, "failed_ms", v.failed_ms);
+  read(j, "resume_ms", v.resume_ms);
+  read(j, "detect_ms", v.detect_ms);
+  read(j, "teardown_ms", v.teardown_ms);
+  read(j, "relaunch_ms", v.relaunch_ms);
+  read(j, "load_ms", v.load_ms);
+  read(j, "first_step_ms", v.first_step_ms);
+}
+
+void write_facts(const JobFacts& f, json& s) {
+  const PostMortem& pm = f.postmortem;
+  s["postmortem"] =
+      pm.blame ? json{{"ranks", pm.blame->ranks}, {"cause", pm.blame->cause}} : json(nullptr);
+  json last = json::object();
+  for (const auto& [rank, c] : pm.last_collective) last[std::to_string(rank)] = opt(c);
+  s["last_collective"] = std::move(last);
+  s["collective_mismatch"] = opt(pm.collective_mismatch);
+  s["absent_ranks"] = pm.absent_ranks;
+  s["first_gap_collective"] = opt(pm.first_gap_collective);
+  s["dead_ranks"] = pm.dead_ranks;
+  s["deadlock"] = pm.deadlock;
+  s["longest_collective_wait_ms"] = pm.longest_collective_wait_ms;
+  s["abort_latency_ms"] = opt(f.abort_latency_ms);
+  s["false_positives"] = f.false_positives;
+  s["consistent"] = opt(f.consistent);
+  s["recovered"] = f.recovered;
+  s["launcher_exit_code"] = f.launcher_exit_code;
+  s["launcher_exit"] = f.launcher_exit;
+  s["orphans_killed"] = f.orphans_killed;
+  s["memory"] = opt(f.memory);
+  s["clock_offsets"] = f.clock_offsets.empty() ? json(nullptr) : by_rank(f.clock_offsets);
+  s["remote_ranks"] = f.remote_ranks;
+  if (f.launches) s["launches"] = *f.launches;
+  if (f.restarts) s["restarts"] = *f.restarts;
+}
+
+void write_facts(const ControllerFacts& f, json& s) {
+  s["job_start_us"] = f.job_start_us;
+  s["orphans_left"] = f.orphans_left;
+  s["controller"] = {{"vm_rss_kib", f.vm_rss_kib}, {"vm_hwm_kib", f.vm_hwm_kib}, {"fds", f.fds}};
+}
+
+void write_facts(const Interpreter& f, json& s) {
+  s["python"] = f.python;
+  s["torch"] = f.torch;
+  if (f.packages) s["python_packages"] = *f.packages;
+}
+
+std::optional<JobFacts> read_job_facts(const json& s) {
+  if (!has_any(s, {"postmortem", "last_collective", "dead_ranks", "memory", "launcher_exit"})) {
+    return std::nullopt;
+  }
+  JobFacts f;
+  PostMortem& pm = f.postmortem;
+  if (auto it = s.find("postmortem"); it != s.end() && it->is_object()) {
+    Blame b;
+    read(*it, "ranks", b.ranks);
+    read_str(*it, "cause", b.cause);
+    pm.blame = b;
+  }
+  if (auto it = s.find("last_collective"); it != s.end() && it->is_object()) {
+    for (const auto& [rank, c] : it->items()) {
+      auto& last = pm.last_collective[std::stoll(rank)];
+      if (c.is_object()) last = c.get<LastCollective>();
+    }
+  }
+  read(s, "collective_mismatch", pm.collective_mismatch);
+  read(s, "absent_ranks", pm.absent_ranks);
+  read(s, "first_gap_collective", pm.first_gap_collective);
+  read(s, "dead_ranks", pm.dead_ranks);
+  read(s, "deadlock", pm.deadlock);
+  read(s, "longest_collective_wait_ms", pm.longest_collective_wait_ms);
+  read(s, "abort_latency_ms", f.abort_latency_ms);
+  read(s, "false_positives", f.false_positives);
+  read(s, "consistent", f.consistent);
+  read(s, "recovered", f.recovered);
+  read(s, "launcher_exit_code", f.launcher_exit_code);
+  read(s, "launcher_exit", f.launcher_exit);
+  read(s, "orphans_killed", f.orphans_killed);
+  read(s, "memory", f.memory);
+  read_by_rank(s, "clock_offsets", f.clock_offsets);
+  read(s, "remote_ranks", f.remote_ranks);
+  read(s, "launches", f.launches);
+  read(s, "restarts", f.restarts);
+  return f;
+}
+
+std::optional<ControllerFacts> read_controller_facts(const json& s) {
+  if (!has_any(s, {"job_start_us", "orphans_left", "controller"})) return std::nullopt;
+  ControllerFacts f;
+  read(s, "job_start_us", f.job_start_us);
+  read(s, "orphans_left", f.orphans_left);
+  if (auto it = s.find("controller"); it != s.end() && it->is_object()) {
+    read(*it, "vm_rss_kib", f.vm_rss_kib);
+    read(*it, "vm_hwm_kib", f.vm_hwm_kib);
+    read(*it, "fds", f.fds);
+  }
+  return f;
+}
+
+std::optional<Interpreter> read_interpreter(const json& s) {
+  if (!has_any(s, {"python", "torch"})) return std::nullopt;
+  Interpreter f;
+  read_str(s, "python", f.python);
+  read_str(s, "torch", f.torch);
+  read(s, "python_packages", f.packages);
+  return f;
+}
+
+}  // namespace nanchaos::results

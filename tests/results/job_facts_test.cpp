@@ -1,0 +1,143 @@
+// The job facts' wire format: written as report.json's keys, read back, and read from the
+// reports committed under results/ (written before the facts were structs).
+#include "results/job_facts.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "results/report.h"
+
+namespace nanchaos::results {
+namespace {
+
+using json = nlohmann::json;
+
+JobFacts sample() {
+  JobFacts f;
+  f.postmortem.blame = Blame{{1}, "rank_failure"};
+  f.postmortem.last_collective = {{0, LastCollective{10, "consensus", 5, false}},
+                                  {1, std::nullopt}};
+  f.postmortem.collective_mismatch = CollectiveMismatch{
+      2, {{0, 3, "grad_allreduce", 128}, {1, 4, "consensus", std::nullopt}}, {1}, 3};
+  f.postmortem.absent_ranks = {1};
+  f.postmortem.first_gap_collective = 10;
+  f.postmortem.dead_ranks = {1};
+  f.postmortem.longest_collective_wait_ms = 2000;
+  f.abort_latency_ms = 12.5;
+  f.false_positives = 2;
+  f.consistent = false;
+  f.launcher_exit_code = 139;
+  f.launcher_exit = {139, "SIGSEGV", true, false, "a teardown crash"};
+  Memory m;
+  m.ranks_measured = 1;
+  m.per_rank_max_mib = m.per_rank_mean_mib = m.total_mib = 170.5;
+  m.per_rank_mib = {{0, 170.5}};
+  m.measured_by = {{0, "exit_event"}, {1, "none"}};
+  f.memory = m;
+  ClockOffset c;
+  c.host = "b";
+  c.applied_shift_us = -40;
+  c.offset_us = -40;
+  c.rtt_us = 9;
+  c.samples = 8;
+  f.clock_offsets = {{1, c}};
+  f.remote_ranks = {1};
+  Launch l;
+  l.outcome = "crashed";
+  l.checkpoint_loaded = Launch::Checkpoint{"ckpt.pt", std::nullopt};
+  f.launches = {{l}};
+  Restart r;
+  r.cause = "crashed";
+  r.resume_ms = 100.5;
+  f.restarts = {{r}};
+  return f;
+}
+
+TEST(JobFacts, WrittenAsReportKeysAndReadBack) {
+  json s = json::object();
+  write_facts(sample(), s);
+  EXPECT_EQ(s["postmortem"], json({{"ranks", {1}}, {"cause", "rank_failure"}}));
+  EXPECT_EQ(s["last_collective"]["0"],
+            json({{"seq", 10}, {"name", "consensus"}, {"step", 5}, {"left", false}}));
+  EXPECT_TRUE(s["last_collective"]["1"].is_null());
+  EXPECT_EQ(s["collective_mismatch"]["ranks"][0]["count"], 128);
+  EXPECT_FALSE(s["collective_mismatch"]["ranks"][1].contains("count"));
+  EXPECT_TRUE(s["longest_collective_wait_ms"].is_number_float());  // 2000.0, as always
+  EXPECT_EQ(s["launcher_exit"]["signal"], "SIGSEGV");
+  EXPECT_EQ(s["memory"]["source"], "VmHWM");
+  EXPECT_EQ(s["clock_offsets"]["1"]["applied_shift_us"], -40);
+  EXPECT_TRUE(s["launches"][0]["checkpoint_loaded"]["step"].is_null());
+  EXPECT_TRUE(s["restarts"][0]["load_ms"].is_null());
+
+  const auto back = read_job_facts(s);
+  ASSERT_TRUE(back.has_value());
+  json again = json::object();
+  write_facts(*back, again);
+  EXPECT_EQ(again, s);
+  EXPECT_EQ(back->postmortem.last_collective.at(0)->name, "consensus");
+  EXPECT_FALSE(back->postmortem.last_collective.at(1).has_value());
+}
+
+TEST(JobFacts, NullAndAbsentKeys) {
+  JobFacts f;
+  json s = json::object();
+  write_facts(f, s);
+  EXPECT_TRUE(s["postmortem"].is_null());
+  EXPECT_TRUE(s["memory"].is_null());
+  EXPECT_TRUE(s["clock_offsets"].is_null());
+  EXPECT_TRUE(s["first_gap_collective"].is_null());
+  EXPECT_FALSE(s.contains("launches"));  // only for a job with [job] restarts
+  EXPECT_FALSE(read_job_facts(json{{"name", "skipped"}}).has_value());
+  EXPECT_FALSE(read_controller_facts(json{{"name", "skipped"}}).has_value());
+  EXPECT_FALSE(read_interpreter(json{{"name", "skipped"}}).has_value());
+}
+
+TEST(JobFacts, ControllerAndInterpreter) {
+  ScenarioResult r;
+  r.controller = ControllerFacts{1000, 0, 2048, 4096, 5};
+  r.interpreter = Interpreter{"/usr/bin/python3", "2.3.0",
+                              std::map<std::string, std::string>{{"numpy", "1.26.4"}}};
+  const json s = to_json(r);
+  EXPECT_EQ(s["job_start_us"], 1000);
+  EXPECT_EQ(s["controller"], json({{"vm_rss_kib", 2048}, {"vm_hwm_kib", 4096}, {"fds", 5}}));
+  EXPECT_EQ(s["python_packages"], json({{"numpy", "1.26.4"}}));
+  EXPECT_EQ(read_controller_facts(s)->vm_hwm_kib, 4096);
+  EXPECT_EQ(read_interpreter(s)->packages->at("numpy"), "1.26.4");
+  EXPECT_FALSE(s.contains("postmortem"));  // not judged: no judge's facts
+}
+
+// `fresh` cut down to the keys `old` has, at every level of objects (a report written before a
+// key existed: collective_mismatch gained `diverged` and `step`).
+json keys_of(const json& fresh, const json& old) {
+  if (!fresh.is_object() || !old.is_object()) return fresh;
+  json out = json::object();
+  for (const auto& [k, v] : old.items()) {
+    if (fresh.contains(k)) out[k] = keys_of(fresh[k], v);
+  }
+  return out;
+}
+
+// The committed baseline predates `launcher_exit` and `logs`: every scenario's facts read, and
+// written again, give back what that file has.
+TEST(JobFacts, ReadsTheCommittedBaselineReport) {
+  std::ifstream in(std::string(NANCHAOS_SOURCE_DIR) + "/results/baselines/cpu-suite.json");
+  ASSERT_TRUE(in) << "results/baselines/cpu-suite.json";
+  const json report = json::parse(in);
+  int judged = 0;
+  for (const auto& s : report["scenarios"]) {
+    const auto facts = read_job_facts(s);
+    if (!facts) continue;
+    ++judged;
+    json again = json::object();
+    write_facts(*facts, again);
+    if (const auto c = read_controller_facts(s)) write_facts(*c, again);
+    for (const auto& [k, v] : again.items()) {
+      if (s.contains(k)) EXPECT_EQ(keys_of(v, s[k]), s[k]) << s["name"] << ": " << k;
+    }
+  }
+  EXPECT_GT(judged, 10);
+}
+
+}  // namespace
+}  // namespace nanchaos::results
