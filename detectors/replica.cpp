@@ -67,7 +67,7 @@ DetectorInfo replica_detector() {
     return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
   };
   info.order = 20;                         // step start, after param: the cross-replica digest
-  info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md, issue 15)
+  info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md)
   info.column = harness::kReplicaIdx;
   info.attribute = [](const double* row, const AttributionNames& n, Decision* d) {
     // A replica whose digest differs from the majority's (replica.h classify_divergence):

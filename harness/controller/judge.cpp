@@ -237,7 +237,7 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
 // An external job whose agent counted a different number of iterations than [job].steps, in a
 // ratio that gradient accumulation explains: the step clock makes one iteration of every
 // `micro_batches` training forwards (docs/external-jobs.md), so a job that accumulates over k
-// micro-batches with micro_batches = 1 counts k x steps iterations (issue 30: 80 for 20, and
+// micro-batches with micro_batches = 1 counts k x steps iterations (80 for 20 with k = 4, and
 // `recovered` and the fault steps then mean nothing). `counted` is the iterations every rank
 // finished. Empty when the counts agree or no accumulation factor explains them.
 std::string step_count_note(const Scenario& s, int64_t counted) {

@@ -2,7 +2,7 @@
 // [detectors] and [recovery] tables of a scenario, and its seed. StackConfig is a type with no
 // faults and no expectations (no field can hold a [[fault]], an [expect] key or a [campaign]
 // threshold), so nothing built from it can read the plan: the stack under test never sees what
-// will be injected or what the judge expects (issue 27 point 3, ../shared/DESIGN.md "the stack
+// will be injected or what the judge expects (../shared/DESIGN.md "the stack
 // never reads the ground truth"). The detectors (detectors/) include this header and
 // detector_registry.h, never scenario.h, registry.h or plan.h; tests/include_rules.py checks that
 // on every include, transitively.

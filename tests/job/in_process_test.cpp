@@ -1,4 +1,4 @@
-// The rank loop in one process (issue 14 point 6): N ranks as N threads on an in-process world
+// The rank loop in one process: N ranks as N threads on an in-process world
 // (harness/comm/in_process.h), judged by the controller's judge from the event logs they wrote,
 // as a launched job would be. Recovery, replay, consensus and the loss scaler are tested here in
 // well under a second each; the mpirun tests keep what the launcher does (hangs, crashes,
