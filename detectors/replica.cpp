@@ -62,7 +62,6 @@ DetectorInfo replica_detector() {
           .def(10)
           .min(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
   };

@@ -59,7 +59,6 @@ FaultKindInfo bitflip_kind() {
           .range(0, 31),
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<BitflipInjector>(f);

@@ -44,7 +44,6 @@ FaultKindInfo overflow_kind() {
       Key("target", KeyType::kString, "activation:MODULE whose output is scaled").required(),
       Key("factor", KeyType::kFloat, "multiplier applied to the module's output").def(1e5).above(0),
   };
-  info.not_implemented = "";
   info.make = [](const FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<OverflowInjector>(f);
   };

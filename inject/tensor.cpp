@@ -62,7 +62,6 @@ FaultKindInfo tensor_kind() {
           .above(0)
           .max(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<TensorInjector>(f);

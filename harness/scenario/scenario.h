@@ -108,8 +108,9 @@ Scenario load_scenario_string(const std::string& toml_text, const std::string& p
 /// Throws ScenarioError for a path that does not exist.
 std::vector<std::string> expand_scenario_paths(const std::vector<std::string>& paths);
 
-/// Features a scenario uses that are not built yet ("fault kind overflow (issue 5)", ...).
-/// Empty when the scenario can run. `nanchaos run` refuses a scenario with any, exit 2.
+/// Fault kinds and detectors a scenario names that this build does not register ("detector
+/// `x`: not registered in this build"). Empty when the scenario can run. `nanchaos run` refuses
+/// a scenario with any, exit 2.
 std::vector<std::string> unimplemented_features(const Scenario& s);
 
 /// The detector names each preset enables (built or not), in pipeline order.

@@ -389,7 +389,7 @@ const std::vector<KeySpec>& detector_common_keys() {
 }
 
 const std::map<std::string, std::string>& not_implemented_keys() {
-  // Recovery by restart (issue 32): relaunch, {run_dir}/{launch}, the agent's checkpoint events,
+  // Recovery by restart: relaunch, {run_dir}/{launch}, the agent's checkpoint events,
   // [expect] restarts and resumed_from_step are implemented; these are not.
   static const std::map<std::string, std::string> keys = {
       {"checkpoint",
