@@ -29,18 +29,6 @@
 
 namespace nanchaos::harness {
 
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::kFp32:
-      return "fp32";
-    case DType::kFp16:
-      return "fp16";
-    case DType::kBf16:
-      return "bf16";
-  }
-  return "?";
-}
-
 StackConfig stack_config(const Scenario& s) {
   StackConfig c;
   c.file = s.file;
