@@ -275,9 +275,8 @@ void decide_verdict(const Scenario& s, const JobEvidence& ev, const JobResult& j
             ": [job].timeout_ms ({} ms) expired after {} iteration(s), before step {} came",
             s.job.timeout_ms, most_steps, f.step);
       } else if (f.params.has("target")) {
-        what +=
-            ", target " + f.params.get_string("target") + ": " +
-            target_hint(f.params.get_string("target"), logs.empty() ? json() : logs[0].start_ev);
+        what += ", target " + f.params.get_string("target") + ": " +
+                target_hint(f, logs.empty() ? json() : logs[0].start_ev);
       }
       unverified.push_back(what + ")");
     }

@@ -118,6 +118,6 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
 std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches, size_t k);
 
 /// Why a target may have matched nothing, given rank 0's `start` event (null: none).
-std::string target_hint(const std::string& target, const nlohmann::json& start);
+std::string target_hint(const FaultSpec& fault, const nlohmann::json& start);
 
 }  // namespace nanchaos::harness

@@ -101,6 +101,14 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
                    all.given(spec.name) ? all.pos(spec.name) : SourcePos{});
     }
     if (const toml::node* r = t->get("ranks")) check_ranks_exist(*r, label + ".ranks", s.job.ranks);
+    if (!info.target_wheres.empty() && f.params.has("target")) {
+      const std::string& text = f.params.get_string("target");
+      f.target = parse_target(text, info.target_wheres);
+      if (!f.target) {
+        scenario_error(f.params.pos("target"),
+                       label + ".target: " + target_error(text, info.target_wheres));
+      }
+    }
     if (info.check) info.check(f);
     if (info.check_job) info.check_job(f, s);
     s.faults.push_back(std::move(f));

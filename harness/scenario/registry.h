@@ -37,6 +37,7 @@
 #include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/keys.h"
+#include "harness/scenario/target.h"
 
 namespace nanchaos::inject {
 class Injector;
@@ -71,6 +72,11 @@ struct FaultKindInfo {
   std::string doc;
   std::vector<KeySpec> keys;
   std::function<std::unique_ptr<inject::Injector>(const FaultSpec&, const Scenario&)> make;
+  /// The wheres its `target` key may name (tensor, bitflip: all; overflow: activation), in the
+  /// order the loader's message lists them. Non-empty: the loader and read_plan parse `target`
+  /// into FaultSpec::target and refuse any other text. Empty: `target`, if declared, is a plain
+  /// string param.
+  std::vector<TargetWhere> target_wheres;
   /// Optional cross-key check after the keys validated (e.g. count vs fraction); throws
   /// ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&)> check;

@@ -20,6 +20,7 @@
 
 #include "harness/scenario/keys.h"
 #include "harness/scenario/stack_config.h"
+#include "harness/scenario/target.h"
 
 namespace nanchaos::harness {
 
@@ -40,6 +41,9 @@ struct FaultSpec {
   double probability = 1.0;  ///< per eligible step, drawn from (seed, index, step, rank)
   bool persistent = false;
   Params params;  ///< kind-specific keys
+  /// `target` parsed, for the kinds that declare target wheres (FaultKindInfo::target_wheres);
+  /// nullopt for the others (comm's `target` names a collective) and when unset.
+  std::optional<Target> target;
   SourcePos pos;  ///< where the [[fault]] table starts
 
   /// True when `step` lies in [step, step + repeat) (probability not applied).
