@@ -63,7 +63,7 @@ TEST(Target, where_round_trips_through_its_text) {
 TEST(Target, loader_carries_the_parsed_target_in_the_fault) {
   const Scenario s = load_scenario_string(test_util::with_head(R"([[fault]]
 kind = "tensor"
-target = "gradient:layers.*.weight"
+target = "gradient:layers.*.linear.weight"
 step = 1
 [[fault]]
 kind = "overflow"
@@ -73,12 +73,14 @@ step = 1
 kind = "lr"
 factor = 2.0
 step = 1
+[expect]
+deadlock = false
 )"),
                                           "x.toml");
   ASSERT_EQ(s.faults.size(), 3u);
   ASSERT_TRUE(s.faults[0].target.has_value());
   EXPECT_EQ(s.faults[0].target->where, TargetWhere::kGradient);
-  EXPECT_EQ(s.faults[0].target->pattern, "layers.*.weight");
+  EXPECT_EQ(s.faults[0].target->pattern, "layers.*.linear.weight");
   ASSERT_TRUE(s.faults[1].target.has_value());
   EXPECT_EQ(s.faults[1].target->where, TargetWhere::kActivation);
   EXPECT_EQ(s.faults[1].target->pattern, "layers.0");
