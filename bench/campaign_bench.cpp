@@ -5,7 +5,7 @@
 // One benchmark row, BM_CampaignFaultsPerMinute, with user counters:
 //   faults_per_min_one_launch   N / wall minutes of the --one-launch-per-fault campaign
 //   faults_per_min_in_launch    N / wall minutes of the in-launch campaign
-//   ratio_vs_one_launch         in-launch / one-launch (issue 16: goal >= 30, limit >= 10)
+//   ratio_vs_one_launch         in-launch / one-launch (goal >= 30, limit >= 10)
 //   rows_equal                  1 when both campaign.json list the same outcome, named
 //                               detector/rank/step/layer/cause and latency for every fault
 // Wall time is the campaign command's own (campaign.json `wall_s`). Default: campaigns/

@@ -82,7 +82,7 @@ int worker(int rounds, const std::string& prefix) {
     // all-reduce, the branch test; the detail round would follow only when flagged.
     SummaryCounts counts = summary_counts(0);
     if (logged_allreduce(*comm, log, seq++, "consensus", counts.data(), counts.size(),
-                         ElemType::kInt64, step, 10000) != CollStatus::kOk) {
+                         DType::kInt64, step, 10000) != CollStatus::kOk) {
       std::fprintf(stderr, "consensus all-reduce failed\n");
       comm->abort_job(1);
     }

@@ -53,7 +53,6 @@ DetectorInfo activation_detector() {
   DetectorInfo info;
   info.name = "activation";
   info.doc = "probes module outputs for the first non-finite value";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ActivationDetector>();
   };

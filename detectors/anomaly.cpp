@@ -33,7 +33,6 @@ DetectorInfo anomaly_detector() {
   DetectorInfo info;
   info.name = "anomaly";
   info.doc = "autograd anomaly mode in the replay: names the op that produced the first NaN";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<AnomalyDetector>();
   };

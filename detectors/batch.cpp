@@ -65,7 +65,6 @@ DetectorInfo batch_detector() {
           .def(1e6)
           .above(0),
   };
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<BatchDetector>(s);
   };

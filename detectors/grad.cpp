@@ -34,7 +34,6 @@ DetectorInfo grad_detector() {
   DetectorInfo info;
   info.name = "grad";
   info.doc = "flags non-finite local gradients in the fused pass that packs the all-reduce buffer";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradDetector>();
   };

@@ -64,7 +64,6 @@ DetectorInfo grad_norm_spike_detector() {
           .def(6.0)
           .above(0),
   };
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<GradNormSpikeDetector>(s);
   };

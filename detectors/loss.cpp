@@ -33,7 +33,6 @@ DetectorInfo loss_detector() {
   DetectorInfo info;
   info.name = "loss";
   info.doc = "flags a non-finite local loss";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossDetector>();
   };

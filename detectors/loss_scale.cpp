@@ -34,7 +34,6 @@ DetectorInfo loss_scale_detector() {
   info.doc =
       "GradScaler found_inf; the scaler probing its range after a growth is a scale_backoff, not a "
       "detection";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig&) -> std::unique_ptr<Detector> {
     return std::make_unique<LossScaleDetector>();
   };

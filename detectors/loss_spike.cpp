@@ -37,7 +37,6 @@ DetectorInfo loss_spike_detector() {
   info.name = "loss_spike";
   info.doc =
       "flags a loss z-score spike over a window of recent steps (uses spike_window, spike_zscore)";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<LossSpikeDetector>(s);
   };

@@ -43,7 +43,6 @@ DetectorInfo param_detector() {
   DetectorInfo info;
   info.name = "param";
   info.doc = "flags non-finite parameters at step start";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ParamDetector>();
   };

@@ -40,7 +40,6 @@ DetectorInfo post_reduce_detector() {
   DetectorInfo info;
   info.name = "post_reduce";
   info.doc = "flags a non-finite reduced gradient buffer (identical on all ranks)";
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<PostReduceDetector>();
   };

@@ -62,12 +62,11 @@ DetectorInfo replica_detector() {
           .def(10)
           .min(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig& s) -> std::unique_ptr<Detector> {
     return std::make_unique<ReplicaDetector>(s.detectors.params.get_int("replica_every"));
   };
   info.order = 20;                         // step start, after param: the cross-replica digest
-  info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md, issue 15)
+  info.presets = harness::kPresetDefault;  // at its measured cost (bench/README.md)
   info.column = harness::kReplicaIdx;
   info.refined_by_replay = false;  // the divergence built up over earlier steps
   info.ranks_by_vote = true;       // the minority of the digest vote; resync applies

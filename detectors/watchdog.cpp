@@ -32,7 +32,6 @@ DetectorInfo watchdog_detector() {
           .def(10000)
           .min(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::StackConfig&) -> std::unique_ptr<Detector> {
     return std::make_unique<WatchdogDetector>();
   };

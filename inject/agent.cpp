@@ -137,9 +137,8 @@ struct Agent::Impl {
   void refuse_python_only(const harness::FaultSpec& f) {
     const harness::FaultKindInfo* info = harness::find_fault_kind(f.kind);
     std::string what = info != nullptr && info->python_only ? info->python_only(f) : "";
-    if (what.empty() && f.params.has("target") &&
-        f.params.get_string("target").rfind("optimizer:", 0) == 0) {
-      what = "target " + f.params.get_string("target") + " (optimizer state)";
+    if (what.empty() && f.target && f.target->where == harness::TargetWhere::kOptimizer) {
+      what = "target " + f.target->text() + " (optimizer state)";
     }
     if (!what.empty()) {
       fail(
@@ -154,12 +153,11 @@ struct Agent::Impl {
   void check_targets() {
     for (const auto& f : plan.faults) {
       refuse_python_only(f);
-      if (!f.params.has("target")) continue;
-      const std::string target = f.params.get_string("target");
-      const auto colon = target.find(':');
-      const std::string where = target.substr(0, colon);
-      if (colon == std::string::npos || (where != "parameter" && where != "gradient")) continue;
-      const std::string pattern = target.substr(colon + 1);
+      if (!f.target || (f.target->where != harness::TargetWhere::kParameter &&
+                        f.target->where != harness::TargetWhere::kGradient)) {
+        continue;
+      }
+      const std::string& pattern = f.target->pattern;
       bool any = false;
       std::vector<std::string> names;
       for (const auto& [name, p] : named_params) {
@@ -171,8 +169,10 @@ struct Agent::Impl {
         fail(fmt::format(
             "[[fault]] #{} ({}): target {} matches no parameter of the model ({} parameters; "
             "`nanchaos targets` lists them){}",
-            f.index + 1, f.kind, target, named_params.size(),
-            near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near)));
+            f.index + 1, f.kind, f.target->text(), named_params.size(),
+            near.empty()
+                ? ""
+                : fmt::format(" (did you mean {}:{}?)", to_string(f.target->where), near)));
       }
     }
   }

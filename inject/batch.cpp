@@ -81,7 +81,6 @@ FaultKindInfo batch_kind() {
           .choices({"constant_column", "empty_mask"}),
       Key("column", KeyType::kInt, "constant_column: the input feature made constant").min(0),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<BatchInjector>(f);

@@ -42,7 +42,6 @@ class BitflipInjector final : public TargetedInjector {
 };
 
 using harness::FaultKindInfo;
-using harness::FaultSpec;
 using harness::Key;
 using harness::KeyType;
 
@@ -59,18 +58,14 @@ FaultKindInfo bitflip_kind() {
           .range(0, 31),
       Key("count", KeyType::kInt, "elements hit").def(1).min(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<BitflipInjector>(f);
   };
-  info.check = [](const FaultSpec& f) {
-    harness::check_target(f, "target",
-                          {"activation", "parameter", "gradient", "optimizer", "loss"});
-  };
+  info.target_wheres = harness::all_target_wheres();
   // The target must name something of the configured built-in workload (did-you-mean).
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
-    harness::check_target_exists(f, "target", s);
+    harness::check_target_exists(f, s);
   };
   // Campaigns: a target class with names, then a name; the cause is the target's class.
   info.python_agent = true;
@@ -81,9 +76,7 @@ FaultKindInfo bitflip_kind() {
     f["target"] = d.tensor_target();
     f["bit"] = d.bit(32);
   };
-  info.fault_class = [](const nlohmann::ordered_json& f) {
-    return f.contains("target") ? harness::target_where(f.at("target").get<std::string>()) : "";
-  };
+  info.fault_class = [](const nlohmann::ordered_json& f) { return harness::drawn_target_where(f); };
   info.truth = harness::tensor_target_truth;
   return info;
 }

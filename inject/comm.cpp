@@ -79,7 +79,6 @@ FaultKindInfo comm_kind() {
           "as sent); unset: the gradient all-reduce")
           .choices({"reduce_scatter", "all_gather"}),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<CommInjector>(f);

@@ -45,7 +45,6 @@ FaultKindInfo crash_kind() {
       Key("exit_code", KeyType::kInt, "exit with this status instead of being killed by SIGKILL")
           .range(0, 255),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<CrashInjector>(f);

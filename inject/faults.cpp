@@ -16,8 +16,7 @@ Faults::Faults(const harness::Scenario& s, harness::EventLog& log, int rank, int
     injectors_.push_back(info.make(f, s));
     if (kinds_.size() <= size_t(f.index)) kinds_.resize(size_t(f.index) + 1);
     kinds_[size_t(f.index)] = f.kind;
-    optimizer_targets_ |=
-        f.params.has("target") && f.params.get_string("target").rfind("optimizer:", 0) == 0;
+    optimizer_targets_ |= f.target && f.target->where == harness::TargetWhere::kOptimizer;
   }
   ctx_.rank = rank;
   ctx_.world = world;

@@ -103,7 +103,6 @@ FaultKindInfo hang_kind() {
                                   "where = \"before_grad_allreduce\"");
     }
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<HangInjector>(f);

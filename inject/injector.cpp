@@ -26,22 +26,8 @@ std::vector<int64_t> Injector::pick_elements(int64_t numel, const FaultContext& 
 
 namespace nanchaos::inject {
 
-TargetedInjector::TargetedInjector(const harness::FaultSpec& spec) : Injector(spec) {
-  const std::string target = spec.params.get_string("target");
-  const auto colon = target.find(':');
-  const std::string kind = target.substr(0, colon);
-  pattern_ = colon == std::string::npos ? "" : target.substr(colon + 1);
-  if (kind == "activation")
-    where_ = Where::kActivation;
-  else if (kind == "parameter")
-    where_ = Where::kParameter;
-  else if (kind == "gradient")
-    where_ = Where::kGradient;
-  else if (kind == "optimizer")
-    where_ = Where::kOptimizer;
-  else
-    where_ = Where::kLoss;
-}
+TargetedInjector::TargetedInjector(const harness::FaultSpec& spec)
+    : Injector(spec), target_(spec.target.value()) {}
 
 nlohmann::json TargetedInjector::corrupt_anywhere(torch::Tensor t,
                                                   const std::vector<int64_t>& idx) {
@@ -56,32 +42,34 @@ nlohmann::json TargetedInjector::corrupt_anywhere(torch::Tensor t,
   return detail;
 }
 
-void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix) {
+void TargetedInjector::hit_named(FaultContext& ctx, NamedTensors& tensors) {
   torch::NoGradGuard no_grad;
   for (auto& [name, t] : tensors) {
-    if (!match_target(pattern_, name)) continue;
+    if (!match_target(target_.pattern, name)) continue;
     auto idx = pick_elements(t.numel(), ctx);
     auto detail = corrupt_anywhere(t, idx);
     detail["elements"] = idx.size();
-    ctx.fired(spec_.index, std::string(prefix) + name, std::move(detail));
+    ctx.fired(spec_.index, std::string(to_string(target_.where)) + ":" + name, std::move(detail));
   }
 }
 
 void TargetedInjector::on_optimizer_state(FaultContext& ctx, NamedTensors& states) {
-  if (where_ == Where::kOptimizer && armed(ctx)) hit_named(ctx, states, "optimizer:");
+  if (target_.where == harness::TargetWhere::kOptimizer && armed(ctx)) hit_named(ctx, states);
 }
 
 void TargetedInjector::on_parameters(FaultContext& ctx, NamedTensors& params) {
-  if (where_ == Where::kParameter && armed(ctx)) hit_named(ctx, params, "parameter:");
+  if (target_.where == harness::TargetWhere::kParameter && armed(ctx)) hit_named(ctx, params);
 }
 
 void TargetedInjector::on_gradients(FaultContext& ctx, NamedTensors& grads) {
-  if (where_ == Where::kGradient && armed(ctx)) hit_named(ctx, grads, "gradient:");
+  if (target_.where == harness::TargetWhere::kGradient && armed(ctx)) hit_named(ctx, grads);
 }
 
 torch::Tensor TargetedInjector::on_activation(FaultContext& ctx, const std::string& module,
                                               torch::Tensor out) {
-  if (where_ != Where::kActivation || !match_target(pattern_, module) || !armed(ctx)) return out;
+  if (target_.where != harness::TargetWhere::kActivation ||
+      !match_target(target_.pattern, module) || !armed(ctx))
+    return out;
   // Out of place, so autograd still sees the module's own output for the untouched elements.
   auto values = out.detach().clone().contiguous();
   auto idx = pick_elements(values.numel(), ctx);
@@ -95,7 +83,7 @@ torch::Tensor TargetedInjector::on_activation(FaultContext& ctx, const std::stri
 }
 
 torch::Tensor TargetedInjector::on_loss(FaultContext& ctx, torch::Tensor loss) {
-  if (where_ != Where::kLoss || !armed(ctx)) return loss;
+  if (target_.where != harness::TargetWhere::kLoss || !armed(ctx)) return loss;
   auto value = loss.detach().clone().reshape({1});
   auto detail = corrupt_anywhere(value, {0});
   ctx.fired(spec_.index, "loss", std::move(detail));

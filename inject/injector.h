@@ -112,10 +112,10 @@ using harness::match_target;  // harness/scenario/scenario_schema.h
 
 namespace nanchaos::inject {
 
-/// Base of the kinds that hit a named tensor: `tensor` and `bitflip`. Parses `target`
-/// (activation:MODULE, parameter:NAME, gradient:NAME, optimizer:PARAM.STATE, loss) and dispatches
-/// to the right hook;
-/// subclasses only say how elements change.
+/// Base of the kinds that hit a named tensor: `tensor` and `bitflip`. Dispatches on the fault's
+/// parsed target (FaultSpec::target: activation:MODULE, parameter:NAME, gradient:NAME,
+/// optimizer:PARAM.STATE, loss; required, the loader sets it) to the right hook; subclasses only
+/// say how elements change.
 class TargetedInjector : public Injector {
  public:
   explicit TargetedInjector(const harness::FaultSpec& spec);
@@ -135,10 +135,9 @@ class TargetedInjector : public Injector {
   nlohmann::json corrupt_anywhere(torch::Tensor t, const std::vector<int64_t>& idx);
 
  private:
-  enum class Where { kActivation, kParameter, kGradient, kLoss, kOptimizer };
-  void hit_named(FaultContext& ctx, NamedTensors& tensors, const char* prefix);
-  Where where_ = Where::kActivation;
-  std::string pattern_;
+  /// Hits every tensor the target's pattern matches; the event names it "<where>:<name>".
+  void hit_named(FaultContext& ctx, NamedTensors& tensors);
+  harness::Target target_;
 };
 
 }  // namespace nanchaos::inject

@@ -42,7 +42,6 @@ FaultKindInfo lr_kind() {
           .required()
           .above(0),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<LrInjector>(f);

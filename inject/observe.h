@@ -7,7 +7,7 @@
 //                       what(), at most 2000 characters)
 //
 // The Observer is built from the event log alone: it holds no plan, no fault and no expectation
-// (issue 27 point 3; the plan reaches only the injection modules, faults.h, through agent.cpp).
+// (the plan reaches only the injection modules, faults.h, through agent.cpp).
 // It includes no header that can reach a plan type (tests/include_rules.py checks this
 // transitively). Torch-free. Thread-safety: the training thread only, as the Agent.
 #pragma once

@@ -15,9 +15,7 @@ namespace {
 class OverflowInjector final : public Injector {
  public:
   explicit OverflowInjector(const harness::FaultSpec& f)
-      : Injector(f),
-        pattern_(f.params.get_string("target").substr(std::string("activation:").size())),
-        factor_(f.params.get_float("factor")) {}
+      : Injector(f), pattern_(f.target.value().pattern), factor_(f.params.get_float("factor")) {}
   torch::Tensor on_activation(FaultContext& ctx, const std::string& module,
                               torch::Tensor out) override {
     if (!match_target(pattern_, module) || !armed(ctx)) return out;
@@ -44,14 +42,13 @@ FaultKindInfo overflow_kind() {
       Key("target", KeyType::kString, "activation:MODULE whose output is scaled").required(),
       Key("factor", KeyType::kFloat, "multiplier applied to the module's output").def(1e5).above(0),
   };
-  info.not_implemented = "";
   info.make = [](const FaultSpec& f, const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<OverflowInjector>(f);
   };
-  info.check = [](const FaultSpec& f) { harness::check_target(f, "target", {"activation"}); };
+  info.target_wheres = {harness::TargetWhere::kActivation};
   // The target must name something of the configured built-in workload (did-you-mean).
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
-    harness::check_target_exists(f, "target", s);
+    harness::check_target_exists(f, s);
   };
   // Campaigns: a module of the job, on a half-precision job only (or when asked for by name on
   // an external job, whose precision is its own).
@@ -71,11 +68,13 @@ FaultKindInfo overflow_kind() {
     return "";
   };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
-    f["target"] = "activation:" + d.pick(d.targets().modules);
+    f["target"] =
+        harness::Target{harness::TargetWhere::kActivation, d.pick(d.targets().modules)}.text();
   };
   info.truth = [](const nlohmann::ordered_json& f) {
+    const auto target = harness::drawn_target(f);
     return harness::KindTruth{harness::Cause::kFp16Overflow,
-                              harness::target_name(f.at("target").get<std::string>())};
+                              target ? std::optional<std::string>(target->name()) : std::nullopt};
   };
   return info;
 }

@@ -137,7 +137,6 @@ FaultKindInfo slow_kind() {
                                          "`fraction`; `probability` is not read for it");
     }
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<SlowInjector>(f);

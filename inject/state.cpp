@@ -65,7 +65,6 @@ FaultKindInfo state_kind() {
       Key("value", KeyType::kFloat, "the new value (lr: the new factor on the schedule)").above(0),
       Key("factor", KeyType::kFloat, "multiply the current value instead").above(0),
   };
-  info.not_implemented = "";
   info.check = [](const FaultSpec& f) {
     harness::check_exclusive(f, "value", "factor");
     if (!f.params.given("value") && !f.params.given("factor")) {

@@ -62,20 +62,18 @@ FaultKindInfo tensor_kind() {
           .above(0)
           .max(1),
   };
-  info.not_implemented = "";
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario&) -> std::unique_ptr<Injector> {
     return std::make_unique<TensorInjector>(f);
   };
+  info.target_wheres = harness::all_target_wheres();
   info.check = [](const FaultSpec& f) {
-    harness::check_target(f, "target",
-                          {"activation", "parameter", "gradient", "optimizer", "loss"});
     harness::check_exclusive(f, "value", "factor");
     harness::check_exclusive(f, "count", "fraction");
   };
   // The target must name something of the configured built-in workload (did-you-mean).
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
-    harness::check_target_exists(f, "target", s);
+    harness::check_target_exists(f, s);
   };
   // Campaigns: a target class with names, then a name; the cause is the target's class.
   info.python_agent = true;
@@ -86,9 +84,7 @@ FaultKindInfo tensor_kind() {
     f["target"] = d.tensor_target();
     f["value"] = d.value();
   };
-  info.fault_class = [](const nlohmann::ordered_json& f) {
-    return f.contains("target") ? harness::target_where(f.at("target").get<std::string>()) : "";
-  };
+  info.fault_class = [](const nlohmann::ordered_json& f) { return harness::drawn_target_where(f); };
   info.truth = harness::tensor_target_truth;
   return info;
 }

@@ -11,7 +11,7 @@
 //   write_campaign_json(c, dir + "/campaign.json");
 //
 // Scoring rules (documented for users in docs/scenario-format.md "Campaigns"). A campaign scores
-// what the stack under test said, never what the harness knows (issue 27):
+// what the stack under test said, never what the harness knows:
 //   named       the stack's first detection (the judge's first_detection), when it came within
 //               `within_steps` of the fault's first firing step; a later one is kept as `late`
 //               and is not a detection. A rank the launcher tore down before any detector fired

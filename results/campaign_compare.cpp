@@ -43,7 +43,7 @@ std::pair<int64_t, int64_t> counts(const json& doc, const std::string& metric,
 }
 
 // Whether the stack itself named the fault of `row`. A file written before `named_by` existed
-// (issue 27) put the harness's post-mortem in `named`: that is not the stack's.
+// put the harness's post-mortem in `named`: that is not the stack's.
 bool stack_named(const json& row) {
   const auto n = row.find("named");
   if (n == row.end() || !n->is_object()) return false;

@@ -110,7 +110,7 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
       }
     }
   }
-  // Every job's output files (issue 30 point 5): the merged view and each rank's own.
+  // Every job's output files: the merged view and each rank's own.
   bool out_heading = false;
   for (const auto& s : r.scenarios) {
     const std::string links = md_links(s, path);

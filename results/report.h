@@ -69,7 +69,7 @@ struct Detection {
   int64_t step = -1;
   std::string layer;                     ///< module/parameter, "inputs"/"labels", "" when unknown
   std::string cause;                     ///< data, loss_math, gradient, ... ("" when unknown)
-  std::optional<bool> transient;         ///< set by the replay (issue 4)
+  std::optional<bool> transient;         ///< set by the replay
   std::optional<int64_t> latency_steps;  ///< detection step - first fault step
   std::optional<double> latency_ms;      ///< first injection -> first local detection (ms)
   std::optional<double> decision_us;     ///< first local detection -> all ranks agreed (us)

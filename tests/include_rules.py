@@ -60,10 +60,11 @@ STACK_TORCH_FREE = "detectors/core/"
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^">]+)[">]')
 
-# The stack under test and the agents' detection paths never see the plan (issue 27 point 3,
-# ../shared/DESIGN.md): from these files no chain of quoted includes may reach a header that
-# declares a fault, an expectation or the whole scenario. They are built from StackConfig
-# (harness/scenario/stack_config.h), which holds none, and declare keys with key_builder.h.
+# The stack under test and the agents' detection paths never see the plan (../shared/DESIGN.md:
+# the stack never reads the ground truth): from these files no chain of quoted includes may reach
+# a header that declares a fault, an expectation or the whole scenario. They are built from
+# StackConfig (harness/scenario/stack_config.h), which holds none, and declare keys with
+# key_builder.h.
 PLAN_BLIND = ("detectors/", "inject/observe.")
 PLAN_HEADERS = {
     "harness/scenario/scenario.h",         # Scenario, FaultSpec, ExpectConfig

@@ -64,7 +64,7 @@ inline nlohmann::json read_report(const std::string& out) {
 /// The shipped suite's run folder: CTest's `shipped_suite_passes` runs every scenario in
 /// scenarios/ once into it and passes it to the tests that check shipped scenarios as
 /// NANCHAOS_SHIPPED_RUN (tests/CMakeLists.txt, fixture `shipped_report`), so no shipped scenario
-/// runs twice (issue 14 point 6). Throws, naming that test, when the variable is unset or the
+/// runs twice. Throws, naming that test, when the variable is unset or the
 /// folder has no report.json: such a test must fail, never pass on evidence it did not see.
 inline std::string shipped_run() {
   const char* dir = std::getenv("NANCHAOS_SHIPPED_RUN");

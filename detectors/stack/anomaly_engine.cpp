@@ -19,7 +19,7 @@ namespace ag = torch::autograd;
 // Only the two virtuals whose signatures LibTorch has kept from 1.x to 2.x are overridden.
 // assign_parent (the double-backward parent link) is LibTorch's own, a pointer copy: its parameter
 // is std::shared_ptr<Node> on 1.13 and c10::intrusive_ptr<Node> on 2.x, so an override of it
-// builds on one of them only (issue 36). .ci/libtorch2-guard compiles this file against 2.x.
+// builds on one of them only. .ci/libtorch2-guard compiles this file against 2.x.
 struct TracelessAnomalyMetadata final : ag::AnomalyMetadata {
   void store_stack() override {}
   void print_stack(const std::string&) override {}

@@ -15,7 +15,7 @@ namespace nanchaos::detect {
 using harness::Cause;
 
 using harness::CollStatus;
-using harness::ElemType;
+using harness::DType;
 
 StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, Deadline deadline,
                      bool cuda, torch::Device device, int watchdog_exit,
@@ -30,7 +30,7 @@ StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, Deadli
       rank_(comm.rank()),
       world_(comm.world_size()) {}
 
-void StackComm::collective(const std::string& name, void* buf, size_t count, ElemType type,
+void StackComm::collective(const std::string& name, void* buf, size_t count, DType type,
                            int64_t step) {
   const int64_t seq = seq_++;
   const CollStatus st = harness::logged_allreduce(comm_, log_, seq, name, buf, count, type, step,
@@ -57,26 +57,26 @@ void StackComm::collective(const std::string& name, void* buf, size_t count, Ele
 
 void StackComm::allreduce_rows(std::vector<double>& rows, const std::string& name, int64_t step) {
   if (!cuda_) {
-    collective(name, rows.data(), rows.size(), ElemType::kFloat64, step);
+    collective(name, rows.data(), rows.size(), DType::kFp64, step);
     return;
   }
   static_assert(sizeof(double) == sizeof(int64_t));
   auto host = torch::empty({int64_t(rows.size())}, torch::kInt64);
   std::memcpy(host.data_ptr<int64_t>(), rows.data(), rows.size() * sizeof(double));
   auto dev = host.to(device_);
-  collective(name, dev.data_ptr(), rows.size(), ElemType::kInt64, step);
+  collective(name, dev.data_ptr(), rows.size(), DType::kInt64, step);
   host = dev.cpu();
   std::memcpy(rows.data(), host.data_ptr<int64_t>(), rows.size() * sizeof(double));
 }
 
 void StackComm::allreduce_i64(int64_t* data, size_t n, const std::string& name, int64_t step) {
   if (!cuda_) {
-    collective(name, data, n, ElemType::kInt64, step);
+    collective(name, data, n, DType::kInt64, step);
     return;
   }
   auto host = torch::from_blob(data, {int64_t(n)}, torch::kInt64);
   auto dev = host.to(device_);
-  collective(name, dev.data_ptr(), n, ElemType::kInt64, step);
+  collective(name, dev.data_ptr(), n, DType::kInt64, step);
   host.copy_(dev.cpu());
 }
 

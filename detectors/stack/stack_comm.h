@@ -49,7 +49,7 @@ class StackComm {
 
   /// In-place SUM all-reduce of `count` elements of `type` at `buf` (a host buffer on MPI, a
   /// device pointer on NCCL), named `name` in the log, at `step`.
-  void collective(const std::string& name, void* buf, size_t count, harness::ElemType type,
+  void collective(const std::string& name, void* buf, size_t count, harness::DType type,
                   int64_t step);
   /// All-reduce of a [world x width] float64 matrix in which each rank filled only its row.
   void allreduce_rows(std::vector<double>& rows, const std::string& name, int64_t step);

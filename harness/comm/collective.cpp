@@ -9,25 +9,8 @@
 
 namespace nanchaos::harness {
 
-const char* elem_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat64:
-      return "float64";
-    case ElemType::kFloat32:
-      return "float32";
-    case ElemType::kFloat16:
-      return "float16";
-    case ElemType::kBFloat16:
-      return "bfloat16";
-    case ElemType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
 CollStatus logged_allreduce(Communicator& comm, EventLog& log, int64_t seq, const std::string& name,
-                            void* buf, size_t count, ElemType type, int64_t step,
-                            int64_t timeout_ms) {
+                            void* buf, size_t count, DType type, int64_t step, int64_t timeout_ms) {
   // The enter event is stamped before the collective is posted and written (flushed) right after
   // it, so the write overlaps the peers' eager sends instead of delaying them. Caveat: a rank
   // killed in that window leaves no enter event although its contribution may be on its way; it
@@ -38,7 +21,7 @@ CollStatus logged_allreduce(Communicator& comm, EventLog& log, int64_t seq, cons
   // per collective on every rank. (A heap-built JSON object costs ~10 us here, a run-time fmt
   // format ~0.4 us, this ~0.15 us: bench/README.md.)
   fmt::memory_buffer line;
-  append_coll_enter(line, t_enter, seq, name, int64_t(count), elem_name(type), step);
+  append_coll_enter(line, t_enter, seq, name, int64_t(count), torch_name(type), step);
   log.write_line(std::string_view(line.data(), line.size()));
   const int64_t deadline =
       timeout_ms > 0 ? t_enter + timeout_ms * 1000 : std::numeric_limits<int64_t>::max();

@@ -5,7 +5,7 @@
 // Torch-free, so the consensus benchmark (bench/consensus_bench.cpp) times exactly this code.
 //
 // Example: logged_allreduce(comm, log, seq++, "consensus", rows.data(), rows.size(),
-//                           ElemType::kFloat64, step, /*timeout_ms=*/10000);
+//                           DType::kFp64, step, /*timeout_ms=*/10000);
 // Blocks at most until timeout_ms has passed (one poll interval more, communicator.h); never
 // throws on the hot path. On kTimeout/kError no coll_leave is written: the caller (the runner's
 // watchdog) logs the detection and takes the job down.
@@ -23,7 +23,6 @@ namespace nanchaos::harness {
 /// In-place SUM all-reduce of `count` elements of `type` at `buf`, logged as collective #`seq`
 /// named `name` at `step`. `timeout_ms` <= 0 waits without a deadline (no watchdog: a stock job).
 CollStatus logged_allreduce(Communicator& comm, EventLog& log, int64_t seq, const std::string& name,
-                            void* buf, size_t count, ElemType type, int64_t step,
-                            int64_t timeout_ms);
+                            void* buf, size_t count, DType type, int64_t step, int64_t timeout_ms);
 
 }  // namespace nanchaos::harness

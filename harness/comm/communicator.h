@@ -15,14 +15,13 @@
 #include <memory>
 #include <string>
 
+#include "harness/common/dtype.h"
+
 namespace nanchaos::harness {
 
-/// kInt64 carries the consensus rows on NCCL: a SUM where one rank contributes each slot is an
-/// exact all-gather of the bit patterns (a floating-point reduction could turn a NaN into
-/// another value or drop it, as a float max does).
-enum class ElemType { kFloat64, kFloat32, kFloat16, kBFloat16, kInt64 };
-/// "float64", "float32", ... (the event logs' dtype field); defined in collective.cpp.
-const char* elem_name(ElemType t);
+// Element types are harness/common/dtype.h's DType. kInt64 carries the consensus rows on NCCL: a
+// SUM where one rank contributes each slot is an exact all-gather of the bit patterns (a
+// floating-point reduction could turn a NaN into another value or drop it, as a float max does).
 
 enum class CollStatus { kOk, kTimeout, kError };
 
@@ -43,7 +42,7 @@ class Communicator {
   virtual int world_size() const = 0;
   /// In-place SUM all-reduce of `count` elements. fp16/bf16 sums round at every add, like a
   /// half-precision NCCL all-reduce, so a sum can overflow to inf although every input is finite.
-  virtual std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) = 0;
+  virtual std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, DType type) = 0;
   /// Enqueues a device-side stall of `duration_ms` (< 0: forever) ahead of the next collective on
   /// the engine's stream (the `hang` fault's device stall). Returns false when the engine has no
   /// device stream (MPI). Throws std::runtime_error on a CUDA error.

@@ -20,7 +20,7 @@ WorldAborted::WorldAborted(int code)
 struct InProcessWorld::Slot {
   std::vector<void*> bufs;
   size_t count = 0;
-  ElemType type = ElemType::kFloat64;
+  DType type = DType::kFp64;
   int joined = 0;
   bool done = false;
   std::string error;  // ranks disagreed on count or type
@@ -28,46 +28,32 @@ struct InProcessWorld::Slot {
 
 namespace {
 
-size_t elem_bytes(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat64:
-    case ElemType::kInt64:
-      return 8;
-    case ElemType::kFloat32:
-      return 4;
-    case ElemType::kFloat16:
-    case ElemType::kBFloat16:
-      return 2;
-  }
-  return 8;
-}
-
 // inout += in, elementwise, as the MPI engine's SUM of that type does.
-void add_into(const void* in, void* inout, size_t n, ElemType t) {
+void add_into(const void* in, void* inout, size_t n, DType t) {
   switch (t) {
-    case ElemType::kFloat64: {
+    case DType::kFp64: {
       auto* a = static_cast<double*>(inout);
       const auto* b = static_cast<const double*>(in);
       for (size_t i = 0; i < n; ++i) a[i] += b[i];
       break;
     }
-    case ElemType::kFloat32: {
+    case DType::kFp32: {
       auto* a = static_cast<float*>(inout);
       const auto* b = static_cast<const float*>(in);
       for (size_t i = 0; i < n; ++i) a[i] += b[i];
       break;
     }
-    case ElemType::kInt64: {
+    case DType::kInt64: {
       // Wrapping, as MPI_INT64_T's SUM on two's complement: bit patterns travel exactly.
       auto* a = static_cast<uint64_t*>(inout);
       const auto* b = static_cast<const uint64_t*>(in);
       for (size_t i = 0; i < n; ++i) a[i] += b[i];
       break;
     }
-    case ElemType::kFloat16:
+    case DType::kFp16:
       wire_sum(in, inout, n, WireType::kFp16);
       break;
-    case ElemType::kBFloat16:
+    case DType::kBf16:
       wire_sum(in, inout, n, WireType::kBf16);
       break;
   }
@@ -90,7 +76,7 @@ class InProcessCommunicator final : public Communicator {
   InProcessCommunicator(InProcessWorld& w, int rank) : w_(w), rank_(rank) {}
   int rank() const override { return rank_; }
   int world_size() const override { return w_.world_size(); }
-  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) override {
+  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, DType type) override {
     const int64_t seq = next_++;
     w_.join(rank_, seq, buf, count, type);
     return std::make_unique<InProcessWork>(w_, seq);
@@ -118,7 +104,7 @@ bool InProcessWorld::aborted() const {
   return aborted_;
 }
 
-void InProcessWorld::join(int rank, int64_t seq, void* buf, size_t count, ElemType type) {
+void InProcessWorld::join(int rank, int64_t seq, void* buf, size_t count, DType type) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) throw WorldAborted(abort_code_);
   while (slots_.size() <= size_t(seq)) slots_.push_back(std::make_unique<Slot>());
@@ -129,13 +115,13 @@ void InProcessWorld::join(int rank, int64_t seq, void* buf, size_t count, ElemTy
     s.type = type;
   } else if (s.count != count || s.type != type) {
     s.error = fmt::format("collective #{}: rank {} gave {} x {}, another rank {} x {}", seq, rank,
-                          count, elem_name(type), s.count, elem_name(s.type));
+                          count, torch_name(type), s.count, torch_name(s.type));
   }
   s.bufs[size_t(rank)] = buf;
   if (++s.joined < world_) return;
   if (s.error.empty()) {
     // The sum in rank order, written to every rank's buffer.
-    const size_t bytes = s.count * elem_bytes(s.type);
+    const size_t bytes = s.count * dtype_bytes(s.type);
     std::vector<unsigned char> sum(bytes);
     std::memcpy(sum.data(), s.bufs[0], bytes);
     for (int r = 1; r < world_; ++r) add_into(s.bufs[size_t(r)], sum.data(), s.count, s.type);

@@ -55,7 +55,7 @@ class InProcessWorld {
   friend class InProcessWork;
   struct Slot;  // one collective: every rank's buffer, then the sum
   // Rank `rank` joins collective #seq; the last to join reduces into every buffer.
-  void join(int rank, int64_t seq, void* buf, size_t count, ElemType type);
+  void join(int rank, int64_t seq, void* buf, size_t count, DType type);
   // kOk once collective #seq is reduced (kError when ranks disagreed on its size or type),
   // kTimeout at the deadline; throws WorldAborted once the world is aborted.
   CollStatus wait(int64_t seq, int64_t deadline_us);

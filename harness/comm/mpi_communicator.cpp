@@ -78,25 +78,25 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
 
-  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) override {
+  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, DType type) override {
     MPI_Datatype dt = MPI_FLOAT;
     MPI_Op op = MPI_SUM;
     switch (type) {
-      case ElemType::kFloat64:
+      case DType::kFp64:
         dt = MPI_DOUBLE;
         break;
-      case ElemType::kFloat32:
+      case DType::kFp32:
         dt = MPI_FLOAT;
         break;
-      case ElemType::kFloat16:
+      case DType::kFp16:
         dt = MPI_UINT16_T;
         op = fp16_op_;
         break;
-      case ElemType::kBFloat16:
+      case DType::kBf16:
         dt = MPI_UINT16_T;
         op = bf16_op_;
         break;
-      case ElemType::kInt64:
+      case DType::kInt64:
         dt = MPI_INT64_T;
         break;
     }

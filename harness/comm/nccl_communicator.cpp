@@ -38,17 +38,17 @@ void pause_briefly(int spins) {
   if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
-ncclDataType_t nccl_type(ElemType t) {
+ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case ElemType::kFloat64:
+    case DType::kFp64:
       return ncclFloat64;
-    case ElemType::kFloat32:
+    case DType::kFp32:
       return ncclFloat32;
-    case ElemType::kFloat16:
+    case DType::kFp16:
       return ncclFloat16;
-    case ElemType::kBFloat16:
+    case DType::kBf16:
       return ncclBfloat16;
-    case ElemType::kInt64:
+    case DType::kInt64:
       return ncclInt64;
   }
   return ncclFloat32;
@@ -148,7 +148,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return o_.rank; }
   int world_size() const override { return o_.world; }
 
-  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, ElemType type) override {
+  std::unique_ptr<Work> iallreduce_sum(void* buf, size_t count, DType type) override {
     // Order after what LibTorch enqueued on the legacy default stream (the gradients, the rows).
     NANCHAOS_CUDA_CHECK(cudaEventRecord(ready_, nullptr));
     NANCHAOS_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));

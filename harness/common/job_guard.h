@@ -37,7 +37,7 @@ namespace nanchaos::harness {
 inline constexpr int kJobGuardExit = 5;
 /// How long after timeout_ms a rank ends itself (the controller's own kill, SIGTERM + 300 ms +
 /// SIGKILL, comes first while it is alive; the launcher's teardown fits in the rest of the 5 s
-/// that issue 13 allows).
+/// within which a killed job's processes must all be gone).
 inline constexpr int64_t kJobGuardGraceMs = 2000;
 /// How often the guard thread looks.
 inline constexpr int64_t kJobGuardPollMs = 200;

@@ -10,7 +10,7 @@
 //
 // Why the ranks write their own files: under mpirun every rank's stdout and stderr are pipes that
 // the launcher copies into its own stdout in chunks of whatever was read, so two ranks printing at
-// once came out split and glued in one file (771-1,159 of 20,000 lines, issue 30 point 5). A file
+// once came out split and glued in one file (771-1,159 of 20,000 lines). A file
 // with one writer holds the rank's bytes in order, whatever the launcher (mpirun, srun, none).
 //
 // The controller names the folder in $NANCHAOS_RANK_OUTPUT (passed on by `mpirun -x`); each rank

@@ -1,4 +1,4 @@
-// In-launch batches of a campaign (issue 16; docs/architecture.md "Campaigns"): one launch of a
+// In-launch batches of a campaign (docs/architecture.md "Campaigns"): one launch of a
 // built-in job runs many faults (`nanchaos rank --campaign FILE`, harness/job/runner.h
 // run_campaign_on): the clean prefix is trained once, each fault runs its window from an
 // in-memory checkpoint of the whole rank into its own folder, and the ranks restore.

@@ -157,17 +157,12 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
                                         near.empty() ? ";" : "; did you mean \"" + near + "\"?",
                                         fmt::join(known, ", ")));
       }
-      if (!it->second.not_implemented.empty()) {
-        throw CampaignError(
-            fmt::format("--kinds: {}: not implemented yet: {}", k, it->second.not_implemented));
-      }
       const std::string why = kind_refusal(it->second, s, t, true);
       if (!why.empty()) throw CampaignError(fmt::format("--kinds: {}: {}", k, why));
       if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
     }
   } else {
     for (const auto& [name, info] : fault_kinds()) {
-      if (!info.not_implemented.empty()) continue;
       if (kind_refusal(info, s, t, false).empty()) out.push_back(name);
     }
   }

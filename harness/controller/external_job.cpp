@@ -58,12 +58,15 @@ std::string external_setup_error(const std::vector<RankEvidence>& logs, const Jo
 // For an external job rank 0's `start` lists the model's modules and parameters: a target none
 // of them matches gets the nearest name (the DDP `module.` prefix is the classic slip); otherwise
 // the generic advice.
-std::string target_hint(const std::string& target, const json& start) {
+std::string target_hint(const FaultSpec& fault, const json& start) {
   const std::string generic = "check the name with `nanchaos targets`";
-  const auto colon = target.find(':');
-  if (!start.is_object() || colon == std::string::npos) return generic;
-  const std::string where = target.substr(0, colon), pattern = target.substr(colon + 1);
-  const char* list = where == "activation" ? "modules" : "parameters";
+  if (!start.is_object() || !fault.target || fault.target->where == TargetWhere::kLoss) {
+    return generic;
+  }
+  const std::string where = to_string(fault.target->where);
+  const std::string& pattern = fault.target->pattern;
+  const bool module = fault.target->where == TargetWhere::kActivation;
+  const char* list = module ? "modules" : "parameters";
   std::vector<std::string> names;
   for (const auto& n : start.value(list, json::array())) {
     if (n.is_string()) names.push_back(n.get<std::string>());
@@ -74,7 +77,7 @@ std::string target_hint(const std::string& target, const json& start) {
   }
   const std::string near = nearest(pattern, names);
   return fmt::format("it matches no {} of the model{}; `nanchaos targets` lists them",
-                     where == "activation" ? "module (nor a probe that ran)" : "parameter",
+                     module ? "module (nor a probe that ran)" : "parameter",
                      near.empty() ? "" : fmt::format(" (did you mean {}:{}?)", where, near));
 }
 

@@ -63,8 +63,6 @@ double count_activations(WorkloadKind workload, const WorkloadConfig& w) {
 
 namespace {
 
-double dtype_bytes(DType d) { return d == DType::kFp32 ? 4.0 : 2.0; }
-
 const char* optimizer_name(Optimizer o) {
   switch (o) {
     case Optimizer::kSgd:
@@ -152,7 +150,7 @@ MemoryEstimate estimate_rank_memory(const Scenario& s) {
   e.parameters = 4 * (P + c.buffers);
   e.gradients = 4 * P;
   if (s.job.grad_allreduce_dtype != DType::kFp32 || s.job.grad_predivide) {
-    e.gradients += dtype_bytes(s.job.grad_allreduce_dtype) * P;
+    e.gradients += double(dtype_bytes(s.job.grad_allreduce_dtype)) * P;
   }
   e.optimizer = w.optimizer == Optimizer::kSgd ? 0 : 8 * P;
   if (s.recovery.has(Policy::kRollback)) e.snapshot = e.parameters + e.optimizer;

@@ -1,4 +1,4 @@
-// Absurd values refused before any job starts (issue 13 point 2): an estimate of one rank's
+// Absurd values refused before any job starts: an estimate of one rank's
 // memory for the built-in workloads and of the job's total, checked against this host's memory,
 // and [job].ranks checked against how many processes this host can run. `nanchaos validate`,
 // `nanchaos run` and `nanchaos campaign` call check_host_limits() on every scenario after loading

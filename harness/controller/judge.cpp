@@ -238,7 +238,7 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
 // An external job whose agent counted a different number of iterations than [job].steps, in a
 // ratio that gradient accumulation explains: the step clock makes one iteration of every
 // `micro_batches` training forwards (docs/external-jobs.md), so a job that accumulates over k
-// micro-batches with micro_batches = 1 counts k x steps iterations (issue 30: 80 for 20, and
+// micro-batches with micro_batches = 1 counts k x steps iterations (80 for 20 with k = 4, and
 // `recovered` and the fault steps then mean nothing). `counted` is the iterations every rank
 // finished. Empty when the counts agree or no accumulation factor explains them.
 std::string step_count_note(const Scenario& s, int64_t counted) {
@@ -276,9 +276,8 @@ void decide_verdict(const Scenario& s, const JobEvidence& ev, const JobResult& j
             ": [job].timeout_ms ({} ms) expired after {} iteration(s), before step {} came",
             s.job.timeout_ms, most_steps, f.step);
       } else if (f.params.has("target")) {
-        what +=
-            ", target " + f.params.get_string("target") + ": " +
-            target_hint(f.params.get_string("target"), logs.empty() ? json() : logs[0].start_ev);
+        what += ", target " + f.params.get_string("target") + ": " +
+                target_hint(f, logs.empty() ? json() : logs[0].start_ev);
       }
       unverified.push_back(what + ")");
     }

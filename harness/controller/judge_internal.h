@@ -63,8 +63,8 @@ int64_t judge_detections(const Scenario& s, const std::vector<RankEvidence>& log
 std::string external_setup_error(const std::vector<RankEvidence>& logs, const JobResult& job,
                                  const std::string& ranks_log_tail);
 
-/// How the launcher ended, read against the ranks' own exit records (issue 30 point 6: mpirun
-/// 4.1 segfaulted in its teardown in 3 of 5 runs of one scenario, after every rank had exited).
+/// How the launcher ended, read against the ranks' own exit records (mpirun 4.1 was seen to
+/// segfault in its teardown in 3 of 5 runs of one scenario, after every rank had exited).
 struct LauncherExit {
   int status = -1;  ///< the launcher's status as reaped: exit code, or 128 + signal
   int signal = 0;   ///< the signal that ended it when status > 128 (0: it exited)
@@ -121,6 +121,6 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
 std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches, size_t k);
 
 /// Why a target may have matched nothing, given rank 0's `start` event (null: none).
-std::string target_hint(const std::string& target, const nlohmann::json& start);
+std::string target_hint(const FaultSpec& fault, const nlohmann::json& start);
 
 }  // namespace nanchaos::harness

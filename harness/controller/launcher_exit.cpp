@@ -3,7 +3,7 @@
 // The launcher's status is evidence of how the ranks ended only while they run: mpirun returns
 // the first failed rank's code, srun fails the step. A launcher that crashes after every rank has
 // written its exit record (Open MPI 4.1's mpirun segfaulted in its teardown in 3 of 5 runs of
-// one scenario, issue 30 point 6) says nothing more about the job, so the judge counts the
+// one scenario) says nothing more about the job, so the judge counts the
 // ranks' own codes then, and report.json keeps the launcher's status with the reason. A crash
 // before some rank exited stays the job's end (the ranks it took down have no exit record).
 #include <fmt/format.h>

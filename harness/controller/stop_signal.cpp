@@ -9,7 +9,7 @@ namespace nanchaos::harness {
 namespace {
 
 // The first SIGINT/SIGTERM the controller got (0: none). A signal handler may only store to a
-// volatile sig_atomic_t; launch_job's poll loop and run_suite read it (issue 13, point 4).
+// volatile sig_atomic_t; launch_job's poll loop and run_suite read it.
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 void on_stop_signal(int sig) {

@@ -18,7 +18,7 @@
 // (harness/controller/rank_evidence.cpp, judge_internal.h ranks_gone_us).
 //
 // What it is for: crash blame from the processes themselves, never from the injector's record
-// of a `crash` fault (issue 27 point 2).
+// of a `crash` fault.
 #pragma once
 
 #include <string>

@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, torch::Tensor>> RankRunner::training_state_te
     out.emplace_back("scaler:scale", torch::tensor(stack.scaler->scale, torch::kFloat64));
     out.emplace_back("scaler:tracker", torch::tensor(stack.scaler->tracker));
   }
-  out.emplace_back("schedule:lr_scale", torch::tensor(stack.lr_scale, torch::kFloat64));
+  out.emplace_back("schedule:lr_scale", torch::tensor(stack.carry.lr_scale, torch::kFloat64));
   out.emplace_back("rng:cpu", cpu_rng_state());
   return out;
 }
@@ -197,7 +197,7 @@ std::optional<RankRunner::CheckpointRejection> RankRunner::load_checkpoint(const
         if (name == "scaler:tracker" && stack->scaler) {
           stack->scaler->tracker = loaded[i].item<int64_t>();
         }
-        if (name == "schedule:lr_scale") stack->lr_scale = loaded[i].item<double>();
+        if (name == "schedule:lr_scale") stack->carry.lr_scale = loaded[i].item<double>();
       }
     }
   }

@@ -47,14 +47,14 @@ GradBucket::GradBucket(const std::vector<torch::Tensor>& params, DType wire, boo
 
 GradBucket::~GradBucket() = default;
 
-ElemType GradBucket::elem() const {
+DType GradBucket::elem() const {
   switch (wire_) {
     case WireType::kFp16:
-      return ElemType::kFloat16;
+      return DType::kFp16;
     case WireType::kBf16:
-      return ElemType::kBFloat16;
+      return DType::kBf16;
     default:
-      return ElemType::kFloat32;
+      return DType::kFp32;
   }
 }
 

@@ -34,7 +34,7 @@ class GradBucket {
 
   WireType wire() const { return wire_; }
   /// The wire's element type for the communicator.
-  ElemType elem() const;
+  DType elem() const;
   size_t count() const { return size_t(bucket_.numel()); }
   /// x 1/world before the SUM (grad_predivide), else 1.
   float pre_scale() const { return pre_scale_; }

@@ -161,7 +161,7 @@ detect::ModelState RankRunner::model_state() {
 /// The buffer broadcast's SUM all-reduce of fp32 values, through the stack's collectives.
 AllReduceFloats RankRunner::buffer_sum(int64_t step) {
   return [this, step](float* data, size_t n) {
-    stack_->comm().collective("buffer_broadcast", data, n, ElemType::kFloat32, step);
+    stack_->comm().collective("buffer_broadcast", data, n, DType::kFp32, step);
   };
 }
 

@@ -45,7 +45,7 @@ struct InLaunchFault {
 /// Throws std::runtime_error naming the file on an unreadable list or scenario.
 std::vector<InLaunchFault> load_inlaunch_faults(const std::string& campaign_file);
 
-/// The in-launch campaign (issue 16; docs/architecture.md "Campaigns"): one rank of `s` (no
+/// The in-launch campaign (docs/architecture.md "Campaigns"): one rank of `s` (no
 /// faults) trains the clean prefix once, logging to `run_dir/events/rank-<rank>.jsonl`. For each
 /// fault, by its first step: trains on clean to that step, checkpoints the whole rank in memory
 /// (model, optimizer, loss scaler, the loop's and the stack's state, every detector's), then

@@ -42,7 +42,6 @@ struct DetectorInfo {
   std::string name;
   std::string doc;
   std::vector<KeySpec> keys;
-  std::string not_implemented;
   std::function<std::unique_ptr<detect::Detector>(const StackConfig&)> make;
   /// Position in the step pipeline (DESIGN.md "The step pipeline"); unique, >= 0. Sorted by it,
   /// the detectors give the consensus bits (bit i = i-th detector) and "the first detector of a

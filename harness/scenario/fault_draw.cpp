@@ -2,6 +2,8 @@
 // generator's calls is part of the draw: a change here moves every campaign's faults.
 #include "harness/scenario/fault_draw.h"
 
+#include <stdexcept>
+
 #include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
@@ -25,42 +27,64 @@ int64_t FaultDraw::bit(int bits) {
 }
 
 std::string FaultDraw::tensor_target() {
-  std::vector<std::string> where;
-  if (!t_.modules.empty()) where.push_back("activation");
-  if (!t_.parameters.empty()) where.insert(where.end(), {"parameter", "gradient"});
-  where.push_back("loss");
+  std::vector<TargetWhere> where;
+  if (!t_.modules.empty()) where.push_back(TargetWhere::kActivation);
+  if (!t_.parameters.empty())
+    where.insert(where.end(), {TargetWhere::kParameter, TargetWhere::kGradient});
+  where.push_back(TargetWhere::kLoss);
   if (t_.optimizer_state && !s_.job.external() && !t_.parameters.empty()) {
-    where.push_back("optimizer");
+    where.push_back(TargetWhere::kOptimizer);
   }
-  const std::string w = pick(where);
-  if (w == "loss") return "loss";
-  if (w == "activation") return "activation:" + pick(t_.modules);
-  if (w == "optimizer") {
-    const std::string& p = pick(t_.parameters);
-    return "optimizer:" + p + (g_.below(2) == 0 ? ".exp_avg" : ".exp_avg_sq");
+  Target t{pick(where), ""};
+  switch (t.where) {
+    case TargetWhere::kLoss:
+      break;
+    case TargetWhere::kActivation:
+      t.pattern = pick(t_.modules);
+      break;
+    case TargetWhere::kOptimizer:
+      t.pattern = pick(t_.parameters);  // then the state: the generator's calls in this order
+      t.pattern += g_.below(2) == 0 ? ".exp_avg" : ".exp_avg_sq";
+      break;
+    case TargetWhere::kParameter:
+    case TargetWhere::kGradient:
+      t.pattern = pick(t_.parameters);
+      break;
   }
-  return w + ":" + pick(t_.parameters);
+  return t.text();
 }
 
-std::string target_where(const std::string& target) { return target.substr(0, target.find(':')); }
+std::optional<Target> drawn_target(const nlohmann::ordered_json& fault) {
+  if (!fault.contains("target")) return std::nullopt;
+  return parse_target(fault.at("target").get<std::string>());
+}
 
-std::string target_name(const std::string& target) {
-  const auto colon = target.find(':');
-  if (colon == std::string::npos) return "";
-  std::string name = target.substr(colon + 1);
-  if (target_where(target) == "optimizer") name = name.substr(0, name.rfind('.'));  // PARAM.STATE
-  return name;
+std::string drawn_target_where(const nlohmann::ordered_json& fault) {
+  const std::optional<Target> t = drawn_target(fault);
+  return t ? to_string(t->where) : "";
 }
 
 KindTruth tensor_target_truth(const nlohmann::ordered_json& fault) {
-  const std::string target = fault.at("target").get<std::string>();
-  const std::string where = target_where(target);
+  const std::optional<Target> target = drawn_target(fault);
+  if (!target)
+    throw std::runtime_error("a drawn tensor fault has no valid target: " + fault.dump());
   KindTruth t;
-  t.layer = where == "loss" ? "loss" : target_name(target);
-  t.cause = where == "activation" ? Cause::kActivation
-            : where == "gradient" ? Cause::kGradient
-            : where == "loss"     ? Cause::kLossMath
-                                  : Cause::kParameter;
+  t.layer = target->where == TargetWhere::kLoss ? "loss" : target->name();
+  switch (target->where) {
+    case TargetWhere::kActivation:
+      t.cause = Cause::kActivation;
+      break;
+    case TargetWhere::kGradient:
+      t.cause = Cause::kGradient;
+      break;
+    case TargetWhere::kLoss:
+      t.cause = Cause::kLossMath;
+      break;
+    case TargetWhere::kParameter:
+    case TargetWhere::kOptimizer:
+      t.cause = Cause::kParameter;
+      break;
+  }
   return t;
 }
 

@@ -16,11 +16,13 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/common/rng.h"
 #include "harness/scenario/registry.h"
+#include "harness/scenario/target.h"
 
 namespace nanchaos::harness {
 
@@ -57,11 +59,11 @@ class FaultDraw {
   const CampaignTargets& t_;
 };
 
-/// The `where` of a target value ("activation" for "activation:layers.1", "loss" for "loss").
-std::string target_where(const std::string& target);
-/// The name of a target value ("layers.1"; "" for "loss"; for an optimizer target its parameter:
-/// "head.weight" for "optimizer:head.weight.exp_avg").
-std::string target_name(const std::string& target);
+/// The `target` of a drawn fault parsed (nullopt when it has none or it is not a tensor target).
+std::optional<Target> drawn_target(const nlohmann::ordered_json& fault);
+/// Its where as text ("activation", "loss"; "" without a tensor target): the variant of a
+/// tensor-target kind's campaign class.
+std::string drawn_target_where(const nlohmann::ordered_json& fault);
 
 /// The ground truth of a fault on a tensor target (`tensor`, `bitflip`): the cause its target
 /// class means (activation, gradient, loss -> loss_math, parameter or optimizer state ->

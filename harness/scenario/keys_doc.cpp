@@ -79,8 +79,6 @@ std::string keys_markdown() {
   }
   for (const auto& [name, info] : fault_kinds()) {
     out << "### [[fault]] kind = \"" << name << "\"\n\n" << info.doc << ".";
-    if (!info.not_implemented.empty())
-      out << " **Not implemented yet:** " << info.not_implemented << ".";
     out << "\n\n";
     table(out, info.keys);
   }
@@ -89,8 +87,6 @@ std::string keys_markdown() {
   for (const auto& name : detector_order()) {
     const auto& info = detectors().at(name);
     out << "### detector `" << name << "`\n\n" << info.doc << ".";
-    if (!info.not_implemented.empty())
-      out << " **Not implemented yet:** " << info.not_implemented << ".";
     out << "\n\n";
     table(out, info.keys);
   }

@@ -94,7 +94,7 @@ class Loader {
   void refuse_for_external(const toml::table* t, const std::string& label,
                            const std::set<std::string>& allowed) const;
   /// External jobs: a fault kind or option the agent cannot apply is an error.
-  void check_external_fault(const FaultSpec& f, const Params& all, const FaultKindInfo& info) const;
+  void check_external_fault(const FaultSpec& f, const Params& all) const;
 
   std::string file_;
 };

@@ -88,7 +88,7 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
              ")";
     };
     Params all = check_table(*t, specs, label, f.pos, other_kinds);
-    if (s.job.external()) check_external_fault(f, all, info);
+    if (s.job.external()) check_external_fault(f, all);
 
     f.ranks = all.get_ranks("ranks");
     f.step = all.get_int("step");
@@ -108,6 +108,14 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
                    all.given(spec.name) ? all.pos(spec.name) : SourcePos{});
     }
     if (const toml::node* r = t->get("ranks")) check_ranks_exist(*r, label + ".ranks", s.job.ranks);
+    if (!info.target_wheres.empty() && f.params.has("target")) {
+      const std::string& text = f.params.get_string("target");
+      f.target = parse_target(text, info.target_wheres);
+      if (!f.target) {
+        scenario_error(f.params.pos("target"),
+                       label + ".target: " + target_error(text, info.target_wheres));
+      }
+    }
     if (info.check) info.check(f);
     if (info.check_job) info.check_job(f, s);
     s.faults.push_back(std::move(f));
@@ -152,16 +160,7 @@ void Loader::load_detectors(const toml::table& root, Scenario& s) const {
       d.enabled.push_back(name);
     }
   } else {
-    // A preset may name a detector that is not built. One marked "optional:" (the stack works
-    // without it, e.g. the watchdog) is dropped silently; any other stays in the list and
-    // unimplemented_features() reports it.
-    for (const auto& name : preset_detectors(d.preset, s.job.precision)) {
-      auto it = registered.find(name);
-      if (it != registered.end() && it->second.not_implemented.rfind("optional:", 0) == 0) {
-        continue;
-      }
-      d.enabled.push_back(name);
-    }
+    for (const auto& name : preset_detectors(d.preset, s.job.precision)) d.enabled.push_back(name);
     p.set("enabled", d.enabled);
   }
   const bool naive = d.preset == Preset::kNaive;
@@ -331,11 +330,10 @@ void Loader::refuse_for_external(const toml::table* t, const std::string& label,
   }
 }
 
-void Loader::check_external_fault(const FaultSpec& f, const Params& all,
-                                  const FaultKindInfo& info) const {
+void Loader::check_external_fault(const FaultSpec& f, const Params& all) const {
   const std::string label = fault_label(f);
   const std::set<std::string> applied = external_fault_kinds();
-  if (!applied.count(f.kind) || !info.not_implemented.empty()) {
+  if (!applied.count(f.kind)) {
     scenario_error(all.pos("kind"),
                    label + " kind " + quote(f.kind) +
                        " is not implemented for workload = \"external\"; the agent applies: " +

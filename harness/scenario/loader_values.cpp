@@ -22,7 +22,8 @@
 namespace nanchaos::harness::loader {
 
 DType dtype_of(const std::string& s) {
-  return pick<DType>(s, {{"fp32", DType::kFp32}, {"fp16", DType::kFp16}, {"bf16", DType::kBf16}});
+  // The key's choices (fp32, fp16, bf16) are validated before this runs.
+  return dtype_from_string(s).value();
 }
 
 Policy policy_of(const std::string& s) {

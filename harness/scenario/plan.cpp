@@ -220,6 +220,14 @@ PlanRead read_plan(const nlohmann::json& plan, const std::string& source) {
                    param_value(spec, params.at(spec.name), source, at + ".params." + spec.name),
                    pos);
     }
+    if (!kind->second.target_wheres.empty() && f.params.has("target")) {
+      const std::string& text = f.params.get_string("target");
+      f.target = parse_target(text, kind->second.target_wheres);
+      if (!f.target) {
+        plan_error(source,
+                   at + ".params.target: " + target_error(text, kind->second.target_wheres));
+      }
+    }
     s.faults.push_back(std::move(f));
   }
   return out;

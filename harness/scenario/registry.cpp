@@ -58,7 +58,7 @@ std::atomic<bool> order_read{false};
 bool register_fault_kind(FaultKindInfo info, bool keys_only) {
   auto& kinds = fault_kinds();
   if (info.name.empty() || kinds.count(info.name) != 0) die("fault kind", info.name);
-  if (!keys_only && info.not_implemented.empty()) {
+  if (!keys_only) {
     if (!info.make) die_fault_kind(info.name, "injector factory (`make`)");
     if (!info.truth) die_fault_kind(info.name, "ground truth for campaigns (`truth`)");
     if (!info.draw) die_fault_kind(info.name, "campaign draw of its keys (`draw`)");

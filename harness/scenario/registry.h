@@ -20,8 +20,8 @@
 // campaign read instead of its name. A built kind without `make`, `draw` or `truth` aborts at
 // start-up with a message naming it (a snapshot's kinds, registry_json.h, carry keys only).
 //
-// A kind or detector whose feature is not built yet registers with `not_implemented` set: its
-// keys validate, and `nanchaos run` refuses the scenario with "not implemented yet: <that text>".
+// A kind not built yet is not registered: the loader refuses it as "not implemented yet (...)"
+// from its not_implemented_keys() table (harness/scenario/scenario_schema.h).
 // Duplicate names abort at start-up. The executable links the registrars' object files whole
 // (CMake WHOLE_ARCHIVE), so no registration is dropped by the linker.
 #pragma once
@@ -37,6 +37,7 @@
 #include "harness/common/cause.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/keys.h"
+#include "harness/scenario/target.h"
 
 namespace nanchaos::inject {
 class Injector;
@@ -70,8 +71,12 @@ struct FaultKindInfo {
   std::string name;
   std::string doc;
   std::vector<KeySpec> keys;
-  std::string not_implemented;  ///< "" when built; otherwise what is missing (and which issue)
   std::function<std::unique_ptr<inject::Injector>(const FaultSpec&, const Scenario&)> make;
+  /// The wheres its `target` key may name (tensor, bitflip: all; overflow: activation), in the
+  /// order the loader's message lists them. Non-empty: the loader and read_plan parse `target`
+  /// into FaultSpec::target and refuse any other text. Empty: `target`, if declared, is a plain
+  /// string param.
+  std::vector<TargetWhere> target_wheres;
   /// Optional cross-key check after the keys validated (e.g. count vs fraction); throws
   /// ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&)> check;
@@ -112,8 +117,8 @@ struct FaultKindInfo {
 
 std::map<std::string, FaultKindInfo>& fault_kinds();
 
-/// Registers; aborts the process with a message on a duplicate name, or on a built kind (empty
-/// `not_implemented`) without `make`, `draw` or `truth`. `keys_only`: a snapshot's entry
+/// Registers; aborts the process with a message on a duplicate name, or on a kind without
+/// `make`, `draw` or `truth`. `keys_only`: a snapshot's entry
 /// (registry_json.h), which has none of them.
 bool register_fault_kind(FaultKindInfo info, bool keys_only = false);
 

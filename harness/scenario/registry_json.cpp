@@ -143,7 +143,6 @@ ordered_json entry_json(const Info& info) {
   ordered_json j;
   j["name"] = info.name;
   j["doc"] = info.doc;
-  j["not_implemented"] = info.not_implemented;
   j["keys"] = ordered_json::array();
   for (const auto& k : info.keys) j["keys"].push_back(key_json(k));
   return j;
@@ -158,7 +157,6 @@ Info entry_of(const json& j, const char* list) {
   info.name = j["name"].get<std::string>();
   const std::string where = fmt::format("{} {}", list, info.name);
   info.doc = j.value("doc", std::string());
-  info.not_implemented = j.value("not_implemented", std::string());
   if (!j.contains("keys") || !j["keys"].is_array()) bad(where, "no \"keys\" array");
   for (const auto& k : j["keys"]) info.keys.push_back(key_of(k, where));
   return info;

@@ -7,7 +7,7 @@
 // live registry by the CTest `fuzz_registry_up_to_date`.
 //
 //   {"version": 1,
-//    "fault_kinds": [{"name": "tensor", "doc": "...", "not_implemented": "",
+//    "fault_kinds": [{"name": "tensor", "doc": "...",
 //                     "keys": [{"name": "count", "type": "int", "required": false, "doc": "...",
 //                               "default": {"int": 1}, "min": 1, "max": "inf", ...}],
 //                     "python_agent": true}],

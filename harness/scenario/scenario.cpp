@@ -29,18 +29,6 @@
 
 namespace nanchaos::harness {
 
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::kFp32:
-      return "fp32";
-    case DType::kFp16:
-      return "fp16";
-    case DType::kBf16:
-      return "bf16";
-  }
-  return "?";
-}
-
 StackConfig stack_config(const Scenario& s) {
   StackConfig c;
   c.file = s.file;
@@ -371,29 +359,12 @@ std::vector<std::string> unimplemented_features(const Scenario& s) {
   auto add = [&](const std::string& what) {
     if (std::find(out.begin(), out.end(), what) == out.end()) out.push_back(what);
   };
-  auto strip_optional = [](std::string text) {
-    const std::string prefix = "optional:";
-    if (text.rfind(prefix, 0) == 0) {
-      text.erase(0, prefix.size());
-      text.erase(0, text.find_first_not_of(' '));
-    }
-    return text;
-  };
   for (const auto& f : s.faults) {
-    auto it = fault_kinds().find(f.kind);
-    if (it == fault_kinds().end()) {
+    if (fault_kinds().count(f.kind) == 0)
       add("fault kind `" + f.kind + "`: not registered in this build");
-    } else if (!it->second.not_implemented.empty()) {
-      add("fault kind `" + f.kind + "`: " + it->second.not_implemented);
-    }
   }
   for (const auto& name : s.detectors.enabled) {
-    auto it = detectors().find(name);
-    if (it == detectors().end()) {
-      add("detector `" + name + "`: not registered in this build");
-    } else if (!it->second.not_implemented.empty()) {
-      add("detector `" + name + "`: " + strip_optional(it->second.not_implemented));
-    }
+    if (detectors().count(name) == 0) add("detector `" + name + "`: not registered in this build");
   }
   return out;
 }

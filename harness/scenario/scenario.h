@@ -20,6 +20,7 @@
 
 #include "harness/scenario/keys.h"
 #include "harness/scenario/stack_config.h"
+#include "harness/scenario/target.h"
 
 namespace nanchaos::harness {
 
@@ -40,6 +41,9 @@ struct FaultSpec {
   double probability = 1.0;  ///< per eligible step, drawn from (seed, index, step, rank)
   bool persistent = false;
   Params params;  ///< kind-specific keys
+  /// `target` parsed, for the kinds that declare target wheres (FaultKindInfo::target_wheres);
+  /// nullopt for the others (comm's `target` names a collective) and when unset.
+  std::optional<Target> target;
   SourcePos pos;  ///< where the [[fault]] table starts
 
   /// True when `step` lies in [step, step + repeat) (probability not applied).
@@ -119,8 +123,9 @@ Scenario load_scenario_string(const std::string& toml_text, const std::string& p
 /// Throws ScenarioError for a path that does not exist.
 std::vector<std::string> expand_scenario_paths(const std::vector<std::string>& paths);
 
-/// Features a scenario uses that are not built yet ("fault kind overflow (issue 5)", ...).
-/// Empty when the scenario can run. `nanchaos run` refuses a scenario with any, exit 2.
+/// Fault kinds and detectors a scenario names that this build does not register ("detector
+/// `x`: not registered in this build"). Empty when the scenario can run. `nanchaos run` refuses
+/// a scenario with any, exit 2.
 std::vector<std::string> unimplemented_features(const Scenario& s);
 
 /// The detector names each preset enables (built or not), in pipeline order.

@@ -70,26 +70,6 @@ std::string fault_label(const FaultSpec& fault) {
   return "[[fault]] #" + std::to_string(fault.index + 1);
 }
 
-void check_target(const FaultSpec& fault, const std::string& key,
-                  const std::vector<std::string>& allowed) {
-  if (!fault.params.has(key)) return;  // a required key is enforced by the loader
-  const std::string& target = fault.params.get_string(key);
-  std::vector<std::string> forms;
-  for (const auto& prefix : allowed) {
-    if (prefix == "loss") {
-      if (target == "loss") return;
-      forms.push_back("\"loss\"");
-      continue;
-    }
-    const std::string p = prefix + ":";
-    if (target.size() > p.size() && target.compare(0, p.size(), p) == 0) return;
-    forms.push_back(p + (prefix == "optimizer" ? "PARAM.STATE" : "NAME"));
-  }
-  scenario_error(fault.params.pos(key),
-                 fmt::format("{}.{}: \"{}\" is not a valid target; expected {}", fault_label(fault),
-                             key, target, join(forms, " or ")));
-}
-
 void check_exclusive(const FaultSpec& fault, const std::string& a, const std::string& b) {
   if (fault.params.given(a) && fault.params.given(b)) {
     // Point at whichever of the two was written second.
@@ -124,51 +104,54 @@ std::string name_hint(const std::string& name, const std::vector<std::string>& n
   return out;
 }
 
-void check_target_exists(const FaultSpec& fault, const std::string& key, const Scenario& s) {
-  if (!fault.params.has(key)) return;
-  const std::string& target = fault.params.get_string(key);
-  const auto colon = target.find(':');
-  if (colon == std::string::npos) return;  // "loss"
+void check_target_exists(const FaultSpec& fault, const Scenario& s) {
+  if (!fault.target || fault.target->where == TargetWhere::kLoss) return;
   const std::optional<ModelSpec> model = listed_model(s);
   if (!model) return;
-  const std::string where = target.substr(0, colon), pattern = target.substr(colon + 1);
+  const Target& target = *fault.target;
+  const SourcePos& pos = fault.params.pos("target");
+  const std::string label = fault_label(fault) + ".target";
   std::vector<std::string> names;
-  if (where == "activation") {
-    names = model->modules;
-  } else if (where == "parameter" || where == "gradient") {
-    for (const auto& p : model->parameters) names.push_back(p.name);
-  } else if (where == "optimizer") {
-    // The state LibTorch's optimizers keep per parameter (PyTorch's names). This SGD runs
-    // without momentum, so it keeps none.
-    if (s.workload.optimizer == Optimizer::kSgd) {
-      scenario_error(fault.params.pos(key),
-                     fmt::format("{}.{}: \"{}\": [workload].optimizer = \"sgd\" runs without "
-                                 "momentum and keeps no optimizer state; optimizer: targets need "
-                                 "\"adam\" or \"adamw\" (exp_avg, exp_avg_sq)",
-                                 fault_label(fault), key, target));
-    }
-    for (const auto& p : model->parameters) {
-      for (const char* st : {"exp_avg", "exp_avg_sq"}) names.push_back(p.name + "." + st);
-    }
-  } else {
-    return;  // check_target refuses other prefixes
+  switch (target.where) {
+    case TargetWhere::kActivation:
+      names = model->modules;
+      break;
+    case TargetWhere::kParameter:
+    case TargetWhere::kGradient:
+      for (const auto& p : model->parameters) names.push_back(p.name);
+      break;
+    case TargetWhere::kOptimizer:
+      // The state LibTorch's optimizers keep per parameter (PyTorch's names). This SGD runs
+      // without momentum, so it keeps none.
+      if (s.workload.optimizer == Optimizer::kSgd) {
+        scenario_error(pos, fmt::format("{}: \"{}\": [workload].optimizer = \"sgd\" runs without "
+                                        "momentum and keeps no optimizer state; optimizer: targets "
+                                        "need \"adam\" or \"adamw\" (exp_avg, exp_avg_sq)",
+                                        label, target.text()));
+      }
+      for (const auto& p : model->parameters) {
+        for (const char* st : {"exp_avg", "exp_avg_sq"}) names.push_back(p.name + "." + st);
+      }
+      break;
+    case TargetWhere::kLoss:
+      return;
   }
   for (const auto& n : names) {
-    if (match_target(pattern, n)) return;
+    if (match_target(target.pattern, n)) return;
   }
-  const bool module = where == "activation", state = where == "optimizer";
+  const bool module = target.where == TargetWhere::kActivation;
+  const bool state = target.where == TargetWhere::kOptimizer;
   scenario_error(
-      fault.params.pos(key),
-      fmt::format("{}.{}: \"{}\" names no {} of the {} workload{}", fault_label(fault), key, target,
-                  module  ? "module"
-                  : state ? "optimizer state (PARAM.exp_avg or PARAM.exp_avg_sq)"
-                          : "parameter",
-                  workload_name(s.job.workload),
-                  name_hint(pattern, names, where + ":",
-                            module  ? "modules"
-                            : state ? "optimizer states"
-                                    : "parameters",
-                            s)));
+      pos, fmt::format("{}: \"{}\" names no {} of the {} workload{}", label, target.text(),
+                       module  ? "module"
+                       : state ? "optimizer state (PARAM.exp_avg or PARAM.exp_avg_sq)"
+                               : "parameter",
+                       workload_name(s.job.workload),
+                       name_hint(target.pattern, names, std::string(to_string(target.where)) + ":",
+                                 module  ? "modules"
+                                 : state ? "optimizer states"
+                                         : "parameters",
+                                 s)));
 }
 
 bool match_target(const std::string& pattern, const std::string& name) {

@@ -2,7 +2,7 @@
 //
 // The fixed tables ([scenario], [job], [workload], [recovery], [expect]) and the common keys of
 // [[fault]] and [detectors] are declared in scenario_schema.cpp, the shared helpers below them
-// (describe_expected, scenario_error, check_target, ...) are defined in scenario_checks.cpp;
+// (describe_expected, scenario_error, check_target_exists, ...) are defined in scenario_checks.cpp;
 // fault kinds and detectors declare their own keys next to their code (inject/<kind>.cpp,
 // detectors/<name>.cpp) with the same builder (key_builder.h, which the detectors include
 // instead of this header):
@@ -62,12 +62,7 @@ std::string join(const std::vector<std::string>& items, const std::string& sep =
 /// "[[fault]] #2" for the fault with index 1 (numbered from 1 in messages, as people count).
 std::string fault_label(const FaultSpec& fault);
 
-/// A fault target "activation:NAME", "parameter:NAME", "gradient:NAME" or "loss". Throws a
-/// ScenarioError at params.pos(key) when `target` has none of the prefixes `allowed` lists
-/// ("activation", "parameter", "gradient", "loss").
-void check_target(const FaultSpec& fault, const std::string& key,
-                  const std::vector<std::string>& allowed);
-/// Built-in workloads: throws a ScenarioError at params.pos(key) when the target
+/// Built-in workloads: throws a ScenarioError at params.pos("target") when fault.target
 /// "activation:PATTERN" matches no module, or "parameter:PATTERN" / "gradient:PATTERN" no
 /// parameter, of the model the scenario's [workload] configures (harness/scenario/model_spec.h;
 /// matching as match_target). The message gives did-you-mean from the model's own names:
@@ -75,7 +70,7 @@ void check_target(const FaultSpec& fault, const std::string& key,
 ///   workload; did you mean "activation:layers.1"? modules: layers.0.linear, layers.0, ...
 /// "loss", an unset key and external jobs pass: an external job's names are known only once it
 /// attaches (the judge's run-time hint covers them).
-void check_target_exists(const FaultSpec& fault, const std::string& key, const Scenario& s);
+void check_target_exists(const FaultSpec& fault, const Scenario& s);
 /// The tail of a "names nothing" message: "; did you mean \"<prefix>x\"? <label>: a, b, ..." (at
 /// most 24 names, then how many more and where to list them), or, for a layer index past
 /// [workload].layers, "; [workload].layers = 3 gives layers.0 .. layers.2".

@@ -2,7 +2,7 @@
 // [detectors] and [recovery] tables of a scenario, and its seed. StackConfig is a type with no
 // faults and no expectations (no field can hold a [[fault]], an [expect] key or a [campaign]
 // threshold), so nothing built from it can read the plan: the stack under test never sees what
-// will be injected or what the judge expects (issue 27 point 3, ../shared/DESIGN.md "the stack
+// will be injected or what the judge expects (../shared/DESIGN.md "the stack
 // never reads the ground truth"). The detectors (detectors/) include this header and
 // detector_registry.h, never scenario.h, registry.h or plan.h; tests/include_rules.py checks that
 // on every include, transitively.
@@ -16,13 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "harness/common/dtype.h"
 #include "harness/scenario/keys.h"
 
 namespace nanchaos::harness {
 
 enum class Device { kCpu, kCuda };
 enum class Backend { kMpi, kNccl };
-enum class DType { kFp32, kFp16, kBf16 };
 enum class Optimizer { kSgd, kAdam, kAdamW };
 enum class Schedule { kConstant, kCosine };
 enum class Norm { kNone, kBatchNorm, kLayerNorm };
@@ -30,8 +30,6 @@ enum class LossKind { kCrossEntropy, kNaiveLogSoftmax, kMse, kMaskedMse };
 /// kExternal: the user's own training command with the Python agent inside (docs/scenario-format.md
 /// "External jobs"); the job brings its own model and stack.
 enum class WorkloadKind { kMlp, kTransformer, kExternal };
-
-const char* to_string(DType d);
 
 /// How an external job's ranks are started ([job] launch): torchrun's environment (RANK,
 /// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or none of it (`plain`:

@@ -157,7 +157,7 @@ const char* kRemoteCrashScenario =
     "[expect]\nrank = 1\ncause = \"rank_failure\"\noutcome = \"crashed\"\n"
     "abort_within_ms = 1000\n";
 
-// Issue 27 point 2: the injector's record is not evidence of who died. Without the `inject`
+// The injector's record is not evidence of who died. Without the `inject`
 // event the blame is the same, from the remote rank's own process watch.
 TEST(JudgeRemoteRanks, CrashBlameNeedsNoInjectEvent) {
   RemoteRun d;

@@ -127,7 +127,7 @@ TEST(ConsensusDecide, LossWithNonFiniteLogitsIsActivation) {
   EXPECT_EQ(d.layer, "");
 }
 
-// Always-on localization (issue 15): the runner writes the first non-finite module output and
+// Always-on localization: the runner writes the first non-finite module output and
 // whether the half rounding made it non-finite; the loss check's attribution uses them.
 TEST(ConsensusDecide, LossWithNonFiniteLogitsNamesTheLocalizedModule) {
   const std::vector<std::string> modules = {"embed", "blocks.0.attn", "blocks.0.mlp.fc1", "head"};

@@ -1,4 +1,4 @@
-// Issue 13, points 3 and 4: a controller that dies (SIGKILL) or is stopped (SIGINT, SIGTERM)
+// A controller that dies (SIGKILL) or is stopped (SIGINT, SIGTERM)
 // during a hung job leaves no process of the job behind; a stopped one writes reports that say
 // "interrupted". Real `nanchaos run` processes, real mpirun jobs; processes are found by their
 // job id (tests/harness/job_processes.h), never by name.

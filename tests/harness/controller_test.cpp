@@ -211,7 +211,7 @@ TEST(Controller, CudaScenarioIsSkippedOnAHostWithoutAGpu) {
 }
 
 // A target that names no module of a built-in workload can no longer reach a job: the loader
-// refuses it (issue 13 point 10), so no job starts. A fault that never fired at run time is still
+// refuses it, so no job starts. A fault that never fired at run time is still
 // `error` ("injection not verified"): JudgeVerification.FaultThatNeverFiredIsError and the
 // external-job tests cover that path.
 TEST(Controller, TargetNamingNoModuleNeverStartsAJob) {
@@ -306,7 +306,7 @@ TEST(Controller, GpuSkipReasonNamesWhatIsMissing) {
   EXPECT_EQ(gpu_skip_reason(s, GpuHost{true, true, 2, ""}), "");
 }
 
-// Issue 13: a CPU-only LibTorch is named first, not the GPU count or the driver that it makes
+// A CPU-only LibTorch is named first, not the GPU count or the driver that it makes
 // irrelevant (no GPU would let such a LibTorch run a CUDA job).
 TEST(Controller, GpuSkipReasonNamesCpuOnlyLibTorchFirst) {
   using nanchaos::harness::gpu_skip_reason;
@@ -325,7 +325,7 @@ TEST(Controller, GpuSkipReasonNamesCpuOnlyLibTorchFirst) {
             "not found)");
 }
 
-// Issue 13: `--fail-on-skip` turns a skipped scenario into exit 1 with a message on stderr; the
+// `--fail-on-skip` turns a skipped scenario into exit 1 with a message on stderr; the
 // report still says `skipped`. Without the flag the same run exits 0.
 TEST(Controller, FailOnSkipExitsOneWhenAScenarioIsSkipped) {
   nanchaos::harness::Scenario one;
@@ -381,7 +381,7 @@ int job_processes_left(const std::string& scenario_file) {
 
 }  // namespace
 
-// Issue 3: a hang and a crash with a 2 s collective deadline end within deadline + 2 s, name the
+// A hang and a crash with a 2 s collective deadline end within deadline + 2 s, name the
 // rank, and leave no process behind. The shipped scenarios' results come from the suite's run
 // (shipped_suite_passes; test_util.h shipped_scenario), not from a run of their own.
 TEST(Deadlock, HangAndCrashEndWithinDeadlinePlusTwoSecondsAndLeaveNoProcess) {
@@ -729,7 +729,7 @@ TEST(LossScale, GrowthStopsAtMaxScaleOnEveryRank) {
   }
 }
 
-// Issue 13 point 5: a run folder that fills up mid-job makes the scenario an error that names
+// A run folder that fills up mid-job makes the scenario an error that names
 // the log and errno (never a verdict judged on half a record); the report counts what was lost.
 TEST(Controller, AFullDiskIsAnErrorNamingTheLogAndCountingDroppedEvents) {
   const auto dir = tmpdir("in");

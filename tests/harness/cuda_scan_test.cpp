@@ -207,14 +207,14 @@ TEST(NcclCommunicator, OneRankAllReduceAndStallTimesOut) {
   int64_t* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, bits.size() * sizeof(int64_t)), cudaSuccess);
   cudaMemcpy(d, bits.data(), bits.size() * sizeof(int64_t), cudaMemcpyHostToDevice);
-  auto w = comm->iallreduce_sum(d, bits.size(), ElemType::kInt64);
+  auto w = comm->iallreduce_sum(d, bits.size(), DType::kInt64);
   ASSERT_EQ(w->wait(now_us() + 30'000'000), CollStatus::kOk);
   std::vector<int64_t> back(bits.size());
   cudaMemcpy(back.data(), d, back.size() * sizeof(int64_t), cudaMemcpyDeviceToHost);
   EXPECT_EQ(back, bits);
   // A finite device stall: the collective times out against a short deadline, then completes.
   ASSERT_TRUE(comm->enqueue_stall(1500));
-  auto w2 = comm->iallreduce_sum(d, bits.size(), ElemType::kInt64);
+  auto w2 = comm->iallreduce_sum(d, bits.size(), DType::kInt64);
   EXPECT_EQ(w2->wait(now_us() + 200'000), CollStatus::kTimeout);
   EXPECT_EQ(w2->wait(now_us() + 30'000'000), CollStatus::kOk);
   cudaFree(d);

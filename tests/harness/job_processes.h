@@ -1,6 +1,7 @@
-// Test helpers for issue 13's no-orphan promises: `nanchaos run` started as a child, and the
-// live processes of the jobs it launched, found exactly by their NANCHAOS_JOB_ID (the controller
-// names its jobs "<controller pid>-<job counter>-<us>", harness/controller/controller.cpp).
+// Test helpers for the no-orphan promises (no process of a job outlives it): `nanchaos run`
+// started as a child, and the live processes of the jobs it launched, found exactly by their
+// NANCHAOS_JOB_ID (the controller names its jobs "<controller pid>-<job counter>-<us>",
+// harness/controller/controller.cpp).
 #pragma once
 
 #include <dirent.h>

@@ -665,7 +665,7 @@ TEST(JudgeExternal, ACleanExitShortOfTheStepsIsAnError) {
 }
 
 // An accumulating job run with micro_batches left at 1: the agent counts every micro-batch as an
-// iteration (8 for steps = 4); the reason leads with the likely cause and the fix (issue 30).
+// iteration (8 for steps = 4); the reason leads with the likely cause and the fix.
 TEST(JudgeExternal, AnIterationCountThatIsAMultipleOfTheStepsSuggestsMicroBatches) {
   RunDir d("accumulation");
   for (int r = 0; r < 2; ++r) {

@@ -562,7 +562,7 @@ TEST(JudgeLogs, TruncatedLastLineIsIgnored) {
   EXPECT_EQ(r.steps_completed, 4);
 }
 
-// No unexplained crash passes (issue 13): rank 1 was killed from outside (no fault, no exit
+// No unexplained crash passes: rank 1 was killed from outside (no fault, no exit
 // record) and [expect] asks nothing about the outcome; the scenario still fails `outcome`, and
 // the check says what the ranks said. The same log with a crash fault that fired passes.
 TEST(JudgeOutcome, AnUnexplainedCrashFailsOutcomeEvenWhenNotAsked) {
@@ -792,7 +792,7 @@ TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
       << nanchaos::results::to_json(r)["memory"].dump();
 }
 
-// Issue 13 point 5: a rank whose log could not grow (events.h log_error / log_dropped).
+// A rank whose log could not grow (events.h log_error / log_dropped).
 TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
   RunDir d("evidence_lost");
   d.start(0, 2);
@@ -831,7 +831,7 @@ TEST(JudgeEvidence, ALossWithoutACountSaysTheCountIsUnknown) {
   EXPECT_EQ(r.dropped_events, 0);
 }
 
-// judge() is a function of the evidence alone (issue 31 point 3): what the run folder holds on
+// judge() is a function of the evidence alone: what the run folder holds on
 // disk does not enter the verdict, only what read_job_evidence (or a test) put in JobEvidence.
 TEST(JudgePure, TheRunFolderIsNamedButNeverRead) {
   RunDir d("pure");

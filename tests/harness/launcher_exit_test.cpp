@@ -1,4 +1,4 @@
-// The launcher's own crash at teardown (issue 30 point 6): mpirun dying of SIGSEGV after every
+// The launcher's own crash at teardown: mpirun dying of SIGSEGV after every
 // rank wrote its exit record is kept out of the verdict and the console and recorded in
 // report.json `launcher_exit`; a launcher crash before the ranks finished stays the job's end.
 // Judged on hand-written logs, and end to end with the real binary and a fake launcher (a script

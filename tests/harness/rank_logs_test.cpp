@@ -1,4 +1,4 @@
-// Per-rank output (issue 30 point 5): each rank's stdout and stderr in RUN/ranks/rank-N.out and
+// Per-rank output: each rank's stdout and stderr in RUN/ranks/rank-N.out and
 // .err, whole lines in order, and RUN/ranks.log as the merged view with every line whole and
 // tagged with its rank and stream. The merger is tested on hand-written files; the whole path
 // with the real binary, `mpirun -np 2` and a Python job (Debian's /usr/bin/python3) that prints

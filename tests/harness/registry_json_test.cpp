@@ -35,7 +35,7 @@ TEST(RegistryJson, EveryKeyOfTheLiveRegistryRoundTrips) {
 
 TEST(RegistryJson, AKindFromTheSnapshotValidatesItsKeysButBuildsNothing) {
   register_from_json(json::parse(R"({"version": 1, "detectors": [], "fault_kinds": [
-      {"name": "rt_probe", "doc": "d", "not_implemented": "",
+      {"name": "rt_probe", "doc": "d",
        "keys": [{"name": "count", "type": "int", "required": false, "doc": "n",
                  "default": {"int": 1}, "min": 1, "max": "inf", "min_exclusive": false}]}]})"));
   const auto& info = fault_kinds().at("rt_probe");

@@ -1,4 +1,4 @@
-// 64 ranks on one host (issue 7): the shipped scale scenarios, judged from the report entries of
+// 64 ranks on one host: the shipped scale scenarios, judged from the report entries of
 // the shipped suite's run (shipped_suite_passes runs each once, ~30-60 s apiece on a 2-core host;
 // test_util.h shipped_scenario). Registered as their own CTest tests (labels `scale;slow`: they
 // need that suite run), not through gtest discovery.

@@ -149,7 +149,7 @@ TEST(ScenarioExternal, FaultsTheAgentCannotApplyAreRefused) {
                              "column = 500\nstep = 1\n[expect]\ndeadlock = false\n"),
       "x.toml");
   EXPECT_EQ(s.faults.size(), 2u);
-  // FSDP2's collectives and optimizer state (issue 29 point 1; the Python agent applies them,
+  // FSDP2's collectives and optimizer state (the Python agent applies them,
   // the LibTorch agent refuses them at attach).
   Scenario f = load_scenario_string(
       External(kCommand, fault + "kind = \"comm\"\ntarget = \"reduce_scatter\"\n" +

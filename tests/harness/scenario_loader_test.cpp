@@ -258,7 +258,7 @@ TEST(ScenarioLoaderErrors, DeviceStallNeedsNcclAndTheAllReduce) {
             0u);
 }
 
-// FSDP2's collectives (issue 29 point 1) are the Python agent's: a built-in job has neither a
+// FSDP2's collectives are the Python agent's: a built-in job has neither a
 // reduce-scatter nor an all-gather, so the keys are refused at load, at the key.
 TEST(ScenarioLoaderErrors, Fsdp2CollectivePointsAreExternalOnly) {
   EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"comm\"\nstep = 1\ntarget = "
@@ -432,7 +432,7 @@ TEST(ScenarioLoader, PresetDetectors) {
   EXPECT_TRUE(preset_detectors(Preset::kNone, DType::kFp16).empty());
 }
 
-// --- names the workload does not have, faults nobody judges (issue 13 point 10) ----------------
+// --- names the workload does not have, faults nobody judges ----------------
 
 // A fault on lines 6-9 with `target`, then [expect] on line 10.
 std::string TargetFault(const std::string& target, const std::string& kind = "tensor") {

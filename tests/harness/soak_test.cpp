@@ -1,4 +1,4 @@
-// Issue 13, point 12: 20 hang and crash scenarios back to back in one `nanchaos run`. No process
+// 20 hang and crash scenarios back to back in one `nanchaos run`. No process
 // of a job may outlive it (checked while the run goes, by job id, and after it), and the
 // controller's memory and open descriptors must not grow with the number of jobs. CTest label
 // `slow` (tests/CMakeLists.txt: soak_hang_crash_20).

@@ -211,7 +211,7 @@ TEST_F(AgentTest, CommFaultCorruptsTheSendBufferBeforeTheCollectiveRuns) {
   EXPECT_EQ(Events("coll_leave").size(), 2u);
 }
 
-// FSDP2's collectives and optimizer state are the Python agent's (issue 29 point 1): the loader
+// FSDP2's collectives and optimizer state are the Python agent's: the loader
 // accepts them for any external job, and this agent refuses them at attach, naming the key.
 TEST_F(AgentTest, WhatOnlyThePythonAgentAppliesIsAnAttachError) {
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -1,4 +1,4 @@
-// The rank loop in one process (issue 14 point 6): N ranks as N threads on an in-process world
+// The rank loop in one process: N ranks as N threads on an in-process world
 // (harness/comm/in_process.h), judged by the controller's judge from the event logs they wrote,
 // as a launched job would be. Recovery, replay, consensus and the loss scaler are tested here in
 // well under a second each; the mpirun tests keep what the launcher does (hangs, crashes,
@@ -330,21 +330,21 @@ TEST(InProcessWorld, MismatchedCollectiveIsAnErrorAndAbortReleasesWaiters) {
   InProcessWorld world(2);
   auto a = world.communicator(0), b = world.communicator(1);
   double x[2] = {1, 2}, y[3] = {3, 4, 5};
-  auto wa = a->iallreduce_sum(x, 2, ElemType::kFloat64);
-  auto wb = b->iallreduce_sum(y, 3, ElemType::kFloat64);
+  auto wa = a->iallreduce_sum(x, 2, DType::kFp64);
+  auto wb = b->iallreduce_sum(y, 3, DType::kFp64);
   EXPECT_EQ(wa->wait(0), CollStatus::kError);
   EXPECT_EQ(wb->wait(0), CollStatus::kError);
   EXPECT_EQ(x[0], 1.0);  // untouched
 
   float p = 1.5f, q = 2.25f;
-  auto w0 = a->iallreduce_sum(&p, 1, ElemType::kFloat32);
-  auto w1 = b->iallreduce_sum(&q, 1, ElemType::kFloat32);
+  auto w0 = a->iallreduce_sum(&p, 1, DType::kFp32);
+  auto w1 = b->iallreduce_sum(&q, 1, DType::kFp32);
   EXPECT_EQ(w0->wait(0), CollStatus::kOk);
   EXPECT_EQ(w1->wait(0), CollStatus::kOk);
   EXPECT_EQ(p, 3.75f);
   EXPECT_EQ(q, 3.75f);
 
-  auto late = a->iallreduce_sum(&p, 1, ElemType::kFloat32);  // rank 1 never comes
+  auto late = a->iallreduce_sum(&p, 1, DType::kFp32);  // rank 1 never comes
   EXPECT_EQ(late->wait(now_us() + 20000), CollStatus::kTimeout);
   std::thread waiter([&] { EXPECT_THROW(late->wait(0), WorldAborted); });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));

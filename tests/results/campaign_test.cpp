@@ -51,8 +51,8 @@ TEST(Wilson, SymmetricNeverEmptyAndRejectsBadCounts) {
 }
 
 TEST(CampaignScoring, LayerMatchesOnlyWhenEqual) {
-  // The contract's campaign rule: "whose named X equals the truth" (issue 27: a prefix either
-  // way was accepted before, so a module named for a parameter's fault was counted right).
+  // The contract's campaign rule: "whose named X equals the truth" (a prefix either way
+  // would count a module named for a parameter's fault as right).
   EXPECT_FALSE(layer_matches("layers.1.linear.weight", "layers.1.linear"));
   EXPECT_FALSE(layer_matches("layers.1.linear", "layers.1.linear.weight"));
   EXPECT_TRUE(layer_matches("head", "head"));
@@ -225,7 +225,7 @@ TEST(CampaignScoring, ACollectiveMismatchFirstIsTheHarnessesAndTheStackIsScoredO
   EXPECT_TRUE(c.summary.detector_by_class.empty());
 }
 
-// Issue 27's acceptance: a stack that detects nothing scores coverage 0 though the harness's
+// Coverage is the stack's own: a stack that detects nothing scores coverage 0 though the harness's
 // post-mortem explains every crash; the harness's figure is beside it.
 TEST(CampaignScoring, AStackThatNamesNothingScoresZeroThoughTheHarnessExplainsItsCrashes) {
   std::vector<CampaignFault> rows;

@@ -166,7 +166,7 @@ TEST(Compare, RenderingsNameTheScenarioAndTheRegressionKind) {
   EXPECT_EQ(j["base"], "base.json");
 }
 
-// Issue 13: every rendering says how many scenarios the reports share; --common drops the rest.
+// Every rendering says how many scenarios the reports share; --common drops the rest.
 TEST(Compare, OverlapIsCountedAndCommonComparesOnlySharedScenarios) {
   const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0),
                             scenario("b", "pass", "", nullptr, "", 0, 0),
@@ -291,7 +291,7 @@ TEST_F(CompareFiles, AnUnknownVerdictNamesTheFileAndTheScenario) {
             Verdict::kSkipped);
 }
 
-// Issue 13: two reports with no scenario in common are refused (exit 2), with or without
+// Two reports with no scenario in common are refused (exit 2), with or without
 // --common, and nothing is printed on stdout; --common lets a subset pass against a baseline.
 TEST_F(CompareFiles, NoSharedScenarioExitsTwoAndCommonComparesASubset) {
   const auto full = write("full.json", report({scenario("a", "pass", "", nullptr, "", 0, 0),

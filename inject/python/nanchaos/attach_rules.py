@@ -163,7 +163,7 @@ def unmatched_target(fault: Any, names: Sequence[str], model_type: str) -> Optio
     if where == "activation" and wrapper_in(fault.pattern):
         return _names_nothing(where, fault.pattern, [], f"module of {model_type}")
     if where == "optimizer":  # PARAM.STATE: the state's names appear at the first step
-        param, _, state = fault.pattern.rpartition(".")
+        param, state = fault.target.name, fault.target.state
         if param and any(faults_mod.match_target(param, n) for n in names):
             return None
         return (_names_nothing(where, fault.pattern, [n + "." + (state or "exp_avg")

@@ -11,9 +11,9 @@ is what the training loop visibly did, in the event schema of ``harness/evidence
   2000 characters).
 
 ``Observer`` is built from the event log alone: it holds no plan, no fault and no expectation
-(issue 27 point 3: the detection paths never read the plan; the plan reaches only the injection
-modules, ``faults/``, through ``agent.py``). ``tests/test_observed.py`` checks that this module
-imports nothing that can reach the plan.
+(the stack under test must not know what was injected, so the detection paths never read the
+plan; the plan reaches only the injection modules, ``faults/``, through ``agent.py``).
+``tests/test_observed.py`` checks that this module imports nothing that can reach the plan.
 
 Thread-safety: called on the training thread (the exception from the interpreter's excepthook);
 the event log is locked.

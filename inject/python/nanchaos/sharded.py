@@ -80,6 +80,7 @@ from . import faults as faults_mod
 from .attach_rules import strip_name
 from .copy_safe import CopySafeHook
 from .final import digest
+from .target import parse_target
 
 
 def is_dtensor(t: Any) -> bool:
@@ -289,7 +290,7 @@ class ShardedModel:
                 rec = _Recorder(ctx)
                 _orig(rec, [(n, local(p)) for n, p in self.named])
                 for target in rec.hit:
-                    self._mirror(target.partition(":")[2])
+                    self._mirror(parse_target(target).pattern)
 
             f.on_parameters = on_parameters
 

@@ -1,5 +1,5 @@
-"""2-D meshes under the agent: FSDP2 x tensor parallelism and HSDP (issue 29 points 3, 4;
-nanchaos/sharded.py).
+"""2-D meshes under the agent: FSDP2 x tensor parallelism and HSDP
+(nanchaos/sharded.py).
 
 FSDP2 x TP: four real gloo ranks on a ``(dp, tp) = (2, 2)`` mesh (global rank ``r`` at
 ``(r // 2, r % 2)``), a small model split over ``"tp"`` (``fc1`` column-wise, ``fc2`` row-wise

@@ -1,4 +1,4 @@
-"""Activation faults under activation checkpointing (issue 30 point 2).
+"""Activation faults under activation checkpointing.
 
 ``torch.utils.checkpoint.checkpoint`` runs its function twice: in the forward (under ``no_grad``
 when reentrant) and again in backward to recompute what it did not keep. An ``activation:`` fault

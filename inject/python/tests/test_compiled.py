@@ -1,4 +1,4 @@
-"""``torch.compile`` under the agent (issue 29 point 2; nanchaos/compiled.py).
+"""``torch.compile`` under the agent (nanchaos/compiled.py).
 
 A small DDP model (gloo) compiled every way jobs do it: ``torch.compile(DDP(m))``,
 ``DDP(torch.compile(m))``, ``torch.compile(m)`` alone, ``m.compile()``, a compiled submodule, each

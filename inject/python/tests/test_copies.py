@@ -1,4 +1,4 @@
-"""Copies of the model under test (issue 30 point 1): ``copy.deepcopy`` (timm-style EMA, a
+"""Copies of the model under test: ``copy.deepcopy`` (timm-style EMA, a
 best-model copy), ``pickle`` / ``torch.save`` of the whole module, and ``state_dict`` round trips.
 
 The agent's module hooks must not drag the agent into a copy (its event log holds a lock, which

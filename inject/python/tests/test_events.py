@@ -1,4 +1,4 @@
-"""The agent's evidence writer on a filesystem that fills up (issue 13 point 5): the loss is on
+"""The agent's evidence writer on a filesystem that fills up: the loss is on
 record as ``log_error`` and every later event is counted in ``log_dropped``, as the built-in ranks'
 ``EventLog`` does (tests/harness/events_test.cpp)."""
 

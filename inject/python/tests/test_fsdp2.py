@@ -1,4 +1,4 @@
-"""FSDP2 (``fully_shard``) under the agent (issue 29 point 1; nanchaos/sharded.py).
+"""FSDP2 (``fully_shard``) under the agent (nanchaos/sharded.py).
 
 A small model, ``fully_shard`` on each block and then on the root (torchtitan's order), two real
 gloo ranks. What must hold: the agent attaches to the sharded model and reads every iteration's

@@ -1,5 +1,5 @@
 """The agent's observed:* detections (nanchaos/observe.py): what they report, and that the code
-that reports them cannot reach the fault plan (issue 27 point 3)."""
+that reports them cannot reach the fault plan."""
 
 import ast
 import inspect

@@ -1,5 +1,5 @@
-"""Pipeline parallelism (``torch.distributed.pipelining``) under the agent (issue 29 point 3;
-nanchaos/pipeline.py, collectives.patch_p2p).
+"""Pipeline parallelism (``torch.distributed.pipelining``) under the agent
+(nanchaos/pipeline.py, collectives.patch_p2p).
 
 A small model split over two real gloo ranks, torchtitan's way (each rank deletes the other
 stage's modules and keeps the full-model names): stage 0 = ``emb``, ``layers.0``, ``layers.1``;

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from nanchaos.attach_rules import ambiguity, strip_name, unmatched_activation, unmatched_target
-from nanchaos.faults.base import match_target, parse_target
+from nanchaos.faults.base import fault_target, match_target
 from nanchaos.plan import FaultSpec, Plan, PlanError, fmt_value, special_float
+from nanchaos.target import Target, parse_target
 
 from ranks import AGENT_DIR
 
@@ -35,7 +36,7 @@ def test_plan_from_json_types_the_common_keys_and_keeps_kind_keys_in_params():
         (0, "tensor", [1], 3, 1, 1.0, False)
     assert f.param("target") == "activation:layers.1"
     assert f.param("absent", "dflt") == "dflt"
-    assert parse_target(f) == ("activation", "layers.1")
+    assert fault_target(f) == Target("activation", "layers.1")
 
 
 def test_plan_ranks_all_and_a_scalar_rank():
@@ -104,8 +105,8 @@ def test_match_target_star_stays_within_one_segment():
 
 
 def fault(target: str):
-    where, _, pattern = target.partition(":")
-    return types.SimpleNamespace(where=where, pattern=pattern)
+    t = parse_target(target)
+    return types.SimpleNamespace(where=t.where, pattern=t.pattern, target=t)
 
 
 NAMES = ["layers.0.weight", "layers.0.bias", "layers.1.weight", "head.weight"]
@@ -124,7 +125,7 @@ def test_unmatched_target_optimizer_state_and_other_wheres():
     assert unmatched_target(fault("optimizer:head.weight.exp_avg"), NAMES, "Net") is None
     why = unmatched_target(fault("optimizer:hed.weight.exp_avg"), NAMES, "Net")
     assert "optimizer:head.weight.exp_avg" in why and "write optimizer:PARAM.STATE" in why
-    assert unmatched_target(fault("loss:"), NAMES, "Net") is None
+    assert unmatched_target(fault("loss"), NAMES, "Net") is None
     # An activation: target is checked later (probes appear in the forward), unless it names a
     # wrapper component.
     assert unmatched_target(fault("activation:whatever"), NAMES, "Net") is None

@@ -1,4 +1,4 @@
-"""Scripts that start their own ranks (issue 30 point 3): ``torch.multiprocessing.spawn`` or
+"""Scripts that start their own ranks: ``torch.multiprocessing.spawn`` or
 ``start_processes`` in the process the harness launched is refused at the call, before any child
 starts, with the reason (an ``attach_error``, the verdict's reason) instead of the children
 training unobserved and the run ending in "the agent loaded but never attached to a model"."""

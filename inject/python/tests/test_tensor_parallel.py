@@ -1,5 +1,5 @@
-"""DTensor tensor parallelism (``parallelize_module``) under the agent (issue 29 point 3;
-nanchaos/sharded.py, fault_hooks.py, collectives.patch_functional).
+"""DTensor tensor parallelism (``parallelize_module``) under the agent
+(nanchaos/sharded.py, fault_hooks.py, collectives.patch_functional).
 
 A small model on a 1-D mesh of two real gloo ranks: ``fc1`` column-wise (weight ``Shard(0)``),
 ``fc2`` row-wise with its output reduce-scattered along the sequence (weight ``Shard(1)``; its

@@ -35,6 +35,7 @@ import torch
 
 from .. import rng
 from ..plan import FaultSpec, fmt_value
+from ..target import Target, parse_target
 
 KINDS: Dict[str, Type["Fault"]] = {}
 
@@ -189,11 +190,13 @@ def edit_elements(t: torch.Tensor, idx: List[int], edit) -> Dict[str, Any]:
     return {"before": fmt_value(before), "after": fmt_value(after)}
 
 
-def parse_target(spec: FaultSpec) -> tuple:
-    """``activation:X`` -> ("activation", "X"); ``loss`` -> ("loss", "")."""
-    target = str(spec.param("target", ""))
-    where, _, pattern = target.partition(":")
-    return where, pattern
+def fault_target(spec: FaultSpec) -> Optional[Target]:
+    """The fault's ``target`` parsed (nanchaos.target); None when it is not a tensor target
+    (the fault's ``refusal`` then names it)."""
+    try:
+        return parse_target(str(spec.param("target", "")))
+    except ValueError:
+        return None
 
 
 def first_tensor(out: Any) -> Optional[torch.Tensor]:
@@ -219,7 +222,9 @@ class TargetedFault(Fault):
 
     def __init__(self, spec: FaultSpec) -> None:
         super().__init__(spec)
-        self.where, self.pattern = parse_target(spec)
+        self.target = fault_target(spec)
+        self.where = self.target.where if self.target else ""
+        self.pattern = self.target.pattern if self.target else ""
         self.needs = frozenset({{"activation": "activation", "parameter": "parameters",
                                  "gradient": "gradient", "loss": "loss",
                                  "optimizer": "optimizer"}.get(self.where, "none")})
@@ -232,7 +237,7 @@ class TargetedFault(Fault):
         return False
 
     def refusal(self, micro_batches: int) -> Optional[str]:
-        if self.where not in ("activation", "parameter", "gradient", "loss", "optimizer"):
+        if self.target is None:
             return (f"target {self.spec.param('target')!r}: the Python agent hits activation:, "
                     "parameter:, gradient:, optimizer: or loss targets")
         if self.where == "gradient" and micro_batches > 1 and not self.accumulates_exactly():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .base import (Fault, FaultContext, first_tensor, match_target, parse_target, register,
+from .base import (Fault, FaultContext, fault_target, first_tensor, match_target, register,
                    replace_first)
 
 
@@ -16,7 +16,9 @@ class OverflowFault(Fault):
 
     def __init__(self, spec) -> None:
         super().__init__(spec)
-        self.where, self.pattern = parse_target(spec)
+        self.target = fault_target(spec)
+        self.where = self.target.where if self.target else ""
+        self.pattern = self.target.pattern if self.target else ""
         self.factor = float(spec.param("factor", 1e5))
 
     def refusal(self, micro_batches: int) -> Optional[str]:
