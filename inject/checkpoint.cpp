@@ -55,7 +55,7 @@ class CheckpointInjector final : public Injector {
       : Injector(f),
         save_(f.params.given("save") ? f.params.get_int("save") : f.step / every),
         mode_(f.params.get_string("mode")),
-        target_(f.params.has("target") ? f.params.get_string("target") : ""),
+        target_(f.target ? f.target->text() : ""),
         bit_(int(f.params.get_int("bit"))) {}
 
   void on_checkpoint_saved(FaultContext& ctx, const CheckpointWritten& w) override {
@@ -155,11 +155,9 @@ FaultKindInfo checkpoint_kind() {
           "default: the first parameter)"),
       Key("bit", KeyType::kInt, "bitflip: the float32 bit flipped (0-31)").def(30).min(0).max(31),
   };
-  info.check = [](const harness::FaultSpec& f) {
-    harness::check_target(f, "target", {"parameter", "optimizer"});
-  };
+  info.target_wheres = {harness::TargetWhere::kParameter, harness::TargetWhere::kOptimizer};
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
-    harness::check_target_exists(f, "target", s);
+    harness::check_target_exists(f, s);
     const std::string label = harness::fault_label(f);
     if (s.job.external()) {
       harness::scenario_error(f.pos, label +

@@ -162,7 +162,8 @@ TEST(CampaignDraw, KindsValidForTheJobOnly) {
     for (const auto& [name, info] : fault_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;
     EXPECT_EQ(e.what(),
               "--kinds: \"tensr\" is not a fault kind; did you mean \"tensor\"? kinds: " + kinds);
-    EXPECT_NE(kinds.find("batch, bitflip, comm, crash, hang, lr"), std::string::npos) << kinds;
+    EXPECT_NE(kinds.find("batch, bitflip, checkpoint, comm, crash, hang, lr"), std::string::npos)
+        << kinds;
   }
   // SGD keeps no optimizer state: no optimizer: target is drawn; fp16 wire: comm bits <= 15.
   for (const auto& d :

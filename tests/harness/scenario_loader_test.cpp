@@ -115,9 +115,10 @@ TEST(ScenarioLoaderErrors, StepsZero) {
 }
 
 TEST(ScenarioLoaderErrors, UnknownTable) {
-  EXPECT_EQ(ErrorOf(WithHead("[expct]\ndetected = true\n")),
-            "x.toml:6:2: error: unknown table [expct]; did you mean [expect]? tables: [scenario], "
-            "[job], [workload], [[fault]], [detectors], [recovery], [expect], [campaign]");
+  EXPECT_EQ(
+      ErrorOf(WithHead("[expct]\ndetected = true\n")),
+      "x.toml:6:2: error: unknown table [expct]; did you mean [expect]? tables: [scenario], "
+      "[job], [workload], [[fault]], [detectors], [recovery], [checkpoint], [expect], [campaign]");
 }
 
 TEST(ScenarioLoaderErrors, FaultRankOutsideTheJob) {
@@ -161,7 +162,7 @@ TEST(ScenarioLoaderErrors, BadChoiceSuggestsNearest) {
 TEST(ScenarioLoaderErrors, KeyOfAnotherKind) {
   EXPECT_EQ(ErrorOf(WithHead("[[fault]]\nkind = \"lr\"\nfactor = 2.0\nstep = 1\nmode = \"x\"\n")),
             "x.toml:10:1: error: [[fault]] #1 unknown key \"mode\" for kind \"lr\" (it belongs to "
-            "kind batch; keys of \"lr\": factor)");
+            "kind batch, checkpoint; keys of \"lr\": factor)");
 }
 
 TEST(ScenarioLoaderErrors, BadTarget) {
@@ -189,7 +190,7 @@ TEST(ScenarioLoaderErrors, UnknownFirstDetector) {
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nfirst_detector = \"gradd\"\n")),
             "x.toml:7:18: error: [expect].first_detector: \"gradd\" is not a detector; did you "
             "mean \"grad\"? detectors: " +
-                RegisteredDetectors());
+                RegisteredDetectors() + ", checkpoint");
 }
 
 TEST(ScenarioLoaderErrors, ExpectCauseAndOutcomeFromTheirLists) {
@@ -197,7 +198,7 @@ TEST(ScenarioLoaderErrors, ExpectCauseAndOutcomeFromTheirLists) {
             "x.toml:7:9: error: [expect].cause: \"gradients\" is not valid; did you mean "
             "\"gradient\"? choices: data, loss_math, activation, gradient, parameter, "
             "fp16_overflow, gradient_explosion, comm_corruption, reduce_overflow, hang, "
-            "rank_failure, replica_divergence");
+            "rank_failure, replica_divergence, straggler, checkpoint_corruption");
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nfault_outcome = \"lost\"\n")),
             "x.toml:7:17: error: [expect].fault_outcome: \"lost\" is not valid; choices: masked, "
             "detected_recovered, detected_unrecovered, hang, silent_corruption");
