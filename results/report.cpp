@@ -174,6 +174,15 @@ J suite_json(const SuiteReport& r) {
     for (const auto& n : r.not_run) not_run.push_back(n);
     j["not_run"] = std::move(not_run);
   }
+  if (r.shard) {
+    J shard = J::object();
+    shard["index"] = r.shard->index;
+    shard["count"] = r.shard->count;
+    J suite = J::array();
+    for (const auto& n : r.shard->suite) suite.push_back(n);
+    shard["suite"] = std::move(suite);
+    j["shard"] = std::move(shard);
+  }
   return j;
 }
 

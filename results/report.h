@@ -165,6 +165,15 @@ struct ScenarioResult {
   nlohmann::json stats;  ///< scenario_stats() over the trials (results/stats.h); null: not computed
 };
 
+/// `nanchaos run --shard I/N` (report.json "shard"): which part of the suite this run is, and the
+/// whole suite's scenario names in suite order, so that `nanchaos merge` can put the shards back
+/// in order and say which part is missing.
+struct ShardInfo {
+  int index = 0;                   ///< I, 1-based
+  int count = 0;                   ///< N
+  std::vector<std::string> suite;  ///< every scenario of the suite (all shards), in suite order
+};
+
 struct SuiteReport {
   std::string suite;
   std::string started;  ///< ISO-8601 UTC
@@ -179,6 +188,7 @@ struct SuiteReport {
   bool interrupted = false;
   std::string interrupt_signal;  ///< "SIGINT", "SIGTERM" ("" when not interrupted)
   std::vector<std::string> not_run;
+  std::optional<ShardInfo> shard;  ///< set for `run --shard I/N` (absent from report.json if not)
   int passed() const;
   int failed() const;
   int errors() const;
@@ -188,6 +198,17 @@ struct SuiteReport {
 nlohmann::json to_json(const Detection& d);
 nlohmann::json to_json(const ScenarioResult& r);
 nlohmann::json to_json(const SuiteReport& r);
+
+/// Reads what to_json() wrote back (results/report_read.cpp): to_json(scenario_from_json(j)) == j.
+/// Throws std::runtime_error naming the scenario and key for a malformed report (an unknown
+/// verdict, outcome or fault_outcome string, a missing name or verdict, a wrong type).
+ScenarioResult scenario_from_json(const nlohmann::json& j);
+/// The whole report.json (scenarios, trials, detector stats, interruption, shard); throws as above.
+SuiteReport suite_from_json(const nlohmann::json& j);
+/// ScenarioResult::timeline as JSON (RUN/<scenario>/timeline.json, which `merge` reads back for
+/// report.html) and back.
+nlohmann::json to_json(const Timeline& t);
+Timeline timeline_from_json(const nlohmann::json& j);
 
 void write_report_json(const SuiteReport& r, const std::string& path);
 void write_junit(const SuiteReport& r, const std::string& path);

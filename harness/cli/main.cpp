@@ -23,6 +23,7 @@
 #include "harness/controller/host_limits.h"
 #include "harness/controller/host_probe.h"
 #include "harness/controller/launch.h"
+#include "harness/controller/merge.h"
 #include "harness/controller/preflight.h"
 #include "harness/controller/stop_signal.h"
 #include "harness/job/runner.h"
@@ -143,6 +144,7 @@ int reraise_stop_signal(int rc) {
 struct RunCommand {
   nanchaos::harness::RunOptions opts;
   std::string resume;
+  std::string shard;
   CLI::App* cmd = nullptr;
 
   void add(CLI::App& app) {
@@ -166,6 +168,12 @@ struct RunCommand {
                     "p50/p95/max per scenario and detector")
         ->check(CLI::Range(1, 10000));
     add_host_limit_flags(cmd, opts.host_limits);
+    cmd->add_option("--shard", shard,
+                    "run only part I of N of the suite (e.g. 2/4; after --tag); "
+                    "`nanchaos merge` joins the parts' run folders");
+    cmd->add_option("--shard-balance", opts.shard_balance,
+                    "an earlier run's report.json: split by its wall times (else round robin)")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--resume", resume,
                     "continue a suite whose controller died: not implemented yet (an error)");
   }
@@ -182,9 +190,40 @@ struct RunCommand {
                 << "Run with --help for more information.\n";
       return 2;
     }
+    if (!shard.empty()) {
+      try {
+        opts.shard = nanchaos::harness::parse_shard(shard);
+      } catch (const std::invalid_argument& e) {
+        std::cerr << "nanchaos run: error: " << e.what() << "\n";
+        return 2;
+      }
+    } else if (!opts.shard_balance.empty()) {
+      std::cerr << "nanchaos run: error: --shard-balance needs --shard I/N\n";
+      return 2;
+    }
     opts.self_exe = self_exe(argv0);
     return reraise_stop_signal(nanchaos::harness::run_suite(opts));
   }
+};
+
+struct MergeCommand {
+  nanchaos::harness::MergeOptions opts;
+  CLI::App* cmd = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand(
+        "merge",
+        "join the run folders of a sharded suite (run --shard I/N) into one report: report.json, "
+        "junit.xml, report.md, report.html in the suite's order");
+    cmd->add_option("runs", opts.runs, "run folders, each with its report.json")
+        ->required()
+        ->check(CLI::ExistingDirectory);
+    cmd->add_option("--out", opts.out_dir, "the merged run folder (must not hold a report)")
+        ->required();
+    cmd->add_option("--junit", opts.junit, "also write junit.xml here");
+    cmd->add_flag("--quiet", opts.quiet, "no summary line");
+  }
+  int exec() const { return nanchaos::harness::merge_runs(opts); }
 };
 
 struct ValidateCommand {
@@ -450,6 +489,7 @@ int main(int argc, char** argv) {
   ValidateCommand validate;
   TargetsCommand targets;
   CompareCommand compare;
+  MergeCommand merge;
   CampaignCommand campaign;
   KeysCommand keys;
   RankCommand rank;
@@ -459,6 +499,7 @@ int main(int argc, char** argv) {
   validate.add(app);
   targets.add(app);
   compare.add(app);
+  merge.add(app);
   campaign.add(app);
   keys.add(app);
   rank.add(app);
@@ -473,6 +514,7 @@ int main(int argc, char** argv) {
   if (*validate.cmd) return validate.exec();
   if (*campaign.cmd) return campaign.exec(argv[0]);
   if (*compare.cmd) return compare.exec();
+  if (*merge.cmd) return merge.exec();
   if (*keys.cmd) return keys.exec();
   if (*rank.cmd) return rank.exec();
   if (*exec.cmd) return exec.exec();

@@ -273,6 +273,37 @@ int plan_suite(const RunOptions& opts, Preflight& preflight, std::vector<Scenari
   return 0;
 }
 
+// --shard I/N: keeps this shard's scenarios (suite order) and notes the whole suite for merge.
+// Returns the exit status (0: fine).
+int select_shard(const RunOptions& opts, std::vector<Scenario>& scenarios,
+                 std::optional<results::ShardInfo>& shard) {
+  if (!opts.shard.on()) return 0;
+  std::map<std::string, double> weights;
+  if (!opts.shard_balance.empty()) {
+    try {
+      weights = shard_weights_from_report(opts.shard_balance);
+    } catch (const std::exception& e) {
+      std::cerr << "nanchaos run: error: " << e.what() << "\n";
+      return 2;
+    }
+  }
+  results::ShardInfo info{opts.shard.index, opts.shard.count, {}};
+  for (const auto& s : scenarios) info.suite.push_back(s.name);
+  const std::vector<bool> mine = shard_members(info.suite, weights, opts.shard);
+  std::vector<Scenario> kept;
+  for (size_t k = 0; k < scenarios.size(); ++k) {
+    if (mine[k]) kept.push_back(std::move(scenarios[k]));
+  }
+  if (kept.empty()) {
+    std::cerr << fmt::format(
+        "nanchaos run: shard {}/{} has no scenario (the suite has {}); writing an empty report\n",
+        opts.shard.index, opts.shard.count, info.suite.size());
+  }
+  scenarios = std::move(kept);
+  shard = std::move(info);
+  return 0;
+}
+
 // Output locations are checked before any job starts: a typo must not cost a whole suite.
 // Returns the exit status (0: fine).
 int check_outputs(const std::string& out, const std::string& junit) {
@@ -335,6 +366,7 @@ class SuiteRun {
   }
   const std::string& out() const { return out_; }
   const std::vector<Scenario>& scenarios() const { return scenarios_; }
+  void set_shard(results::ShardInfo shard) { report_.shard = std::move(shard); }
 
   // The console table's header; the progress lines' clock starts.
   void start() {
@@ -436,6 +468,7 @@ class SuiteRun {
   // Into the report, the progress lines and the console table.
   void record(size_t index, const results::ScenarioResult& res) {
     if (res.verdict == results::Verdict::kError) usage_error_ = true;
+    write_timeline(res);
     report_.scenarios.push_back(res);
     progress_->finish(index, res);
     if (!opts_.quiet) {
@@ -458,6 +491,14 @@ class SuiteRun {
     for (size_t i = first_not_run; i < scenarios_.size(); ++i) {
       report_.not_run.push_back(scenarios_[i].name);
     }
+  }
+
+  // RUN/<scenario>/timeline.json: report.html's timeline, which report.json does not hold, for
+  // `nanchaos merge` to draw it again.
+  void write_timeline(const results::ScenarioResult& res) {
+    if (res.run_dir.empty() || (res.timeline.bars.empty() && res.timeline.marks.empty())) return;
+    std::ofstream out(res.run_dir + "/timeline.json");
+    if (out) out << results::to_json(res.timeline).dump() << "\n";
   }
 
   void write_reports() {
@@ -504,7 +545,10 @@ int run_suite(const RunOptions& opts) {
   Preflight preflight(opts.host_limits);
   std::vector<Scenario> scenarios;
   if (const int rc = plan_suite(opts, preflight, scenarios); rc != 0) return rc;
+  std::optional<results::ShardInfo> shard;
+  if (const int rc = select_shard(opts, scenarios, shard); rc != 0) return rc;
   SuiteRun run(opts, std::move(scenarios));
+  if (shard) run.set_shard(std::move(*shard));
   if (const int rc = check_outputs(run.out(), opts.junit); rc != 0) return rc;
   LaunchContext launch;
   launch.launcher = default_launcher(opts.launcher);

@@ -14,6 +14,7 @@
 
 #include "harness/controller/host_limits.h"
 #include "harness/controller/launch.h"
+#include "harness/controller/shard.h"
 #include "harness/scenario/scenario.h"
 #include "results/report.h"
 
@@ -34,6 +35,10 @@ struct RunOptions {
   bool fail_on_skip = false;
   /// --no-host-limits / --max-ranks: every scenario passes check_host_limits() before any job.
   HostLimitOptions host_limits;
+  /// --shard I/N: run only this part of the suite (after --tag; harness/controller/shard.h) and
+  /// record the whole suite's names in report.json "shard" for `nanchaos merge`.
+  ShardSpec shard;
+  std::string shard_balance;  ///< --shard-balance: an earlier report.json whose wall times balance
 };
 
 /// `nanchaos run`: returns the exit status (0 all passed or skipped, 1 a check failed,
