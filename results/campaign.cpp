@@ -448,6 +448,7 @@ ojson to_json(const Campaign& c) {
   sum["confusion"] = s.confusion;
   j["summary"] = sum;
   j["thresholds"] = c.thresholds;
+  if (c.shard) j["shard"] = {{"index", c.shard->index}, {"count", c.shard->count}};
   return j;
 }
 

@@ -178,6 +178,9 @@ struct Campaign {
   std::vector<CampaignFault> faults;  ///< by index
   CampaignSummary summary;
   nlohmann::json thresholds = nlohmann::json::object();  ///< [campaign] minima and their checks
+  /// `campaign --shard I/N` (campaign.json "shard": {index, count}): this run measured the faults
+  /// whose index mod N is I - 1 of the `requested` drawn (ShardInfo::suite stays empty).
+  std::optional<ShardInfo> shard;
 };
 
 /// True when `named_layer` names `truth_layer`: equal strings, neither empty (the contract's rule
@@ -199,6 +202,13 @@ nlohmann::ordered_json to_json(const Campaign& c);
 /// {"k", "n", "rate", "ci95": [lo, hi]} (rate and ci95 null when n == 0).
 nlohmann::ordered_json to_json(const Rate& r);
 void write_campaign_json(const Campaign& c, const std::string& path);
+/// campaign.json read back (results/campaign_read.cpp): the run's fields and fault rows as
+/// written, the summary computed again from the rows. Throws std::runtime_error naming the key
+/// or the fault index for a malformed file.
+Campaign campaign_from_json(const nlohmann::ordered_json& j);
+/// `thresholds` as campaign.json holds them ({key: {min, actual, pass}}) checked again against
+/// `sum`: the same minima, new actuals (check_thresholds of the controller makes the first).
+nlohmann::json recheck_thresholds(const nlohmann::json& thresholds, const CampaignSummary& sum);
 /// campaign.md: summary table, outcomes, per class, attribution errors with their re-run command.
 std::string campaign_markdown(const Campaign& c);
 void write_campaign_markdown(const Campaign& c, const std::string& path);

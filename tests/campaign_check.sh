@@ -61,5 +61,40 @@ if grep -q -- '- \*\*outcome\*\*' "$out/vs-no-loss.md"; then
   echo "      paired test's power)"
   fail=1
 fi
+# The same campaign in two shards (campaign --shard I/2) merged: the rows equal the one run's,
+# fault for fault (times and re-run paths aside), and the thresholds are checked again.
+for i in 1 2; do
+  "$bin" campaign "$src/campaigns/mlp-default.toml" --faults "$faults" --seed "$seed" --jobs 1 \
+    --quiet --shard "$i/2" --out "$out/shard-$i"
+  rc=$?
+  [ "$rc" -le 1 ] || { echo "FAIL: campaign shard $i/2 exited $rc"; fail=1; }
+done
+"$bin" merge "$out/shard-1" "$out/shard-2" --out "$out/merged" --quiet
+rc=$?
+[ "$rc" -eq 0 ] || { echo "FAIL: merge of the campaign shards exited $rc, want 0"; fail=1; }
+python3 - "$out/base/campaign.json" "$out/merged/campaign.json" "$out/shard-1/campaign.json" <<'PY' || fail=1
+import json, sys
+base, merged, one = (json.load(open(p)) for p in sys.argv[1:4])
+def row(f):
+    f = {k: v for k, v in f.items() if k not in ("wall_ms", "latency_ms", "rerun")}
+    if f.get("harness_named"):
+        f["harness_named"] = {k: v for k, v in f["harness_named"].items() if k != "latency_ms"}
+    return f
+if [f["index"] for f in one["faults"]] != list(range(0, len(base["faults"]), 2)):
+    print("FAIL: shard 1/2 measured", [f["index"] for f in one["faults"]])
+    sys.exit(1)
+diff = [a["index"] for a, b in zip(base["faults"], merged["faults"]) if row(a) != row(b)]
+if len(base["faults"]) != len(merged["faults"]) or diff:
+    print("FAIL: merged campaign rows differ from the one run's at faults", diff[:10])
+    sys.exit(1)
+for k in ("coverage", "attribution", "outcomes", "false_positives", "errors"):
+    if base["summary"][k] != merged["summary"][k]:
+        print("FAIL: merged summary", k, merged["summary"][k], "!=", base["summary"][k])
+        sys.exit(1)
+if base["thresholds"] != merged["thresholds"] or "shard" in merged:
+    print("FAIL: merged thresholds", merged["thresholds"], "!=", base["thresholds"])
+    sys.exit(1)
+print(f"campaign in 2 shards merged: {len(merged['faults'])} rows equal the one run's")
+PY
 echo "total: $(( $(date +%s) - start )) s"
 exit $fail

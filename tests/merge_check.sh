@@ -5,7 +5,7 @@
 #   2. seven fast shipped scenarios in 3 shards, balanced by the shipped run's wall times: the
 #      shards are disjoint and cover the seven, and the merged report has the suite's order and
 #      the same behaviour (tests/report_behaviour.py) as the shipped run of the same scenarios;
-#   3. a missing shard: the merged report lists its scenarios as not run, exit 2 naming it;
+#   3. a missing shard: the merged report lists its scenarios as not run, exit 3 naming it;
 #      the same shard twice, an existing report in --out and a bad --shard exit 2.
 # Usage: merge_check.sh NANCHAOS_BINARY SOURCE_DIR SHIPPED_RUN OUT_DIR
 set -uo pipefail
@@ -86,7 +86,7 @@ PY
 
 "$bin" merge "$out/shard-1" "$out/shard-2" --out "$out/partial" --quiet 2> "$out/partial.err"
 rc=$?
-[ $rc -eq 2 ] || say_fail "merge with shard 3 missing exited $rc, want 2"
+[ $rc -eq 3 ] || say_fail "merge with shard 3 missing exited $rc, want 3"
 grep -q "shard(s) 3 of 3 missing" "$out/partial.err" || say_fail "missing shard not named: $(cat "$out/partial.err")"
 python3 - "$out" <<'PY' || fail=1
 import json, sys

@@ -357,6 +357,7 @@ struct CampaignCommand {
   nanchaos::harness::CampaignOptions opts;
   uint64_t seed = 0;
   std::string kinds;
+  std::string shard;
   CLI::App* cmd = nullptr;
   CLI::Option* seed_opt = nullptr;
   CLI::Option* kinds_opt = nullptr;
@@ -386,10 +387,21 @@ struct CampaignCommand {
                   "run every fault in its own launch (built-in jobs otherwise run many faults "
                   "per launch from in-memory checkpoints)");
     add_host_limit_flags(cmd, opts.host_limits);
+    cmd->add_option("--shard", shard,
+                    "measure only part I of N of the drawn faults (index mod N = I - 1; e.g. "
+                    "${SLURM_ARRAY_TASK_ID}/4); `nanchaos merge` joins the parts' folders");
   }
 
   int exec(const char* argv0) {
     using namespace nanchaos::harness;
+    if (!shard.empty()) {
+      try {
+        opts.shard = parse_shard(shard);
+      } catch (const std::invalid_argument& e) {
+        std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+        return 2;
+      }
+    }
     opts.self_exe = self_exe(argv0);
     if (seed_opt->count()) opts.seed = seed;
     if (kinds_opt->count()) {

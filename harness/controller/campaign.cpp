@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/common/exit_status.h"
 #include "harness/controller/campaign_batch.h"
 #include "harness/controller/campaign_draw.h"
 #include "harness/controller/controller.h"
@@ -232,24 +233,38 @@ class CampaignRun {
       return 2;
     }
     if (stop_signal() != 0) return interrupted_before_any_run();
+    const size_t all_drawn = drawn_.size();
+    if (o_.shard.on()) keep_shard();
     files_.resize(drawn_.size());
     try {
-      for (const auto& d : drawn_) {
+      for (size_t i = 0; i < drawn_.size(); ++i) {
+        const DrawnFault& d = drawn_[i];
         if (stop_signal() != 0) return interrupted_before_any_run();
         const std::string dir = fmt::format("{}/faults/{:03}", out_, d.index);
         fs::create_directories(dir);
-        files_[size_t(d.index)] = dir + "/scenario.toml";
+        files_[i] = dir + "/scenario.toml";
         const std::string header = fmt::format(
             "# nanchaos campaign {} (seed {}), fault {} of {}: {}\n# re-run it alone: nanchaos "
             "run {}",
-            o_.scenario, c_.seed, d.index, drawn_.size(), d.fault_class, files_[size_t(d.index)]);
-        write_text(files_[size_t(d.index)], fault_scenario_toml(base_, base_text, d, header));
+            o_.scenario, c_.seed, d.index, all_drawn, d.fault_class, files_[i]);
+        write_text(files_[i], fault_scenario_toml(base_, base_text, d, header));
       }
     } catch (const std::exception& e) {
       std::cerr << fmt::format("nanchaos campaign: error: --out {}: {}\n", out_, e.what());
       return 2;
     }
     return 0;
+  }
+
+  // --shard I/N: the drawn faults whose index mod N is I - 1 (every shard draws all of them
+  // with the same seed, so the parts are disjoint and cover the campaign).
+  void keep_shard() {
+    std::vector<DrawnFault> mine;
+    for (auto& d : drawn_) {
+      if (d.index % o_.shard.count == o_.shard.index - 1) mine.push_back(std::move(d));
+    }
+    drawn_ = std::move(mine);
+    c_.shard = results::ShardInfo{o_.shard.index, o_.shard.count, {}};
   }
 
   // Step 3, run every fault, J workers at a time: batches of in-launch faults (one per worker)
@@ -287,12 +302,12 @@ class CampaignRun {
           signal_name(stop_signal()), c_.faults.size(), drawn_.size(), out_);
       return 128 + stop_signal();
     }
-    if (write_failed_) return 2;
+    if (write_failed_) return kExitReportUnwritten;
     if (c_.summary.all.errors > 0) {
       std::cerr << fmt::format(
           "nanchaos campaign: error: {} fault(s) could not be measured (their rows say why)\n",
           c_.summary.all.errors);
-      return 2;
+      return kExitErrored;
     }
     bool missed = false;
     for (const auto& [key, check] : c_.thresholds.items()) {
@@ -394,7 +409,7 @@ class CampaignRun {
     row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
     row.rerun = "nanchaos run " + files_[i];
     std::lock_guard<std::mutex> lock(mu_);
-    if (!o_.quiet) std::cerr << progress_line(row, int(drawn_.size())) << std::flush;
+    if (!o_.quiet) std::cerr << progress_line(row, int(c_.requested)) << std::flush;
     rows_[i] = std::move(row);
     write_files(false);  // after every fault: nothing measured is lost if the controller dies
   }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "harness/controller/host_limits.h"
+#include "harness/controller/shard.h"
 #include "harness/scenario/scenario.h"
 #include "results/campaign.h"
 
@@ -44,6 +45,9 @@ struct CampaignOptions {
   /// --no-host-limits / --max-ranks: the scenario passes check_host_limits() before any draw,
   /// as for `nanchaos run` (preflight.h).
   HostLimitOptions host_limits;
+  /// --shard I/N: draw all `faults` (the same draws as one run) and measure only those whose
+  /// index mod N is I - 1; `nanchaos merge` joins the parts (harness/controller/merge.h).
+  ShardSpec shard;
 };
 
 /// Thresholds of the scenario's [campaign] table checked against a summary:

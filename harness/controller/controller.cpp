@@ -20,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "harness/common/exit_status.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/controller/host_probe.h"
@@ -515,8 +516,9 @@ class SuiteRun {
   }
 
   int exit_code() const {
-    if (usage_error_ || write_failed_ || report_.errors() > 0) return 2;
-    if (report_.failed() > 0) return 1;
+    if (write_failed_) return kExitReportUnwritten;
+    if (usage_error_ || report_.errors() > 0) return kExitErrored;
+    if (report_.failed() > 0) return kExitCheckFailed;
     // CI on a GPU runner that lost its GPU must not stay green (RunOptions::fail_on_skip).
     if (opts_.fail_on_skip && report_.skipped() > 0) {
       std::cerr << fmt::format(

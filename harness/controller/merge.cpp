@@ -12,6 +12,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "harness/common/exit_status.h"
+#include "results/campaign.h"
 #include "results/html.h"
 #include "results/report.h"
 #include "results/stats.h"
@@ -165,11 +167,126 @@ results::SuiteReport combine(std::vector<Part>& parts, const Plan& p, const std:
   return merged;
 }
 
+// --- campaigns (`nanchaos campaign --shard I/N`) ---
+
+bool is_campaign_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "campaign.json", ec) &&
+         !fs::exists(fs::path(dir) / "report.json", ec);
+}
+
+results::Campaign read_campaign(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "campaign.json").string();
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot read");
+  try {
+    return results::campaign_from_json(nlohmann::ordered_json::parse(in));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+// The shards of one campaign: same scenario, seed, draws and split; each shard once.
+std::vector<int> check_campaign_parts(const std::vector<std::string>& dirs,
+                                      const std::vector<results::Campaign>& parts) {
+  const results::Campaign& a = parts.front();
+  std::set<int> seen;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const results::Campaign& c = parts[k];
+    if (c.name != a.name || c.seed != a.seed || c.requested != a.requested || c.kinds != a.kinds) {
+      throw std::runtime_error(fmt::format(
+          "{}: campaign {} (seed {}, {} faults) is not the first's {} (seed {}, {} faults)",
+          dirs[k], c.name, c.seed, c.requested, a.name, a.seed, a.requested));
+    }
+    if (bool(c.shard) != bool(a.shard) || (c.shard && c.shard->count != a.shard->count)) {
+      throw std::runtime_error(dirs[k] + ": split differently from the first run (--shard)");
+    }
+    const int index = c.shard ? c.shard->index : 1;
+    if (!seen.insert(index).second) {
+      throw std::runtime_error(fmt::format("{}: shard {} given twice", dirs[k], index));
+    }
+  }
+  std::vector<int> missing;
+  const int count = a.shard ? a.shard->count : 1;
+  for (int i = 1; i <= count; ++i) {
+    if (!seen.count(i)) missing.push_back(i);
+  }
+  return missing;
+}
+
+int merge_campaigns(const MergeOptions& opts) {
+  std::vector<results::Campaign> parts;
+  for (const auto& d : opts.runs) parts.push_back(read_campaign(d));
+  const std::vector<int> missing = check_campaign_parts(opts.runs, parts);
+  std::error_code ec;
+  if (fs::exists(fs::path(opts.out_dir) / "campaign.json", ec)) {
+    throw std::runtime_error(fmt::format(
+        "--out {}: holds a campaign.json already (merge into a new folder)", opts.out_dir));
+  }
+  fs::create_directories(fs::path(opts.out_dir) / "faults", ec);
+  if (ec) throw std::runtime_error("--out " + opts.out_dir + ": " + ec.message());
+  results::Campaign merged = parts.front();
+  merged.faults.clear();
+  merged.shard.reset();
+  std::map<int, results::CampaignFault> rows;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const results::Campaign& c = parts[k];
+    merged.started = std::min(merged.started, c.started);
+    merged.wall_s = std::max(merged.wall_s, c.wall_s);  // the parts ran side by side
+    merged.interrupted = merged.interrupted || c.interrupted;
+    for (auto f : c.faults) {
+      const std::string dir = fmt::format("faults/{:03}", f.index);
+      fs::copy(fs::path(opts.runs[k]) / dir, fs::path(opts.out_dir) / dir,
+               fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+      f.rerun = "nanchaos run " + (fs::path(opts.out_dir) / f.scenario).string();
+      if (!rows.emplace(f.index, std::move(f)).second) {
+        throw std::runtime_error(
+            fmt::format("{}: fault {} is in two of the runs", opts.runs[k], f.index));
+      }
+    }
+  }
+  for (auto& [index, f] : rows) merged.faults.push_back(std::move(f));
+  if (!missing.empty()) merged.interrupted = true;
+  merged.summary = results::summarize_campaign(merged.faults);
+  merged.thresholds = results::recheck_thresholds(parts.front().thresholds, merged.summary);
+  const std::string out = opts.out_dir;
+  results::write_campaign_json(merged, out + "/campaign.json");
+  results::write_campaign_markdown(merged, out + "/campaign.md");
+  results::write_campaign_junit(merged, out + "/campaign.xml");
+  if (!opts.junit.empty()) results::write_campaign_junit(merged, opts.junit);
+  const std::string note = results::write_campaign_html(merged, out + "/campaign.html");
+  if (!note.empty()) std::cerr << "nanchaos merge: warning: campaign.html: " << note << "\n";
+  if (!opts.quiet) {
+    std::cout << fmt::format(
+        "merged {} campaign run(s): {} of {} faults measured: {}/campaign.json\n", parts.size(),
+        merged.faults.size(), merged.requested, out);
+  }
+  if (!missing.empty()) {
+    std::cerr << fmt::format(
+        "nanchaos merge: error: shard(s) {} of {} missing: {} of {} faults measured\n",
+        fmt::join(missing, ", "), parts.front().shard ? parts.front().shard->count : 1,
+        merged.faults.size(), merged.requested);
+    return kExitErrored;
+  }
+  if (merged.summary.all.errors > 0) return kExitErrored;
+  for (const auto& [key, check] : merged.thresholds.items()) {
+    if (!check["pass"].get<bool>()) return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int merge_runs(const MergeOptions& opts) {
   try {
     if (opts.runs.empty()) throw std::runtime_error("no run folder given");
+    const size_t campaigns =
+        size_t(std::count_if(opts.runs.begin(), opts.runs.end(), is_campaign_dir));
+    if (campaigns == opts.runs.size()) return merge_campaigns(opts);
+    if (campaigns > 0) {
+      throw std::runtime_error(
+          "mixes campaign folders (campaign.json) and suite runs (report.json)");
+    }
     std::vector<Part> parts;
     for (const auto& d : opts.runs) parts.push_back(read_part(d));
     const Plan p = plan(parts);
@@ -199,9 +316,9 @@ int merge_runs(const MergeOptions& opts) {
           "not run in {}/report.json\n",
           fmt::join(p.missing, ", "), parts.front().report.shard->count, merged.not_run.size(),
           opts.out_dir);
-      return 2;
+      return kExitErrored;
     }
-    if (merged.errors() > 0) return 2;
+    if (merged.errors() > 0) return kExitErrored;
     return merged.failed() > 0 ? 1 : 0;
   } catch (const std::exception& e) {
     std::cerr << "nanchaos merge: error: " << e.what() << "\n";

@@ -7,9 +7,10 @@
 // Errors (exit 2, nothing written unless said): a folder without a readable report.json, a
 // scenario in two runs, shards of different suites or counts, the same shard twice, an existing
 // DIR/report.json. Shards missing from a sharded suite: the merged report is written with their
-// scenarios under `not_run` and "interrupted": true, and the exit status is 2 with the missing
-// shard numbers named. Otherwise the exit status is `run`'s: 0 all passed or skipped, 1 a check
-// failed, 2 a scenario errored. Torch-free.
+// scenarios under `not_run` and "interrupted": true, and the exit status is 3 with the missing
+// shard numbers named. Otherwise the exit status is `run`'s (harness/common/exit_status.h): 0
+// all passed or skipped, 1 a check failed, 3 a scenario errored. Campaign folders
+// (campaign.json, `campaign --shard I/N`) merge the same way, by fault index. Torch-free.
 #pragma once
 
 #include <string>

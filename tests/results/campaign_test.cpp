@@ -677,5 +677,42 @@ TEST(CampaignCompare, DamagedFileIsAnErrorNamingTheFileAndField) {
   }
 }
 
+// campaign.json read back (campaign --shard + merge): the committed baseline's 50 real rows come
+// back as written, and the summary and thresholds computed again from them equal the file's.
+TEST(CampaignRead, TheBaselinesRowsSummaryAndThresholdsComeBack) {
+  std::ifstream in(std::string(NANCHAOS_SOURCE_DIR) +
+                   "/results/baselines/campaign-mlp-default.json");
+  ASSERT_TRUE(in);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(in);
+  const Campaign c = campaign_from_json(j);
+  ASSERT_EQ(c.faults.size(), j["faults"].size());
+  const nlohmann::ordered_json back = to_json(c);
+  for (size_t k = 0; k < c.faults.size(); ++k) {
+    EXPECT_EQ(back["faults"][k], j["faults"][k]) << "fault " << k;
+  }
+  EXPECT_EQ(back["summary"], j["summary"]);
+  EXPECT_EQ(nlohmann::json::parse(back["thresholds"].dump()),
+            recheck_thresholds(c.thresholds, c.summary));
+  EXPECT_FALSE(c.shard);
+}
+
+TEST(CampaignRead, AMalformedRowNamesItsIndex) {
+  nlohmann::ordered_json j = {{"seed", 1}, {"faults_requested", 1}, {"faults", {{{"index", 7}}}}};
+  try {
+    campaign_from_json(j);
+    ADD_FAILURE() << "accepted a row without class";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("faults[index 7]"), std::string::npos) << e.what();
+  }
+  j = {{"seed", 1},
+       {"faults_requested", 1},
+       {"faults", nlohmann::ordered_json::array()},
+       {"shard", {{"index", 2}, {"count", 4}}}};
+  const Campaign c = campaign_from_json(j);
+  ASSERT_TRUE(c.shard);
+  EXPECT_EQ(c.shard->index, 2);
+  EXPECT_EQ(to_json(c)["shard"]["count"], 4);
+}
+
 }  // namespace
 }  // namespace nanchaos::results
