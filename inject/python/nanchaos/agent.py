@@ -142,6 +142,7 @@ class Agent:
         self.phases = phases.PhaseClock()
         self._backward_depth = 0  # backward() calls in progress (a reentrant checkpoint nests)
         self._computed_ns = 0  # when the DDP backward's local gradients were all computed
+        self._saves = 0  # training-state saves observed in this launch (ckpt_io.py)
         self._optimizer_timed = False
         self._grad_numel = 0
         self._grad_dtype = ""
@@ -690,13 +691,32 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------
     # the job's own checkpoints (ckpt_io.py)
-    def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int) -> None:
+    def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int, obj: Any = None,
+                           resave=None) -> None:
         """The job saved training state: ``ckpt_save {path, step, agent_step, tensors}``;
         ``agent_step`` is the step a resume from it would run first: the open iteration's step
         + 1 (a job saves after its update; the iteration's ``step_end`` comes at the next
-        forward), else the iterations completed."""
+        forward), else the iterations completed. Then ``checkpoint`` faults on the file
+        (``obj``: what was saved; ``resave(obj)``: the job's save call again)."""
         agent_step = self.step + 1 if self._open else self.steps_done
         self.log.write("ckpt_save", path=path, step=step, agent_step=agent_step, tensors=tensors)
+        self._saves += 1
+        if "checkpoint" in self.needs:
+            from .faults.checkpoint import SavedCheckpoint
+
+            saved = SavedCheckpoint(path, agent_step if step is None else step, self._saves, obj,
+                                    resave)
+            for f in self.faults:
+                f.on_checkpoint_saved(self, saved)
+
+    def on_checkpoint_rename(self, src: str, dst: str) -> bool:
+        """The job renames ``src``, a file it saved, to ``dst`` (absolute paths). False when a
+        ``checkpoint`` fault deleted ``src``: the rename must then leave no file at ``dst``."""
+        if any(f.deleted(src) for f in self.faults):
+            return False
+        for f in self.faults:
+            f.on_checkpoint_renamed(self, src, dst)
+        return True
 
     def on_checkpoint_load(self, path: str, step: Optional[int], tensors: int) -> None:
         """The job loaded training state: ``ckpt_load {path, step, tensors}``, and, before the
