@@ -373,7 +373,7 @@ class Agent:
         self._sync_backward = self._ddp_backward and not getattr(ddp, "_nanchaos_hooked", False)
         self._forwards += 1
         if self._forwards == 1:
-            self.phases.close(None)  # before the first iteration: the job's start, not a phase
+            self.phases.restart()  # before the first iteration: the job's start, no phase
         micro = (self._forwards - 1) % self.micro_batches
         if micro == 0:
             self._begin_iteration(self._step_offset + (self._forwards - 1) // self.micro_batches)
@@ -386,11 +386,11 @@ class Agent:
                 r = f.on_batch(self, tuple(new_args), {})
                 if r is not None:
                     new_args = r
-            self.phases.close(phases.DATA)  # the batch fetch, and the batch faults' delay
+            self.phases.mark(phases.DATA)  # the batch fetch, and the batch faults' delay
             if new_args is not args:
                 return tuple(new_args)
             return None
-        self.phases.close(phases.DATA)
+        self.phases.mark(phases.DATA)
         return None
 
     def _begin_iteration(self, i: int) -> None:
@@ -549,7 +549,7 @@ class Agent:
         if not self._open or self._backward_depth:
             return None
         self._backward_depth = 1
-        self.phases.close(phases.COMPUTE)
+        self.phases.mark(phases.COMPUTE)
         if self._ddp_backward:
             self._ddp_backward = False
             self._computed_ns = 0
@@ -580,7 +580,7 @@ class Agent:
             self.phases.wait_ns += phases.now_ns() - self._computed_ns
             self._computed_ns = 0
         self._backward_depth = 0
-        self.phases.close(phases.BACKWARD)
+        self.phases.mark(phases.BACKWARD)
         if seq >= 0:
             self.log.write_line(f'{{"ev":"coll_leave","t_us":{now_us()},"seq":{seq},'
                                 f'"name":"grad_allreduce","status":"{"ok" if ok else "error"}"}}')
@@ -614,14 +614,14 @@ class Agent:
                 for g in opt.param_groups:
                     g["lr"] = g["lr"] * factor
         self._lr_used = float(opt.param_groups[0].get("lr", 0.0)) if opt.param_groups else None
-        self.phases.close(phases.COMM)  # after the backward up to the optimizer step
+        self.phases.mark(phases.COMM)  # after the backward up to the optimizer step
         self._optimizer_timed = True
         return restore
 
     def after_optimizer_step(self, opt, restore) -> None:
         if self._optimizer_timed:
             self._optimizer_timed = False
-            self.phases.close(None)  # the optimizer step: no phase
+            self.phases.mark(None)  # the optimizer step: no phase
         if restore is not None:
             for g, lr in zip(opt.param_groups, restore):
                 g["lr"] = lr

@@ -37,10 +37,11 @@ waits on later, a functional collective (DTensor) and DDP's buffer broadcast at 
 not seen as waiting; their wait counts in the phase it falls in. Pipeline-parallel jobs
 (pipeline.py) write no ``own_us``: their iteration interleaves micro-batches of every phase.
 
-Cost: per iteration five clock reads and five ``pread`` of the schedstat file (~2.4 us each on
-this project's VM), one tensor hook and one autograd callback for a DDP backward. Thread-safety:
-the phase boundaries are called on the training thread; ``wait_ns`` and ``hook_ns`` are added to
-from the thread that blocks (the training thread, or an autograd thread on GPU), under the GIL.
+Cost: per iteration five boundaries (a clock read and a ``pread`` of the schedstat file, ~2.4 us
+on this project's VM, each), the arithmetic once in ``fields``, one tensor hook and one autograd
+callback for a DDP backward. Thread-safety: ``mark``, ``restart`` and ``fields`` are called on
+the training thread; ``wait_ns`` and ``hook_ns`` are added to from the thread that blocks (the
+training thread, or an autograd thread on GPU), under the GIL.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 DATA, COMPUTE, BACKWARD, COMM = 0, 1, 2, 3
 """Phase indices (the ``slow`` fault's ``where`` words, in ``own_us``' order)."""
 
 _clock_ns = time.clock_gettime_ns
 _MONOTONIC = time.CLOCK_MONOTONIC
+_pread = os.pread
 
 
 def now_ns() -> int:
@@ -72,61 +74,71 @@ def _open_schedstat() -> int:
 
 
 class PhaseClock:
-    """Accumulates one iteration's own time per phase between boundaries (``close``) and
-    formats it for ``step_end`` (``fields``). Created on the training thread (its run queue is
-    read)."""
+    """Records the iteration's phase boundaries (``mark``: a clock read, a read of the schedstat
+    file and the two counters) and does the arithmetic once per iteration, in ``fields``.
+    Created on the training thread (its run queue is read)."""
 
     def __init__(self) -> None:
         self.wait_ns = 0  # total time waiting in collectives (monotonic counter)
         self.hook_ns = 0  # total time in gradient-collective hooks before entering them
         self._fd = _open_schedstat()
-        self._own: List[int] = [0, 0, 0, 0]
-        self._step_wait = 0
-        self._step_delay = 0
-        self._mark = now_ns()
-        self._wait_mark = 0
-        self._hook_mark = 0
-        self._delay_mark = self._run_delay()
+        # (phase, t, wait_ns, hook_ns, run delay) at each boundary since the last step_end; the
+        # first entry is the previous iteration's last boundary (phase unused)
+        self._marks: List[Tuple[Optional[int], int, int, int, int]] = []
+        self.restart()
 
     def _run_delay(self) -> int:
-        """The training thread's run-queue delay so far (ns), or -1 when unknown."""
-        if self._fd < 0:
-            return -1
+        """The training thread's run-queue delay so far (ns; 0 where unknown, and then the file
+        is not read again)."""
         try:
-            return int(os.pread(self._fd, 96, 0).split()[1])
+            return int(_pread(self._fd, 96, 0).split()[1])
         except (OSError, IndexError, ValueError):
-            os.close(self._fd)
-            self._fd = -1
-            return -1
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            return 0
 
-    def close(self, phase: Optional[int]) -> None:
+    def restart(self) -> None:
+        """Forgets the time so far: the next interval starts now (the job's start-up before its
+        first iteration is no phase)."""
+        self._marks = [(None, now_ns(), self.wait_ns, self.hook_ns, self._run_delay())]
+
+    def mark(self, phase: Optional[int]) -> None:
         """Ends the interval since the last boundary: its wall time, less what it spent waiting,
         on a run queue and in gradient-collective hooks, goes to ``phase`` (None: the optimizer
-        step, no phase); the hook time goes to ``comm``."""
-        t = now_ns()
-        delay = self._run_delay()
-        wait = self.wait_ns - self._wait_mark
-        hook = self.hook_ns - self._hook_mark
-        ran_delay = delay - self._delay_mark if delay >= 0 and self._delay_mark >= 0 else 0
-        own = t - self._mark - wait - hook - ran_delay
-        self._mark, self._wait_mark, self._hook_mark, self._delay_mark = (
-            t, self.wait_ns, self.hook_ns, delay)
-        self._step_wait += wait
-        self._step_delay += ran_delay
-        if phase is not None and own > 0:
-            self._own[phase] += own
-        if hook:
-            self._own[COMM] += hook
+        step, no phase); the hook time goes to ``comm``. (The schedstat read is inlined: this
+        runs five times an iteration.)"""
+        if self._fd >= 0:
+            try:
+                delay = int(_pread(self._fd, 96, 0).split()[1])
+            except (OSError, IndexError, ValueError):
+                delay = self._run_delay()
+        else:
+            delay = 0
+        self._marks.append((phase, _clock_ns(_MONOTONIC), self.wait_ns, self.hook_ns, delay))
 
     def fields(self) -> str:
-        """``,"own_us":{...},"wait_us":W[,"run_delay_us":R]`` of the iteration so far (text to
-        splice into the ``step_end`` line), and starts the next iteration's sums."""
-        o = self._own
-        text = (f',"own_us":{{"data":{o[0] // 1000},"compute":{o[1] // 1000},'
-                f'"backward":{o[2] // 1000},"comm":{o[3] // 1000}}},'
-                f'"wait_us":{self._step_wait // 1000}')
+        """``,"own_us":{...},"wait_us":W[,"run_delay_us":R]`` of the iteration's intervals
+        (text to splice into the ``step_end`` line), and starts the next iteration's.
+
+        The subtractions telescope: an interval's own time is the difference of ``t - wait -
+        hook - delay`` at its two ends, and the iteration's waiting, hook and run-delay totals
+        are differences between its first and last boundaries."""
+        marks = self._marks
+        own = [0, 0, 0, 0]
+        _, t, w, h, d = first = marks[0]
+        prev = t - w - h - d
+        for phase, t, w, h, d in marks[1:]:
+            o = t - w - h - d
+            if phase is not None and o > prev:
+                own[phase] += o - prev
+            prev = o
+        last = marks[-1]
+        self._marks = [last]
+        own[COMM] += last[3] - first[3]
+        text = (f',"own_us":{{"data":{own[0] // 1000},"compute":{own[1] // 1000},'
+                f'"backward":{own[2] // 1000},"comm":{own[3] // 1000}}},'
+                f'"wait_us":{(last[2] - first[2]) // 1000}')
         if self._fd >= 0:
-            text += f',"run_delay_us":{self._step_delay // 1000}'
-        self._own = [0, 0, 0, 0]
-        self._step_wait = self._step_delay = 0
+            text += f',"run_delay_us":{(last[4] - first[4]) // 1000}'
         return text
