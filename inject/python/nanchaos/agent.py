@@ -166,10 +166,13 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------
     # evidence
-    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+    def fired(self, fault: int, target: str, detail: Dict[str, Any],
+              step: Optional[int] = None) -> None:
+        """The ``inject`` event; ``step`` defaults to the iteration (a checkpoint fault gives
+        the corrupted save's step, its ground truth)."""
         kind = next((f.kind for f in self.faults if f.index == fault), "")
-        self.log.write("inject", fault=fault, kind=kind, step=self.step, target=target,
-                       detail=detail, replay=False)
+        self.log.write("inject", fault=fault, kind=kind, step=self.step if step is None else step,
+                       target=target, detail=detail, replay=False)
 
     def coll_enter(self, name: str, count: int = 0, dtype: str = "", bucket=None,
                    span: str = "") -> int:

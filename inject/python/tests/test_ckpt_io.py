@@ -120,6 +120,7 @@ def test_checkpoint_nan_in_a_parameter_of_the_save_at_a_step(tmp_path):
     job = run_saver(tmp_path, ckpt_fault(step=4, mode="nan", target="parameter:head.weight"))
     (inj,) = job.of(0, "inject")
     assert inj["kind"] == "checkpoint" and inj["target"] == "parameter:head.weight"
+    assert inj["step"] == 4  # the corrupted save's step (the agent was in iteration 3)
     assert inj["detail"]["save_step"] == 4 and inj["detail"]["mode"] == "nan"
     assert inj["detail"]["path"] == str(tmp_path / "ck-4.pt.tmp")  # renamed after the fault
     # the inject comes after its save's ckpt_save, before the rename

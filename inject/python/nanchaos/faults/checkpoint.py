@@ -119,7 +119,9 @@ class CheckpointFault(Fault):
             return False
         return saved.index == self.save if self.save is not None else saved.step == self.spec.step
 
-    def on_checkpoint_saved(self, ctx: FaultContext, saved: SavedCheckpoint) -> None:
+    def on_checkpoint_saved(self, ctx: Any, saved: SavedCheckpoint) -> None:
+        """``ctx``: the agent (its ``fired`` takes the save's step: the ``inject`` event's step
+        is the corrupted save's, the fault's ground truth)."""
         previous, self._previous = self._previous, os.path.abspath(saved.path or "")
         if not self._chosen(ctx, saved):
             return
@@ -149,7 +151,7 @@ class CheckpointFault(Fault):
         else:
             target, values = self._corrupt_tensor(ctx, saved)
             detail.update(values)
-        ctx.fired(self.index, target, detail)
+        ctx.fired(self.index, target, detail, step=saved.step)
 
     def on_checkpoint_renamed(self, ctx: FaultContext, src: str, dst: str) -> None:
         """The job renamed a file it saved (``src`` to ``dst``, absolute paths)."""
