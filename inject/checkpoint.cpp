@@ -1,10 +1,12 @@
-// Fault kind `checkpoint`: corrupts a checkpoint the built-in job wrote ([checkpoint]), after the
-// save and before any load (SCENARIO_FORMAT.md "Recovery by restart"). It matters only when a
-// later launch loads that checkpoint: combine it with a `crash` or `hang` after the save and
-// `[job] restarts`.
+// Fault kind `checkpoint`: corrupts a checkpoint the job wrote, after the save and before any load
+// (SCENARIO_FORMAT.md "Recovery by restart"): the built-in job's ([checkpoint]) here, an external
+// job's own files in the Python agent (inject/python/nanchaos/faults/checkpoint.py, after the
+// torch.save it observed). It matters only when a later launch loads that checkpoint: combine it
+// with a `crash` or `hang` after the save and `[job] restarts`.
 //
-// Which save: `save = N` (1-based; the save made before step N x every) or `step` (the save made
-// before that step). Modes:
+// Which save: `save = N` (1-based; built-in: the save made before step N x every; external: the
+// rank's N-th training-state save of the launch) or `step` (the save made before that step;
+// external: the save whose step, as the job's object records it, is `step`). Modes:
 //   nan / inf / bitflip - one element of `target`'s tensor in the archive (the first tensor, a
 //                         parameter, when no target): the bytes of the tensor as saved are found
 //                         in the file and its first element is rewritten in place (bitflip:
@@ -138,13 +140,19 @@ using harness::KeyType;
 FaultKindInfo checkpoint_kind() {
   FaultKindInfo info;
   info.name = "checkpoint";
-  info.doc = "corrupts a checkpoint the built-in job wrote, after the save and before any load";
+  info.doc =
+      "corrupts a checkpoint the job wrote (built-in: [checkpoint]; external: the agent's "
+      "observed torch.save), after the save and before any load";
   info.keys = {
       Key("step", KeyType::kInt,
-          "the save made before this step (a multiple of [checkpoint].every); or give `save`")
+          "the save made before this step (built-in: a multiple of [checkpoint].every; "
+          "external: the step the job's save records); or give `save`")
           .def(0)
           .min(0),
-      Key("save", KeyType::kInt, "which save, 1-based (the one before step save x every)").min(1),
+      Key("save", KeyType::kInt,
+          "which save, 1-based (built-in: the one before step save x every; external: the "
+          "rank's N-th save of training state)")
+          .min(1),
       Key("mode", KeyType::kString,
           "nan / inf / bitflip: one element of `target`'s tensor; truncate: the file cut to "
           "half; delete: removed; stale: replaced by the previous save")
@@ -156,25 +164,28 @@ FaultKindInfo checkpoint_kind() {
       Key("bit", KeyType::kInt, "bitflip: the float32 bit flipped (0-31)").def(30).min(0).max(31),
   };
   info.target_wheres = {harness::TargetWhere::kParameter, harness::TargetWhere::kOptimizer};
+  info.python_agent = true;  // external jobs: the agent corrupts the job's own saved files
   info.check_job = [](const harness::FaultSpec& f, const harness::Scenario& s) {
     harness::check_target_exists(f, s);
     const std::string label = harness::fault_label(f);
-    if (s.job.external()) {
-      harness::scenario_error(f.pos, label +
-                                         ": kind \"checkpoint\" is not implemented for "
-                                         "external jobs yet (it corrupts the built-in job's "
-                                         "own checkpoints)");
-    }
-    if (!s.checkpoint.on()) {
-      harness::scenario_error(f.pos, label +
-                                         ": kind \"checkpoint\" needs a [checkpoint] table "
-                                         "(the built-in job writes no checkpoint without one)");
-    }
     const bool by_save = f.params.given("save");
     if (by_save == f.params.given("step")) {
       harness::scenario_error(f.pos, label +
                                          ": give exactly one of `save` (1-based) and `step` "
                                          "(the step the save was made before)");
+    }
+    const std::string mode = f.params.get_string("mode");
+    if (f.params.given("target") && mode != "nan" && mode != "inf" && mode != "bitflip") {
+      harness::scenario_error(f.params.pos("target"),
+                              label + ".target: only for mode nan, inf or bitflip");
+    }
+    // External jobs: the agent corrupts the job's own saves, whatever their cadence (the
+    // loader already holds `step` below [job].steps).
+    if (s.job.external()) return;
+    if (!s.checkpoint.on()) {
+      harness::scenario_error(f.pos, label +
+                                         ": kind \"checkpoint\" needs a [checkpoint] table "
+                                         "(the built-in job writes no checkpoint without one)");
     }
     const int64_t every = s.checkpoint.every;
     const int64_t step = by_save ? f.params.get_int("save") * every : f.step;
@@ -185,11 +196,6 @@ FaultKindInfo checkpoint_kind() {
                       "{}: saves before steps {}, {}, ...)",
                       label, by_save ? "save" : "step", by_save ? "at" : "before", step, every,
                       s.job.steps, every, 2 * every));
-    }
-    const std::string mode = f.params.get_string("mode");
-    if (f.params.given("target") && mode != "nan" && mode != "inf" && mode != "bitflip") {
-      harness::scenario_error(f.params.pos("target"),
-                              label + ".target: only for mode nan, inf or bitflip");
     }
   };
   info.make = [](const harness::FaultSpec& f,

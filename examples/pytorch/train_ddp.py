@@ -24,7 +24,10 @@ Checkpoints (``--ckpt-dir DIR --save-every N``): after every N-th step rank 0 sa
 step the checkpoint resumes at), atomically (``torch.save`` to a temporary file, then
 ``os.replace``), keeping the newest ``--keep``. At start every rank resumes from the newest
 checkpoint in DIR that loads, skipping the data the resumed steps already consumed, so a resumed
-run continues the uninterrupted one. nanchaos relaunches such a job with ``[job] restarts`` and
+run continues the uninterrupted one. ``--validate-ckpt`` makes the loader also check that every
+tensor of the checkpoint is finite; one that is not is reported
+(``nanchaos.report_detection("ckpt_validate", cause="checkpoint_corruption", layer=NAME)``)
+and skipped for the next older one. nanchaos relaunches such a job with ``[job] restarts`` and
 gives it its own folder through ``{run_dir}`` in ``command``.
 
 Model module names (``named_modules()`` of the unwrapped model, the names fault targets use)::
@@ -318,14 +321,37 @@ def save_checkpoint(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Opti
     return path
 
 
+def first_nonfinite(state: dict) -> Optional[str]:
+    """The name of the first tensor of a checkpoint that holds a NaN or an infinity: a model
+    state dict's key, or ``optimizer:ID.STATE`` of an optimizer state; None when all are
+    finite."""
+    for name, t in state["model"].items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    for pid, per_param in state["optimizer"]["state"].items():
+        for key, t in per_param.items():
+            if (isinstance(t, torch.Tensor) and t.is_floating_point()
+                    and not bool(torch.isfinite(t).all())):
+                return f"optimizer:{pid}.{key}"
+    return None
+
+
 def resume(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-           device: torch.device) -> int:
-    """Loads the newest checkpoint of ``ckpt_dir`` that loads; returns its step (0: none)."""
+           device: torch.device, validate: bool = False) -> int:
+    """Loads the newest checkpoint of ``ckpt_dir`` that loads (and, with ``validate``, whose
+    tensors are all finite); returns its step (0: none)."""
     for path in sorted(glob.glob(os.path.join(ckpt_dir, "step-*.pt")), reverse=True):
         try:
             state = torch.load(path, map_location=device)
         except Exception as e:  # a truncated or unreadable file: try the next older one
             print(f"train_ddp: skipping checkpoint {path}: {e}", file=sys.stderr, flush=True)
+            continue
+        bad = first_nonfinite(state) if validate else None
+        if bad is not None:
+            print(f"train_ddp: skipping checkpoint {path}: {bad} is not finite", file=sys.stderr,
+                  flush=True)
+            nanchaos.report_detection("ckpt_validate", cause="checkpoint_corruption", layer=bad,
+                                      step=int(state["step"]))
             continue
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -352,6 +378,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0,
                    help="save a checkpoint after every N-th step (0: never)")
     p.add_argument("--keep", type=int, default=2, help="checkpoints kept (newest)")
+    p.add_argument("--validate-ckpt", action="store_true",
+                   help="skip a checkpoint holding a non-finite tensor for the next older one")
     p.add_argument("--print-digest", action="store_true",
                    help="print each rank's parameter digest at the end")
     return p.parse_args(argv)
@@ -369,7 +397,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
     stack = STACKS[args.stack](ddp_model, optimizer, device)
 
-    start = resume(args.ckpt_dir, model, optimizer, device) if args.ckpt_dir else 0
+    start = (resume(args.ckpt_dir, model, optimizer, device, args.validate_ckpt)
+             if args.ckpt_dir else 0)
     data = SyntheticClassification(args.features, args.classes, args.seed, rank, device)
     heldout_x, heldout_y = data.heldout(256)
     batches = data.batches(args.batch_size)

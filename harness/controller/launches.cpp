@@ -34,6 +34,18 @@ std::optional<int64_t> last_of_all(const std::vector<RankEvidence>& ranks, Get g
 
 // When the launch began to fail: the crash (its fault's injection, else the first rank gone),
 // the abort decision (the first abort), the hang's deadline ([job] timeout_ms).
+// The checkpoint a rank resumed from: the last one it loaded before it completed its first step.
+// A validating loader loads and rejects newer ones first (a NaN, a bad digest); a load after
+// training began (a best model reloaded at the end) is no resume.
+const CheckpointEvent* resume_load(const RankEvidence& r) {
+  const CheckpointEvent* out = nullptr;
+  for (const auto& c : r.ckpt_loads) {
+    if (r.first_step_end_t && c.t_us > *r.first_step_end_t) break;
+    out = &c;
+  }
+  return out;
+}
+
 std::optional<int64_t> failing_t(const Scenario& s, const LaunchView& l, Outcome outcome) {
   if (outcome == Outcome::kHung) return l.job->t0_us + s.job.timeout_ms * 1000;
   std::optional<int64_t> t;
@@ -63,8 +75,8 @@ std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches
   // that path was saved in an earlier launch, then the first step the launch ran.
   std::optional<CheckpointEvent> load;
   for (const auto& r : ranks) {
-    if (!r.ckpt_loads.empty()) {
-      load = r.ckpt_loads.front();
+    if (const CheckpointEvent* c = resume_load(r)) {
+      load = *c;
       break;
     }
   }
@@ -106,9 +118,9 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     launch.outcome = to_string(outcome);
     launch.resumed_from_step = resumed;
     for (const auto& r : *l.ranks) {
-      if (r.ckpt_loads.empty()) continue;
-      const auto& c = r.ckpt_loads.front();
-      launch.checkpoint_loaded = results::Launch::Checkpoint{c.path, c.step};
+      const CheckpointEvent* c = resume_load(r);
+      if (c == nullptr) continue;
+      launch.checkpoint_loaded = results::Launch::Checkpoint{c->path, c->step};
       break;
     }
     for (const auto& r : *l.ranks)
@@ -132,8 +144,8 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     const auto attached = last_of_all(*next.ranks, [](const RankEvidence& r) { return r.start_t; });
     std::optional<int64_t> loaded;
     for (const auto& r : *next.ranks) {
-      if (!r.ckpt_loads.empty()) {
-        loaded = std::max(loaded.value_or(r.ckpt_loads.front().t_us), r.ckpt_loads.front().t_us);
+      if (const CheckpointEvent* c = resume_load(r)) {
+        loaded = std::max(loaded.value_or(c->t_us), c->t_us);
       }
     }
     const auto first_step =

@@ -115,6 +115,35 @@ TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
   EXPECT_EQ(ErrorOf(WithHead(ckpt + fault + "save = 1\n[expect]\ndeadlock = false\n")), "no error");
 }
 
+TEST(RestartLoader, CheckpointFaultOnExternalJobsNeedsNoTableButOneSave) {
+  // External jobs checkpoint themselves: the agent corrupts the save it observed, so no
+  // [checkpoint] table; `step` is the step the job's save records.
+  const std::string head =
+      "[scenario]\nname = \"t\"\n[job]\nworkload = \"external\"\nsteps = 12\n"
+      "command = [\"python3\", \"train.py\"]\nrestarts = 1\n"
+      "[[fault]]\nkind = \"checkpoint\"\n";
+  const std::string tail = "[expect]\ndeadlock = false\n";
+  const Scenario s = load_scenario_string(
+      head + "mode = \"nan\"\nstep = 6\ntarget = \"parameter:head.weight\"\n" + tail, "x.toml");
+  ASSERT_EQ(s.faults.size(), 1u);
+  EXPECT_EQ(s.faults[0].kind, "checkpoint");
+  EXPECT_EQ(s.faults[0].step, 6);
+  EXPECT_EQ(ErrorOf(head + "mode = \"delete\"\nsave = 3\n" + tail), "no error");
+  EXPECT_EQ(ErrorOf(head + "mode = \"nan\"\n" + tail),
+            "x.toml:8:1: error: [[fault]] #1: give exactly one of `save` (1-based) and `step` "
+            "(the step the save was made before)");
+  EXPECT_EQ(ErrorOf(head + "mode = \"nan\"\nstep = 13\n" + tail),
+            "x.toml:11:8: error: [[fault]] #1.step: 13 is past the end of the job ([job].steps = "
+            "12, steps are 0-based); the fault could never fire");
+  EXPECT_EQ(
+      ErrorOf(head + "mode = \"truncate\"\nsave = 1\ntarget = \"parameter:head.weight\"\n" + tail),
+      "x.toml:12:10: error: [[fault]] #1.target: only for mode nan, inf or bitflip");
+  const std::string grad =
+      ErrorOf(head + "mode = \"nan\"\nsave = 1\ntarget = \"gradient:head.weight\"\n" + tail);
+  EXPECT_EQ(grad.rfind("x.toml:12:10: error: ", 0), 0u) << grad;
+  EXPECT_NE(grad.find("gradient"), std::string::npos) << grad;
+}
+
 TEST(RestartSubstitution, RunDirAndLaunchInCommandAndEnv) {
   EXPECT_EQ(substitute_launch_vars("--ckpt-dir={run_dir}/ckpt-{launch}", "/r/x", 2),
             "--ckpt-dir=/r/x/ckpt-2");
@@ -315,6 +344,23 @@ TEST(RestartJudge, LoadWithoutStepTakesTheStepCountedAtItsSave) {
   const std::vector<LaunchView> views = {{&a.ranks, &job}, {&b.ranks, &job}};
   EXPECT_EQ(resumed_from_step(views, 1), 3);
   EXPECT_EQ(resumed_from_step(views, 0), std::nullopt);
+}
+
+TEST(RestartJudge, ResumedFromTheLastLoadBeforeTheFirstStep) {
+  // A validating loader loads the newest checkpoint, finds a NaN in it and falls back to the
+  // older one: the launch resumed from the older; a load after its first step (a best model
+  // reloaded at the end) is no resume.
+  Launch first("reject0"), last("reject1");
+  first.ev(0, "ckpt_save", 100, {{"path", "s3.pt"}, {"step", 3}, {"agent_step", 3}});
+  first.ev(0, "ckpt_save", 200, {{"path", "s6.pt"}, {"step", 6}, {"agent_step", 6}});
+  last.ev(0, "ckpt_load", 100, {{"path", "s6.pt"}, {"step", 6}});
+  last.ev(0, "ckpt_load", 150, {{"path", "s3.pt"}, {"step", 3}});
+  last.steps(3, 5, 200);
+  last.ev(0, "ckpt_load", 900, {{"path", "s6.pt"}, {"step", 6}});
+  const JobResult job = Reaped(0, 0, 1000);
+  const auto a = first.evidence(2, job), b = last.evidence(2, job);
+  const std::vector<LaunchView> views = {{&a.ranks, &job}, {&b.ranks, &job}};
+  EXPECT_EQ(resumed_from_step(views, 1), 3);
 }
 
 TEST(RestartJudge, LaunchOutcome) {

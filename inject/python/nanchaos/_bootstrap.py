@@ -270,13 +270,12 @@ def _wrap_step(a, opt) -> None:
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
         restore = a.before_optimizer_step(self)
-        if restore is None and not a._need_optimizer:
-            return orig(*args, **kwargs)
         try:
             out = orig(*args, **kwargs)
         finally:
-            a.after_optimizer_step(self, restore)
-        a.on_optimizer_state(self)  # optimizer: faults, after the step wrote the state
+            a.after_optimizer_step(self, restore)  # also the end of the optimizer's interval
+        if a._need_optimizer:
+            a.on_optimizer_state(self)  # optimizer: faults, after the step wrote the state
         return out
 
     opt.step = types.MethodType(step, opt)

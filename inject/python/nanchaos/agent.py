@@ -63,7 +63,7 @@ from .copy_safe import CopySafeHook
 from .fault_hooks import apply_activation, install_activation_hooks, install_gradient_hooks
 from .final import final_fields, release_ddp, vm_hwm_kib
 from .log import logger
-from . import compiled, pipeline, sharded
+from . import compiled, phases, pipeline, sharded
 from .observe import Observer
 from .plan import Plan
 
@@ -137,6 +137,13 @@ class Agent:
         self._bucket_in_iter = 0
         self._fsdp_calls = {"all_gather": 0, "reduce_scatter": 0}  # this iteration's, so far
         self._sync_backward = False  # the model's last forward will all-reduce in its backward
+        self._ddp_backward = False  # ... and so DDP waits for its buckets at the backward's end
+        # Own time per phase on step_end (phases.py); created here, on the training thread.
+        self.phases = phases.PhaseClock()
+        self._backward_depth = 0  # backward() calls in progress (a reentrant checkpoint nests)
+        self._computed_ns = 0  # when the DDP backward's local gradients were all computed
+        self._saves = 0  # training-state saves observed in this launch (ckpt_io.py)
+        self._optimizer_timed = False
         self._grad_numel = 0
         self._grad_dtype = ""
         self._grad_allreduce_fields = '"name":"grad_allreduce","count":0,"dtype":""'
@@ -159,10 +166,13 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------
     # evidence
-    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+    def fired(self, fault: int, target: str, detail: Dict[str, Any],
+              step: Optional[int] = None) -> None:
+        """The ``inject`` event; ``step`` defaults to the iteration (a checkpoint fault gives
+        the corrupted save's step, its ground truth)."""
         kind = next((f.kind for f in self.faults if f.index == fault), "")
-        self.log.write("inject", fault=fault, kind=kind, step=self.step, target=target,
-                       detail=detail, replay=False)
+        self.log.write("inject", fault=fault, kind=kind, step=self.step if step is None else step,
+                       target=target, detail=detail, replay=False)
 
     def coll_enter(self, name: str, count: int = 0, dtype: str = "", bucket=None,
                    span: str = "") -> int:
@@ -362,9 +372,11 @@ class Agent:
         ddp = self.ddp
         # DDP reads require_backward_grad_sync in this forward (no_sync() clears it): the
         # backward of this forward all-reduces the gradients.
-        self._sync_backward = (ddp is not None and ddp.require_backward_grad_sync
-                               and not getattr(ddp, "_nanchaos_hooked", False))
+        self._ddp_backward = ddp is not None and ddp.require_backward_grad_sync
+        self._sync_backward = self._ddp_backward and not getattr(ddp, "_nanchaos_hooked", False)
         self._forwards += 1
+        if self._forwards == 1:
+            self.phases.restart()  # before the first iteration: the job's start, no phase
         micro = (self._forwards - 1) % self.micro_batches
         if micro == 0:
             self._begin_iteration(self._step_offset + (self._forwards - 1) // self.micro_batches)
@@ -377,8 +389,11 @@ class Agent:
                 r = f.on_batch(self, tuple(new_args), {})
                 if r is not None:
                     new_args = r
+            self.phases.mark(phases.DATA)  # the batch fetch, and the batch faults' delay
             if new_args is not args:
                 return tuple(new_args)
+            return None
+        self.phases.mark(phases.DATA)
         return None
 
     def _begin_iteration(self, i: int) -> None:
@@ -452,8 +467,11 @@ class Agent:
         if lr != self._lr_last:  # the lr's text is kept while the lr stays (most iterations)
             self._lr_last, self._lr_text = lr, num(lr)
         t = now_us()
+        own = self.phases.fields()  # resets the sums; a pipeline stage writes none (phases.py)
+        if self._pipeline is not None:
+            own = ""
         end = (f'{{"ev":"step_end","t_us":{t},"step":{self.step},"loss":{num(loss)},'
-               f'"action":"{action}","lr":{self._lr_text}}}')
+               f'"action":"{action}","lr":{self._lr_text}{own}}}')
         begin = "" if next_step is None else f'{{"ev":"step_begin","t_us":{t},"step":{next_step}}}'
         if updated and scale is None:  # the observer has nothing to say (observe.py)
             self.log.write_line(end + "\n" + begin if begin else end)
@@ -522,9 +540,26 @@ class Agent:
         ``coll_enter grad_allreduce`` (``span`` "backward", ``count`` the elements of every
         gradient) now, and ``after_backward`` logs ``coll_leave`` when backward returns (DDP
         waits for every bucket's all-reduce before backward returns) or raises (status
-        ``error``: a peer's timeout). Returns the collective's sequence number, or None when
-        this backward logs nothing."""
-        if self._open and not self._loss_seen_micro:
+        ``error``: a peer's timeout).
+
+        Phase times (phases.py): an outermost backward of an open iteration ends the
+        ``compute`` interval; under DDP its root gets a hook that queues an autograd final
+        callback (``_gradients_computed``), which runs before DDP's own (queued once every
+        bucket is ready), so the rest of the backward is the wait for the bucket all-reduces.
+
+        Returns the collective's sequence number, -1 when this backward logs no collective but
+        ends a phase, or None when ``after_backward`` need not be called."""
+        if not self._open or self._backward_depth:
+            return None
+        self._backward_depth = 1
+        self.phases.mark(phases.COMPUTE)
+        if self._ddp_backward:
+            self._ddp_backward = False
+            self._computed_ns = 0
+            t = root[0] if isinstance(root, (list, tuple)) and root else root
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(self._queue_computed)
+        if not self._loss_seen_micro:
             t = root[0] if isinstance(root, (list, tuple)) and len(root) == 1 else root
             if isinstance(t, torch.Tensor) and t.dim() == 0:
                 self._loss_seen_micro = True
@@ -534,7 +569,7 @@ class Agent:
                     value = value / scale_t
                 self._record_loss(value)
         if not self._sync_backward:
-            return None
+            return -1
         self._sync_backward = False
         seq = next(self._coll_seq)
         self.log.write_line(f'{{"ev":"coll_enter","t_us":{now_us()},"seq":{seq},'
@@ -542,9 +577,26 @@ class Agent:
         return seq
 
     def after_backward(self, seq: int, ok: bool) -> None:
-        """The backward that ``before_backward`` numbered ``seq`` returned (``ok``) or raised."""
-        self.log.write_line(f'{{"ev":"coll_leave","t_us":{now_us()},"seq":{seq},'
-                            f'"name":"grad_allreduce","status":"{"ok" if ok else "error"}"}}')
+        """The backward that ``before_backward`` numbered ``seq`` returned (``ok``) or raised:
+        its ``coll_leave`` (``seq`` >= 0) and the end of the ``backward`` interval."""
+        if self._computed_ns:
+            self.phases.wait_ns += phases.now_ns() - self._computed_ns
+            self._computed_ns = 0
+        self._backward_depth = 0
+        self.phases.mark(phases.BACKWARD)
+        if seq >= 0:
+            self.log.write_line(f'{{"ev":"coll_leave","t_us":{now_us()},"seq":{seq},'
+                                f'"name":"grad_allreduce","status":"{"ok" if ok else "error"}"}}')
+
+    def _queue_computed(self, grad: torch.Tensor) -> None:
+        """A hook on a DDP backward's root (it runs first): queues ``_gradients_computed``
+        to run when the graph's computation ends, before DDP's final callback waits for its
+        buckets (torch's ``Engine.queue_callback``, as DDP and FSDP use it; torch 1.13 and
+        2.x)."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._gradients_computed)
+
+    def _gradients_computed(self) -> None:
+        self._computed_ns = phases.now_ns()
 
     def _record_loss(self, value: torch.Tensor) -> None:
         self._losses.append(value)  # no copy, no sync: read once at the iteration's end
@@ -565,10 +617,14 @@ class Agent:
                 for g in opt.param_groups:
                     g["lr"] = g["lr"] * factor
         self._lr_used = float(opt.param_groups[0].get("lr", 0.0)) if opt.param_groups else None
+        self.phases.mark(phases.COMM)  # after the backward up to the optimizer step
+        self._optimizer_timed = True
         return restore
 
-    @staticmethod
-    def after_optimizer_step(opt, restore) -> None:
+    def after_optimizer_step(self, opt, restore) -> None:
+        if self._optimizer_timed:
+            self._optimizer_timed = False
+            self.phases.mark(None)  # the optimizer step: no phase
         if restore is not None:
             for g, lr in zip(opt.param_groups, restore):
                 g["lr"] = lr
@@ -638,13 +694,32 @@ class Agent:
 
     # ------------------------------------------------------------------------------------------
     # the job's own checkpoints (ckpt_io.py)
-    def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int) -> None:
+    def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int, obj: Any = None,
+                           resave=None) -> None:
         """The job saved training state: ``ckpt_save {path, step, agent_step, tensors}``;
         ``agent_step`` is the step a resume from it would run first: the open iteration's step
         + 1 (a job saves after its update; the iteration's ``step_end`` comes at the next
-        forward), else the iterations completed."""
+        forward), else the iterations completed. Then ``checkpoint`` faults on the file
+        (``obj``: what was saved; ``resave(obj)``: the job's save call again)."""
         agent_step = self.step + 1 if self._open else self.steps_done
         self.log.write("ckpt_save", path=path, step=step, agent_step=agent_step, tensors=tensors)
+        self._saves += 1
+        if "checkpoint" in self.needs:
+            from .faults.checkpoint import SavedCheckpoint
+
+            saved = SavedCheckpoint(path, agent_step if step is None else step, self._saves, obj,
+                                    resave)
+            for f in self.faults:
+                f.on_checkpoint_saved(self, saved)
+
+    def on_checkpoint_rename(self, src: str, dst: str) -> bool:
+        """The job renames ``src``, a file it saved, to ``dst`` (absolute paths). False when a
+        ``checkpoint`` fault deleted ``src``: the rename must then leave no file at ``dst``."""
+        if any(f.deleted(src) for f in self.faults):
+            return False
+        for f in self.faults:
+            f.on_checkpoint_renamed(self, src, dst)
+        return True
 
     def on_checkpoint_load(self, path: str, step: Optional[int], tensors: int) -> None:
         """The job loaded training state: ``ckpt_load {path, step, tensors}``, and, before the

@@ -106,13 +106,14 @@ def patch(agent) -> None:
         out = orig_save(obj, f, *args, **kwargs)
         try:
             tensors, step = training_state(obj)
-            if tensors:
-                path = _path_of(f)
-                if path:
-                    saved.add(os.path.abspath(path))
-                agent.on_checkpoint_save(path, step, tensors)
+            path = _path_of(f) if tensors else ""
+            if path:
+                saved.add(os.path.abspath(path))
         except Exception:  # never fail the job's save over the evidence
-            pass
+            return out
+        if tensors:  # a checkpoint fault that cannot do what it must raises into the job
+            agent.on_checkpoint_save(path, step, tensors, obj,
+                                     lambda o: orig_save(o, f, *args, **kwargs))
         return out
 
     @functools.wraps(orig_load)
@@ -129,16 +130,18 @@ def patch(agent) -> None:
     def wrap_rename(orig):
         @functools.wraps(orig)
         def rename(src, dst, *args, **kwargs):
-            out = orig(src, dst, *args, **kwargs)
-            try:
-                if saved and isinstance(src, (str, bytes, os.PathLike)):
-                    a = os.path.abspath(_path_of(src))
-                    if a in saved:
-                        saved.discard(a)
-                        agent.log.write("ckpt_rename", **{"from": _path_of(src),
-                                                          "path": _path_of(dst)})
-            except Exception:
-                pass
+            a = ""
+            if saved and isinstance(src, (str, bytes, os.PathLike)):
+                a = os.path.abspath(_path_of(src))
+            if a not in saved:
+                return orig(src, dst, *args, **kwargs)
+            saved.discard(a)
+            out = None
+            if agent.on_checkpoint_rename(a, os.path.abspath(_path_of(dst))):
+                out = orig(src, dst, *args, **kwargs)
+            elif os.path.exists(dst):  # a checkpoint fault deleted the save: none at dst
+                os.remove(dst)
+            agent.log.write("ckpt_rename", **{"from": _path_of(src), "path": _path_of(dst)})
             return out
 
         return rename

@@ -23,6 +23,11 @@ Point-to-point sends and receives (pipeline parallelism) are logged apart, as ``
 ``p2p_leave`` with their own per-rank numbering and their peer (``patch_p2p``).
 
 On NCCL a collective "leaves" when it is enqueued on the stream, not when it completes.
+
+Phase times (phases.py): a blocking call's duration is time waiting in collectives
+(``agent.phases.wait_ns``); the time spent in a gradient-collective hook before the rank enters
+the collective (the DDP comm hook's call, the faults before FSDP2's reduce-scatter) is the
+``comm`` phase's (``agent.phases.hook_ns``), though it runs inside the backward.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from .events import now_us
+from .phases import now_ns
 
 COLLECTIVE_NAMES = (
     "all_reduce", "broadcast", "barrier", "monitored_barrier", "all_gather", "all_gather_object",
@@ -76,6 +82,7 @@ def _leave_when_done(agent, seq: int, fut, unwrap: bool):
 
 def _wrap_hook(agent, inner):
     def nanchaos_comm_hook(state, bucket):
+        t0 = now_ns()
         buf, seq = _enter_bucket(agent, bucket)
         depth = agent._coll_depth
         depth.n = getattr(depth, "n", 0) + 1  # the inner hook's own dist calls are this one
@@ -86,6 +93,7 @@ def _wrap_hook(agent, inner):
             raise
         finally:
             depth.n -= 1
+            agent.phases.hook_ns += now_ns() - t0
         return _leave_when_done(agent, seq, fut, unwrap=False)
 
     return nanchaos_comm_hook
@@ -142,10 +150,12 @@ def ensure_comm_hook(agent, ddp) -> None:
     all_reduce = _ORIGINALS.get("all_reduce", dist.all_reduce)
 
     def nanchaos_allreduce(process_group, bucket):
+        t0 = now_ns()
         group = process_group if process_group is not None else _get_default_group()
         buf, seq = _enter_bucket(agent, bucket)
         buf.div_(group.size())
         fut = all_reduce(buf, group=group, async_op=True).get_future()
+        agent.phases.hook_ns += now_ns() - t0
         return _leave_when_done(agent, seq, fut, unwrap=True)
 
     ddp._nanchaos_hooked = True
@@ -198,10 +208,13 @@ def patch_distributed(agent) -> None:
             if getattr(depth, "n", 0) > 0:
                 return orig(*args, **kwargs)
             if point is not None and agent._need_fsdp_collective:  # before the rank enters
+                t0 = now_ns()
                 agent.on_fsdp_collective(point, _fsdp_input(point, args, kwargs))
+                agent.phases.hook_ns += now_ns() - t0
             count, dtype = _describe(args, kwargs)
             seq = agent.coll_enter(name, count=count, dtype=dtype)
             depth.n = getattr(depth, "n", 0) + 1
+            t0 = now_ns()
             try:
                 work = orig(*args, **kwargs)
             except BaseException:
@@ -209,6 +222,7 @@ def patch_distributed(agent) -> None:
                 raise
             finally:
                 depth.n -= 1
+                agent.phases.wait_ns += now_ns() - t0  # async_op: only the call's own time
             if kwargs.get("async_op") and work is not None:
                 try:
                     work.get_future().then(lambda f: agent.coll_leave(seq, name))
@@ -354,6 +368,7 @@ def patch_p2p(agent) -> None:
             t = args[0] if args else kwargs.get("tensor", kwargs.get("object_list"))
             seq = _p2p_enter(agent, op, t, _peer(kwargs, args, op))
             depth.n = getattr(depth, "n", 0) + 1
+            t0 = now_ns()
             try:
                 out = orig(*args, **kwargs)
             except BaseException:
@@ -361,6 +376,7 @@ def patch_p2p(agent) -> None:
                 raise
             finally:
                 depth.n -= 1
+                agent.phases.wait_ns += now_ns() - t0
             _p2p_leave(agent, seq, "ok" if blocking else "async")
             return out
 

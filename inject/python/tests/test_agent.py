@@ -399,6 +399,44 @@ def test_slow_fault_delays_its_phase_on_the_hit_rank_and_changes_no_number(tmp_p
     assert finals[0]["params_hash"] == finals[1]["params_hash"]
 
 
+PHASES = ("data", "compute", "backward", "comm")
+
+
+def assert_slow_phase_is_own_time(job, where, slowed_rank, slowed_steps, delay_us):
+    """The slowed rank's own time grew by the delay in exactly ``where`` on the slowed steps;
+    every other rank's own time stayed small in every phase: it waited (``wait_us``)."""
+    for r in range(len(job.codes)):
+        for e in job.of(r, "step_end"):
+            own = e["own_us"]
+            assert set(own) == set(PHASES) and e["wait_us"] >= 0, e
+            assert all(v >= 0 for v in own.values()) and e.get("run_delay_us", 0) >= 0, e
+            if e["step"] == 0:
+                continue  # the first iteration allocates and warms up
+            slowed = r == slowed_rank and e["step"] in slowed_steps
+            for phase in PHASES:
+                if slowed and phase == where:
+                    assert own[phase] >= 0.9 * delay_us, (r, e)
+                else:
+                    assert own[phase] < 0.3 * delay_us, (r, phase, e)
+            if r != slowed_rank and e["step"] in slowed_steps:
+                assert e["wait_us"] >= 0.6 * delay_us, (r, e)
+
+
+@pytest.mark.parametrize("where", PHASES)
+def test_slow_fault_is_own_time_of_its_phase_on_the_slowed_rank_and_waiting_on_its_peer(
+        tmp_path, where):
+    # The straggler's phase times (phases.py): 150 ms in `where` on rank 1 at steps 2 and 3.
+    # DDP on CPU: rank 0 waits at the end of its backward for the bucket all-reduce (wait_us),
+    # which the agent sees through an autograd final callback, with no comm hook of its own
+    # unless the comm fault needs one.
+    p = plan(steps=6, faults=[{"kind": "slow", "ranks": [1], "step": 2,
+                               "params": {"steps": 2, "delay_ms": 150, "where": where}}])
+    job = run_ranks(tmp_path, DDP_LOOP, p, env={"STEPS": "6"})
+    assert job.codes == [0, 0], job.outputs
+    assert [e["step"] for e in job.of(1, "step_end")] == list(range(6))
+    assert_slow_phase_is_own_time(job, where, 1, {2, 3}, 150_000)
+
+
 def test_hang_before_grad_allreduce_stalls_inside_the_bucket_hook(tmp_path):
     p = plan(steps=3, faults=[{"kind": "hang", "ranks": [1], "step": 1,
                                "params": {"duration_ms": 300, "where": "before_grad_allreduce",

@@ -358,3 +358,18 @@ def test_all_gather_on_a_model_sharded_only_at_its_root_is_refused(tmp_path):
         "[[fault]] #1 (comm): comm target = \"all_gather\" hits the first all-gather after the "
         "model's forward began, and this model is sharded only at its root, whose all-gather "
         "FSDP runs before that: shard its blocks with fully_shard too")
+
+
+@pytest.mark.parametrize("where", ["data", "compute", "backward", "comm"])
+def test_slow_fault_is_own_time_of_its_phase_under_fsdp2(tmp_path, where):
+    # FSDP2's all-gathers and reduce-scatters are blocking calls on gloo: the peer of the slowed
+    # rank waits in them (wait_us), whatever phase they fall in; `comm` is the stall before the
+    # iteration's first reduce-scatter, inside the backward, moved to the comm phase.
+    from test_agent import assert_slow_phase_is_own_time
+
+    spec = {"kind": "slow", "ranks": [1], "step": 2,
+            "params": {"steps": 1, "delay_ms": 150, "where": where}}
+    job = run_ranks(tmp_path, FSDP2_JOB, plan(steps=4, faults=[spec]), args=("plain",))
+    assert job.codes == [0, 0], job.outputs
+    assert [e["step"] for e in job.of(1, "step_end")] == [0, 1, 2, 3]
+    assert_slow_phase_is_own_time(job, where, 1, {2}, 150_000)

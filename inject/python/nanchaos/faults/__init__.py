@@ -1,7 +1,7 @@
 """The agent's fault kinds, one module each (the registry is ``base.KINDS``)."""
 
 from . import (  # noqa: F401  (registration)
-    batch, bitflip, comm, crash, hang, lr, overflow, slow, tensor)
+    batch, bitflip, checkpoint, comm, crash, hang, lr, overflow, slow, tensor)
 from .base import KINDS, Fault, FaultRefused, match_target
 
 __all__ = ["KINDS", "Fault", "FaultRefused", "match_target", "make_faults"]

@@ -16,6 +16,7 @@ A fault acts at the points of one training iteration that the agent drives (the 
                        per iteration, just before the rank enters the collective
 ``lr_factor``          multiplier of every param group's lr for this optimizer step
 ``on_optimizer_state`` the optimizer's state tensors (``PARAM.STATE``), after its step
+``on_checkpoint_saved`` the job's ``torch.save`` of training state returned (ckpt_io.py)
 =====================  ==============================================================
 
 ``ctx`` is the agent: it has ``step``, ``rank``, ``world``, ``seed``, ``micro`` (micro-batch
@@ -95,7 +96,8 @@ class Fault:
 
     kind = ""
     #: hook points this fault needs: subset of {"step_start", "parameters", "batch", "activation",
-    #: "loss", "gradient", "bucket", "fsdp_collective", "lr", "optimizer"}; the agent installs
+    #: "loss", "gradient", "bucket", "fsdp_collective", "lr", "optimizer", "checkpoint"}; the
+    #: agent installs
     #: nothing else.
     needs: frozenset = frozenset()
 
@@ -172,6 +174,15 @@ class Fault:
     def on_optimizer_state(self, ctx: FaultContext, named: List) -> None:
         pass
 
+    def on_checkpoint_saved(self, ctx: FaultContext, saved: Any) -> None:
+        pass
+
+    def on_checkpoint_renamed(self, ctx: FaultContext, src: str, dst: str) -> None:
+        pass
+
+    def deleted(self, src: str) -> bool:
+        return False
+
 
 def edit_elements(t: torch.Tensor, idx: List[int], edit) -> Dict[str, Any]:
     """Applies ``edit(flat_fp32_host, index_tensor)`` to elements ``idx`` of ``t`` in place.
@@ -188,6 +199,13 @@ def edit_elements(t: torch.Tensor, idx: List[int], edit) -> Dict[str, Any]:
         after = host[idx[0]].item() if idx else math.nan
         t.detach().copy_(host.view(t.shape).to(t.dtype))
     return {"before": fmt_value(before), "after": fmt_value(after)}
+
+
+def flip_bit(host: torch.Tensor, where: torch.Tensor, bit: int) -> None:
+    """Flips bit ``bit`` (0-31) of the float32 words at ``where`` of ``host`` (fp32, flat)."""
+    words = host.view(torch.int32)
+    mask = (1 << bit) if bit < 31 else -(1 << 31)  # as an int32
+    words[where] = torch.bitwise_xor(words[where], torch.tensor(mask, dtype=torch.int32))
 
 
 def fault_target(spec: FaultSpec) -> Optional[Target]:
