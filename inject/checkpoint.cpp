@@ -53,7 +53,7 @@ class CheckpointInjector final : public Injector {
  public:
   explicit CheckpointInjector(const harness::FaultSpec& f, int64_t every)
       : Injector(f),
-        save_(f.params.given("save") ? f.params.get_int("save") : f.step / every),
+        save_(f.step / every),
         mode_(f.params.get_string("mode")),
         target_(f.target ? f.target->text() : ""),
         bit_(int(f.params.get_int("bit"))) {}
@@ -191,6 +191,10 @@ FaultKindInfo checkpoint_kind() {
       harness::scenario_error(f.params.pos("target"),
                               label + ".target: only for mode nan, inf or bitflip");
     }
+  };
+  // `step` is the step of the corrupted save (its ground truth), whichever key named the save.
+  info.fault_step = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    return f.params.given("save") ? f.params.get_int("save") * s.checkpoint.every : f.step;
   };
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario& s) -> std::unique_ptr<Injector> {

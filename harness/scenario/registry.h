@@ -83,6 +83,10 @@ struct FaultKindInfo {
   /// Optional check against the rest of the scenario (workload, loss...), after [job] and
   /// [workload] loaded; throws ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&, const Scenario&)> check_job;
+  /// Optional: the step the fault fires at when a key other than `step` says it (the
+  /// checkpoint kind's `save = N` is the save made before step N x every), after check_job.
+  /// FaultSpec::step (the plan's, the ground truth's) is set to it. May be empty.
+  std::function<int64_t(const FaultSpec&, const Scenario&)> fault_step;
 
   // What the rest of nanchaos knows of the kind: read from here, never from its name.
   /// A firing ends or stalls its rank (crash, hang): a campaign hits one rank with it and runs it
