@@ -573,6 +573,11 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   facts.remote_ranks.assign(job.remote_ranks.begin(), job.remote_ranks.end());
   res.judged = std::move(facts);
   res.timeline = job_timeline(logs, t0, res.wall_ms);
+  // A relaunched job: every launch on the one timeline (ms since the first launch's start).
+  for (const auto& launch : ev.earlier) {
+    add_launch_timeline(res.timeline,
+                        job_timeline(launch.ranks, t0, double(launch.job.t_end_us - t0) / 1000.0));
+  }
 
   add_checks(s, logs, job, j, res);
   decide_verdict(s, ev, job, fired.faults, res);
