@@ -212,6 +212,13 @@ FaultKindInfo checkpoint_kind() {
     static const std::vector<std::string> modes = {"nan", "bitflip", "truncate", "delete"};
     f["mode"] = d.pick(modes);
     f["step"] = d.scenario().checkpoint.every;
+    f["ranks"] = nlohmann::ordered_json::array({0});  // rank 0 writes the checkpoint
+  };
+  // A corrupted checkpoint matters when a relaunch loads it: rank 0 crashes at the step the
+  // save was made before (the save comes first, harness/job/runner.cpp train), one-shot.
+  info.companions = [](const nlohmann::ordered_json& f, const harness::Scenario&) {
+    return std::vector<nlohmann::ordered_json>{
+        {{"kind", "crash"}, {"ranks", nlohmann::ordered_json::array({0})}, {"step", f["step"]}}};
   };
   info.truth = [](const nlohmann::ordered_json& f) {
     std::optional<std::string> layer;

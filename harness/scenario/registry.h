@@ -115,6 +115,12 @@ struct FaultKindInfo {
   /// The class a drawn fault is counted in, after "<kind>:" ("activation" for
   /// "tensor:activation"); "" or empty: the kind alone.
   std::function<std::string(const nlohmann::ordered_json& fault)> fault_class;
+  /// Optional: the [[fault]] tables a campaign runs beside a drawn fault so that it can matter
+  /// (the checkpoint kind: a crash right after the corrupted save, so a relaunch loads it). They
+  /// are not scored; the drawn fault's truth is the row's. May be empty.
+  std::function<std::vector<nlohmann::ordered_json>(const nlohmann::ordered_json& fault,
+                                                    const Scenario& s)>
+      companions;
   /// The cause (and layer) a stack should blame for a drawn fault. Required.
   std::function<KindTruth(const nlohmann::ordered_json& fault)> truth;
 };
