@@ -55,7 +55,7 @@ class CheckpointInjector final : public Injector {
  public:
   explicit CheckpointInjector(const harness::FaultSpec& f, int64_t every)
       : Injector(f),
-        save_(f.params.given("save") ? f.params.get_int("save") : f.step / every),
+        save_(f.step / every),
         mode_(f.params.get_string("mode")),
         target_(f.target ? f.target->text() : ""),
         bit_(int(f.params.get_int("bit"))) {}
@@ -198,6 +198,13 @@ FaultKindInfo checkpoint_kind() {
                       s.job.steps, every, 2 * every));
     }
   };
+  // `step` is the step of the corrupted save (its ground truth), whichever key named the save.
+  info.fault_step = [](const harness::FaultSpec& f, const harness::Scenario& s) {
+    // External jobs save on their own schedule: the agent's inject event carries the save's step.
+    return f.params.given("save") && s.checkpoint.on()
+               ? f.params.get_int("save") * s.checkpoint.every
+               : f.step;
+  };
   info.make = [](const harness::FaultSpec& f,
                  const harness::Scenario& s) -> std::unique_ptr<Injector> {
     return std::make_unique<CheckpointInjector>(f, s.checkpoint.every);
@@ -214,6 +221,13 @@ FaultKindInfo checkpoint_kind() {
     static const std::vector<std::string> modes = {"nan", "bitflip", "truncate", "delete"};
     f["mode"] = d.pick(modes);
     f["step"] = d.scenario().checkpoint.every;
+    f["ranks"] = nlohmann::ordered_json::array({0});  // rank 0 writes the checkpoint
+  };
+  // A corrupted checkpoint matters when a relaunch loads it: rank 0 crashes at the step the
+  // save was made before (the save comes first, harness/job/runner.cpp train), one-shot.
+  info.companions = [](const nlohmann::ordered_json& f, const harness::Scenario&) {
+    return std::vector<nlohmann::ordered_json>{
+        {{"kind", "crash"}, {"ranks", nlohmann::ordered_json::array({0})}, {"step", f["step"]}}};
   };
   info.truth = [](const nlohmann::ordered_json& f) {
     std::optional<std::string> layer;

@@ -188,7 +188,17 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
   }
   if (!row.named && !row.late && !row.harness_named) explain_dead_rank(judged, truth, &row);
   const bool detected = row.named.has_value();
-  if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
+  // [job] restarts: the relaunch is the recovery of a crash or a hang; it worked when the job
+  // finished and (built-in jobs) ended as the clean run did.
+  const bool stops_job =
+      truth.cause == to_string(Cause::kRankFailure) || truth.cause == to_string(Cause::kHang);
+  if (rules.restarts > 0 && stops_job && judged.outcome == Outcome::kCompleted) {
+    const auto clean = std::find_if(judged.checks.begin(), judged.checks.end(),
+                                    [](const Check& c) { return c.key == "final_matches_clean"; });
+    row.outcome = clean == judged.checks.end() || clean->pass
+                      ? CampaignOutcome::kDetectedRecovered
+                      : CampaignOutcome::kDetectedUnrecovered;
+  } else if (judged.outcome == Outcome::kHung || judged.fault_outcome == FaultOutcome::kHang) {
     row.outcome = CampaignOutcome::kHang;
   } else if (judged.outcome == Outcome::kCrashed && !detected) {
     row.outcome = CampaignOutcome::kCrash;

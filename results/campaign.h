@@ -127,6 +127,11 @@ struct CampaignFault {
 /// detector of the reference stack takes by design).
 struct ScoringRules {
   int64_t within_steps = 10;
+  /// The job's [job] restarts: with >= 1 a crash or hang fault (truth cause rank_failure or
+  /// hang) is detected_recovered only when the job completed and, where the judge checked
+  /// final_matches_clean (built-in jobs), its final digests matched the clean run's; a job that
+  /// completed otherwise is detected_unrecovered.
+  int64_t restarts = 0;
 };
 
 /// A rate with its Wilson 95% interval; rate and interval null (nullopt) when n == 0.

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace nanchaos::results {
 namespace {
@@ -117,6 +118,33 @@ std::string md_escape(const std::string& s) {
   return out;
 }
 
+// Every restart's resume_ms of one trial (a scenario object of report.json).
+void add_resume_ms(const json& trial, std::vector<double>& out) {
+  const json& restarts = trial.is_object() ? trial.value("restarts", json()) : json();
+  if (!restarts.is_array()) return;
+  for (const auto& x : restarts) {
+    if (auto ms = num(x, "resume_ms")) out.push_back(*ms);
+  }
+}
+
+// The restart latency gate (compare.h): p50 or p95 of resume_ms; "" when it holds.
+std::string restart_regression(const std::vector<double>& base, const std::vector<double>& fresh,
+                               const CompareOptions& o) {
+  const auto b = summarize(base), n = summarize(fresh);
+  if (!b || !n || int(b->n) < o.min_trials || int(n->n) < o.min_trials) return "";
+  std::vector<std::string> worse;
+  const std::tuple<const char*, double, double> pcts[] = {{"p50", b->p50, n->p50},
+                                                          {"p95", b->p95, n->p95}};
+  for (const auto& [name, bv, nv] : pcts) {
+    if (bv > 0 && nv / bv > o.max_slowdown && nv - bv > o.min_delta_ms) {
+      worse.push_back(fmt::format("{} {:.1f} → {:.1f} ms (x{:.2f} > x{:.2f})", name, bv, nv,
+                                  nv / bv, o.max_slowdown));
+    }
+  }
+  if (worse.empty()) return "";
+  return fmt::format("resume_ms {} over {} → {} restarts", fmt::join(worse, ", "), b->n, n->n);
+}
+
 std::string regression_line(const Regression& r) {
   return fmt::format("{}: {}: {}", r.scenario, r.kind, r.detail);
 }
@@ -187,6 +215,12 @@ ScenarioSide scenario_side(const json& s) {
                         {"layer", fd.value("layer", json())},
                         {"cause", fd.value("cause", json())}};
   }
+  const json& trials = s.value("trials", json());
+  if (trials.is_array() && !trials.empty()) {
+    for (const auto& t : trials) add_resume_ms(t, side.resume_ms);
+  } else {
+    add_resume_ms(s, side.resume_ms);
+  }
   const json& st = s.value("stats", json());
   if (st.is_object()) {
     side.trials = count_of(num(st, "trials"), 1);
@@ -212,6 +246,7 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
   std::map<std::string, const json*> fresh_by_name;
   for (const auto& s : fresh["scenarios"]) fresh_by_name[s["name"].get<std::string>()] = &s;
   std::set<std::string> seen;
+  std::vector<double> suite_base, suite_fresh;  // the shared scenarios' restarts, pooled
   auto flag = [&](ScenarioDiff& d, const std::string& kind, const std::string& detail) {
     d.kinds.push_back(kind);
     c.regressions.push_back({d.name, kind, detail});
@@ -280,7 +315,15 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
                          *d.ratio, o.max_slowdown));
       }
     }
+    if (const std::string r = restart_regression(b.resume_ms, n.resume_ms, o); !r.empty()) {
+      flag(d, "restart_latency", r);
+    }
+    suite_base.insert(suite_base.end(), b.resume_ms.begin(), b.resume_ms.end());
+    suite_fresh.insert(suite_fresh.end(), n.resume_ms.begin(), n.resume_ms.end());
     c.scenarios.push_back(std::move(d));
+  }
+  if (const std::string r = restart_regression(suite_base, suite_fresh, o); !r.empty()) {
+    c.regressions.push_back({"(suite)", "restart_latency", r});
   }
   for (const auto& ns : fresh["scenarios"]) {
     const std::string name = ns["name"].get<std::string>();
@@ -377,7 +420,8 @@ json format_json(const Comparison& c) {
             {"attribution", s->attribution},
             {"latency_steps_max", o(s->steps_max)},
             {"latency_ms_p50", o(s->ms_p50)},
-            {"latency_ms_p95", o(s->ms_p95)}};
+            {"latency_ms_p95", o(s->ms_p95)},
+            {"resume_ms", to_json(summarize(s->resume_ms))}};
   };
   json scenarios = json::array();
   for (const auto& d : c.scenarios) {

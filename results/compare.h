@@ -13,6 +13,11 @@
 //   latency      latency_ms p50 ratio new/base > max_slowdown, only when both sides have at least
 //                min_trials trials and the p50 grew by more than min_delta_ms (milliseconds on a
 //                shared machine are noise; steps are not)
+//   restart_latency  [job] restarts: the resume latency (report.json `restarts[].resume_ms`, every
+//                restart of every trial) p50 or p95 ratio new/base > max_slowdown and grown by more
+//                than min_delta_ms, when both sides have at least min_trials restarts; per
+//                scenario, and for the suite (scenario "(suite)": the shared scenarios' restarts
+//                pooled)
 //   missing      in BASE, absent from NEW (a dropped scenario would hide a regression), unless
 //                `common_only` (`--common`: compare a `--tag` subset with a full baseline)
 // Not regressions (shown, never gated): another first detector with the same attribution and
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "results/report.h"
+#include "results/stats.h"
 
 namespace nanchaos::results {
 
@@ -60,11 +66,12 @@ struct ScenarioSide {
   nlohmann::json attribution;       ///< {"rank", "layer", "cause"} of the first detection, or null
   std::optional<double> steps_max;  ///< latency_steps, max over trials
   std::optional<double> ms_p50, ms_p95;  ///< latency_ms over trials
+  std::vector<double> resume_ms;         ///< every restart's resume_ms over the trials
 };
 
 struct Regression {
   std::string scenario;
-  std::string kind;  ///< verdict, attribution, detection, latency, missing
+  std::string kind;  ///< verdict, attribution, detection, latency, restart_latency, missing
   std::string detail;
 };
 

@@ -174,6 +174,40 @@ std::string file_stem(std::string s) {
   return s;
 }
 
+namespace {
+
+// A relaunched job: the launches chart, and the restarts' split as a table (also the fallback
+// without gnuplot).
+template <typename Render, typename ScriptPath>
+std::string launches_html(const ScenarioResult& s, Render& render, ScriptPath& script_path) {
+  const std::vector<Restart> none;
+  const auto& restarts = s.judged->restarts ? *s.judged->restarts : none;
+  const std::string stem = file_stem("launches-" + s.name);
+  std::string h;
+  const std::string svg = render(stem, launches_script(*s.judged->launches, restarts,
+                                                       s.name + ": launches", script_path(stem)));
+  if (!svg.empty()) h += "<div class=\"chart\">" + svg + "</div>\n";
+  if (restarts.empty()) return h;
+  auto cell = [](const std::optional<double>& ms) {
+    return ms ? fmt::format("{:.1f}", *ms) : std::string("-");
+  };
+  h += "<table><tr><th>Restart after launch</th><th>Cause</th><th>Resume ms</th><th>Detect</th>"
+       "<th>Teardown</th><th>Relaunch</th><th>Load</th><th>First step</th><th>Steps lost</th>"
+       "</tr>";
+  for (const Restart& x : restarts) {
+    h += fmt::format(
+        "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+        x.after_launch, html_escape(x.cause), cell(x.resume_ms), cell(x.detect_ms),
+        cell(x.teardown_ms), cell(x.relaunch_ms), cell(x.load_ms), cell(x.first_step_ms),
+        x.steps_lost ? std::to_string(*x.steps_lost) : "-");
+  }
+  return h + "</table>\n";
+}
+
+}  // namespace
+
 std::string write_html(const SuiteReport& r, const std::string& path, const HtmlOptions& o) {
   std::vector<std::string> notes;
   std::string work = o.work_dir;
@@ -254,6 +288,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
       h += "<p>No job ran.</p></section>\n";
       continue;
     }
+    if (s.judged && s.judged->launches) h += launches_html(s, render, script_path);
     const Timeline& t = s.timeline;
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(

@@ -28,6 +28,15 @@ namespace nanchaos::results {
 std::string timeline_script(const Timeline& t, const std::string& title,
                             const std::string& svg_path);
 
+/// Gnuplot script (data inline) of a relaunched job ([job] restarts; report.json `launches` and
+/// `restarts`): every launch as a bar on one time axis (ms since the first launch started),
+/// coloured by its outcome and labelled with the step it resumed from, and under it one lane
+/// per restart with its resume latency split (detect, teardown, relaunch, load, first_step) as
+/// consecutive segments from the failing event.
+std::string launches_script(const std::vector<Launch>& launches,
+                            const std::vector<Restart>& restarts, const std::string& title,
+                            const std::string& svg_path);
+
 /// One row of a per-detector latency chart: a scenario the detector caught first.
 struct LatencyPoint {
   std::string scenario;

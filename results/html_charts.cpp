@@ -33,19 +33,35 @@ namespace {
 
 using json = nlohmann::json;
 
+// A chart of horizontal lanes (y: lane 0 at the top) over time: the terminal, output, title and
+// axes, up to the ytics.
+std::string lanes_head(int height, const std::string& svg_path, const std::string& title,
+                       const std::string& xlabel, int lanes) {
+  std::string s = fmt::format(
+      "set terminal svg size 1000,{} fixed noenhanced font 'sans,10' background '#ffffff'\n",
+      height);
+  s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
+  s += fmt::format("set title \"{}\"\n", gp_str(title));
+  s += fmt::format("set xlabel \"{}\"\n", xlabel);
+  s += fmt::format("set yrange [{}:-0.7]\n", lanes - 0.3);
+  return s;
+}
+
+// "plot a, \\\n b, ...\n" ("NaN notitle" when there is nothing to plot).
+std::string plot_line(std::vector<std::string> plots) {
+  if (plots.empty()) plots.push_back("NaN notitle");
+  std::string s = "plot ";
+  for (size_t i = 0; i < plots.size(); ++i) s += (i ? ", \\\n     " : "") + plots[i];
+  return s + "\n";
+}
+
 }  // namespace
 
 std::string timeline_script(const Timeline& t, const std::string& title,
                             const std::string& svg_path) {
   const int lanes = std::max(t.ranks, 1);
-  std::string s;
-  s += fmt::format(
-      "set terminal svg size 1000,{} fixed noenhanced font 'sans,10' background '#ffffff'\n",
-      140 + 50 * lanes);
-  s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
-  s += fmt::format("set title \"{}\"\n", gp_str(title));
-  s += "set xlabel \"ms since the job started\"\n";
-  s += fmt::format("set yrange [{}:-0.7]\n", lanes - 0.3);
+  std::string s =
+      lanes_head(140 + 50 * lanes, svg_path, title, "ms since the job started", lanes);
   s += "set ytics (";
   for (int r = 0; r < lanes; ++r) s += fmt::format("{}\"rank {}\" {}", r ? ", " : "", r, r);
   s += ")\nset grid xtics\nset key outside bottom center horizontal\n";
@@ -128,14 +144,72 @@ std::string timeline_script(const Timeline& t, const std::string& title,
         fmt::format("${} using 1:($2+({})):3 with labels {} offset {},0 font 'sans,8' notitle",
                     k.kind, k.dy, k.align, std::string(k.align) == "left" ? "0.6" : "-0.6"));
   }
-  if (plots.empty()) {
-    s += "set label 1 \"no events\" at graph 0.5,0.5 center\n";
-    plots.push_back("NaN notitle");
+  if (plots.empty()) s += "set label 1 \"no events\" at graph 0.5,0.5 center\n";
+  return s + plot_line(plots);
+}
+
+std::string launches_script(const std::vector<Launch>& launches,
+                            const std::vector<Restart>& restarts, const std::string& title,
+                            const std::string& svg_path) {
+  const int lanes = 1 + int(restarts.size());
+  std::string s =
+      lanes_head(150 + 40 * lanes, svg_path, title, "ms since the first launch started", lanes);
+  s += "set ytics (\"launches\" 0";
+  for (size_t k = 0; k < restarts.size(); ++k) {
+    s += fmt::format(", \"restart {}\" {}", restarts[k].after_launch + 1, k + 1);
   }
-  s += "plot ";
-  for (size_t i = 0; i < plots.size(); ++i) s += (i ? ", \\\n     " : "") + plots[i];
-  s += "\n";
-  return s;
+  s += ")\nset grid xtics\nset key outside bottom center horizontal\n";
+  s += "set style fill solid 0.8 noborder\n";
+  std::vector<std::string> plots;
+  auto bars = [&](const std::string& name, const std::string& colour, const std::string& rows) {
+    if (rows.empty()) return;
+    s += fmt::format("${} << EOD\n{}EOD\n", name, rows);
+    plots.push_back(fmt::format(
+        "${} using (($1+$2)/2):3:1:2:($3-0.3):($3+0.3) with boxxyerror lc rgb '{}' title '{}'",
+        name, colour, name));
+  };
+  // Each launch as a bar coloured by how it ended, labelled with the step it resumed from.
+  const std::pair<const char*, const char*> outcomes[] = {{"completed", "#2b8a3e"},
+                                                          {"crashed", "#c92a2a"},
+                                                          {"aborted", "#495057"},
+                                                          {"hung", "#e8590c"}};
+  std::string labels;
+  for (const auto& [outcome, colour] : outcomes) {
+    std::string rows;
+    for (const Launch& l : launches) {
+      if (l.outcome != outcome) continue;
+      rows += fmt::format("{} {} 0\n", l.start_ms, l.end_ms);
+    }
+    bars(outcome, colour, rows);
+  }
+  for (const Launch& l : launches) {
+    labels += fmt::format(
+        "{} 0 \"{}{}\"\n", l.start_ms, l.launch,
+        l.resumed_from_step ? fmt::format(": from step {}", *l.resumed_from_step) : std::string());
+  }
+  // Each restart's phases as consecutive segments from the failing event (a stacked bar on the
+  // time axis): a null phase takes no room.
+  const char* phases[] = {"detect", "teardown", "relaunch", "load", "first_step"};
+  const char* colours[] = {"#f03e3e", "#fab005", "#4a7fb5", "#7950f2", "#20c997"};
+  std::vector<std::string> rows(5);
+  for (size_t k = 0; k < restarts.size(); ++k) {
+    const Restart& x = restarts[k];
+    const std::optional<double> ms[] = {x.detect_ms, x.teardown_ms, x.relaunch_ms, x.load_ms,
+                                        x.first_step_ms};
+    double at = x.failed_ms;
+    for (size_t p = 0; p < 5; ++p) {
+      if (!ms[p]) continue;
+      rows[p] += fmt::format("{} {} {}\n", at, at + *ms[p], k + 1);
+      at += *ms[p];
+    }
+  }
+  for (size_t p = 0; p < 5; ++p) bars(phases[p], colours[p], rows[p]);
+  if (!labels.empty()) {
+    s += fmt::format("$labels << EOD\n{}EOD\n", labels);
+    plots.push_back(
+        "$labels using 1:($2-0.4):3 with labels left offset 0.3,0 font 'sans,8' notitle");
+  }
+  return s + plot_line(plots);
 }
 
 std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(

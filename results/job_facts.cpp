@@ -150,12 +150,17 @@ void to_json(json& j, const Launch& v) {
   if (v.checkpoint_loaded) {
     loaded = {{"path", v.checkpoint_loaded->path}, {"step", opt(v.checkpoint_loaded->step)}};
   }
+  json rejected = json::array();
+  for (const auto& c : v.checkpoints_rejected) {
+    rejected.push_back({{"path", c.path}, {"step", opt(c.step)}, {"why", c.why}});
+  }
   j = {{"launch", v.launch},
        {"start_ms", v.start_ms},
        {"end_ms", v.end_ms},
        {"outcome", v.outcome},
        {"resumed_from_step", opt(v.resumed_from_step)},
        {"checkpoint_loaded", loaded},
+       {"checkpoints_rejected", rejected},
        {"steps_reached", v.steps_reached}};
 }
 void from_json(const json& j, Launch& v) {
@@ -170,6 +175,15 @@ void from_json(const json& j, Launch& v) {
     read(*it, "step", c.step);
     v.checkpoint_loaded = c;
   }
+  if (auto it = j.find("checkpoints_rejected"); it != j.end() && it->is_array()) {
+    for (const auto& r : *it) {
+      Launch::Checkpoint c;
+      read_str(r, "path", c.path);
+      read(r, "step", c.step);
+      read_str(r, "why", c.why);
+      v.checkpoints_rejected.push_back(c);
+    }
+  }
   read(j, "steps_reached", v.steps_reached);
 }
 
@@ -182,7 +196,8 @@ void to_json(json& j, const Restart& v) {
        {"teardown_ms", opt(v.teardown_ms)},
        {"relaunch_ms", opt(v.relaunch_ms)},
        {"load_ms", opt(v.load_ms)},
-       {"first_step_ms", opt(v.first_step_ms)}};
+       {"first_step_ms", opt(v.first_step_ms)},
+       {"steps_lost", opt(v.steps_lost)}};
 }
 void from_json(const json& j, Restart& v) {
   read(j, "after_launch", v.after_launch);
@@ -194,6 +209,7 @@ void from_json(const json& j, Restart& v) {
   read(j, "relaunch_ms", v.relaunch_ms);
   read(j, "load_ms", v.load_ms);
   read(j, "first_step_ms", v.first_step_ms);
+  read(j, "steps_lost", v.steps_lost);
 }
 
 void write_facts(const JobFacts& f, json& s) {

@@ -105,8 +105,12 @@ struct Launch {
   struct Checkpoint {
     std::string path;
     std::optional<int64_t> step;
+    std::string why;  ///< checkpoints_rejected: why the loader refused it
   };
   std::optional<Checkpoint> checkpoint_loaded;  ///< the first checkpoint a rank loaded
+  /// The checkpoints the loader refused before the one it loaded (one rank's, in order; built-in
+  /// [checkpoint] validate), each with why.
+  std::vector<Checkpoint> checkpoints_rejected;
   int64_t steps_reached = 0;
 };
 
@@ -117,6 +121,9 @@ struct Restart {
   std::string cause;  ///< the failed launch's outcome
   double failed_ms = 0;
   std::optional<double> resume_ms, detect_ms, teardown_ms, relaunch_ms, load_ms, first_step_ms;
+  /// Steps computed twice or lost: the failed launch's steps_reached - the next launch's resumed
+  /// step (never below 0); nullopt when the next launch began no step.
+  std::optional<int64_t> steps_lost;
 };
 
 /// What the judge decided besides the verdict: written for every judged job.

@@ -36,6 +36,53 @@ std::string md_links(const ScenarioResult& s, const std::string& report_path) {
   return out;
 }
 
+std::string ms_cell(const std::optional<double>& ms) {
+  return ms ? fmt::format("{:.1f}", *ms) : std::string("-");
+}
+
+// "step-000006.pt (step 6)"; the file name only: the run folder is named above.
+std::string checkpoint_cell(const Launch::Checkpoint& c) {
+  const std::string name = c.path.substr(c.path.find_last_of('/') + 1);
+  std::string out = c.step ? fmt::format("{} (step {})", name, *c.step) : name;
+  if (!c.why.empty()) out += ": " + c.why;
+  return md_cell(out);
+}
+
+// [job] restarts: each launch (start, end, outcome, resumed step, the checkpoint loaded and
+// those rejected) and each restart's latency split (docs/scenario-format.md "Recovery by
+// restart"). "" when no scenario was relaunchable.
+std::string launches_section(const SuiteReport& r) {
+  std::string m;
+  for (const auto& s : r.scenarios) {
+    if (!s.judged || !s.judged->launches) continue;
+    if (m.empty()) m = "\n## Launches and restarts\n";
+    m += fmt::format(
+        "\n### {}\n\n| Launch | Start (ms) | End (ms) | Outcome | Resumed from step | "
+        "Checkpoint loaded | Rejected |\n|--:|--:|--:|---|--:|---|---|\n",
+        one_line(s.name));
+    for (const Launch& l : *s.judged->launches) {
+      std::vector<std::string> rejected;
+      for (const auto& c : l.checkpoints_rejected) rejected.push_back(checkpoint_cell(c));
+      m += fmt::format("| {} | {:.1f} | {:.1f} | {} | {} | {} | {} |\n", l.launch, l.start_ms,
+                       l.end_ms, md_cell(l.outcome),
+                       l.resumed_from_step ? std::to_string(*l.resumed_from_step) : "-",
+                       l.checkpoint_loaded ? checkpoint_cell(*l.checkpoint_loaded) : "-",
+                       rejected.empty() ? "-" : fmt::format("{}", fmt::join(rejected, "; ")));
+    }
+    if (!s.judged->restarts || s.judged->restarts->empty()) continue;
+    m += "\n| Restart after launch | Cause | Resume (ms) | Detect | Teardown | Relaunch | Load | "
+         "First step | Steps lost |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n";
+    for (const Restart& x : *s.judged->restarts) {
+      m +=
+          fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", x.after_launch,
+                      md_cell(x.cause), ms_cell(x.resume_ms), ms_cell(x.detect_ms),
+                      ms_cell(x.teardown_ms), ms_cell(x.relaunch_ms), ms_cell(x.load_ms),
+                      ms_cell(x.first_step_ms), x.steps_lost ? std::to_string(*x.steps_lost) : "-");
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 void write_markdown(const SuiteReport& r, const std::string& path) {
@@ -85,6 +132,7 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
         fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", md_cell(s.name), mem.ranks_measured,
                     mem.per_rank_max_mib, mem.per_rank_mean_mib, mem.total_mib);
   }
+  m += launches_section(r);
   bool heading = false;
   for (const auto& s : r.scenarios) {
     if (is_pass(s)) continue;

@@ -16,6 +16,7 @@
 #include "harness/common/exit_status.h"
 #include "harness/controller/campaign_batch.h"
 #include "harness/controller/campaign_draw.h"
+#include "harness/controller/clean_run.h"
 #include "harness/controller/controller.h"
 #include "harness/controller/external_targets.h"
 #include "harness/controller/launch.h"
@@ -119,6 +120,7 @@ results::ScoringRules scoring_rules(const Scenario& s) {
   const Params& c = s.campaign.params;  // detect_within_steps: read by the campaign only
   r.within_steps = c.has("detect_within_steps") ? c.get_int("detect_within_steps")
                                                 : std::max<int64_t>(10, replica_every);
+  r.restarts = s.job.restarts;
   return r;
 }
 
@@ -270,6 +272,7 @@ class CampaignRun {
   // Step 3, run every fault, J workers at a time: batches of in-launch faults (one per worker)
   // first, then single faults.
   void run() {
+    share_clean_reference();
     plan_queue();
     rows_.resize(drawn_.size());
     std::vector<std::thread> workers;
@@ -324,6 +327,23 @@ class CampaignRun {
     std::vector<size_t> faults;
     bool in_launch = false;
   };
+
+  // [job] restarts on a built-in job: faults that stop the job expect final_matches_clean
+  // (campaign_draw.cpp fault_scenario_toml). Their clean run is one (same job, same seed), run
+  // here once in DIR/clean before the workers share it (LaunchContext::clean_cache).
+  void share_clean_reference() {
+    for (const auto& file : files_) {
+      const Scenario s = load_scenario(file);
+      if (!s.expect.final_matches_clean) continue;
+      const std::string job_id = fmt::format("{}-clean-{}", getpid(), now_us());
+      const CleanReference c = run_clean_reference(s, out_, ctx_, job_id, std::nullopt);
+      if (!c.error.empty()) {
+        std::cerr << "nanchaos campaign: warning: " << c.error << "\n";
+      }
+      ctx_.clean_cache = clean_run_dir(out_);
+      return;
+    }
+  }
 
   // The in-launch faults split into J batches at the front; every other fault one launch.
   void plan_queue() {
@@ -438,7 +458,7 @@ class CampaignRun {
 
   const CampaignOptions& o_;
   const Scenario base_;
-  const LaunchContext ctx_;
+  LaunchContext ctx_;  // clean_cache set before the workers start (share_clean_reference)
   const results::ScoringRules rules_;
   const std::chrono::steady_clock::time_point t0_;
   std::string out_;

@@ -76,6 +76,7 @@ DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
   info.draw(draw, f);
   d.fault_class = fault_class_of(f);
   d.truth = truth_of(f, s.job.ranks);
+  if (info.companions) d.companions = info.companions(f, s);
   return d;
 }
 
@@ -193,6 +194,17 @@ results::Truth truth_of(const ojson& f, int64_t world) {
   return t;
 }
 
+namespace {
+
+// The drawn fault, then its companions.
+std::vector<const ojson*> with_companions(const DrawnFault& f) {
+  std::vector<const ojson*> all = {&f.fault};
+  for (const auto& c : f.companions) all.push_back(&c);
+  return all;
+}
+
+}  // namespace
+
 std::string fault_scenario_toml(const Scenario& base, const std::string& base_text,
                                 const DrawnFault& f, const std::string& header) {
   toml::table root = toml::parse(base_text, std::string_view(base.file));
@@ -215,13 +227,22 @@ std::string fault_scenario_toml(const Scenario& base, const std::string& base_te
       }
     }
   }
-  toml::table fault;
-  for (const auto& [key, value] : f.fault.items()) put(fault, key, value);
   toml::array faults;
-  faults.push_back(std::move(fault));
+  bool stops_job = false;
+  for (const ojson* one : with_companions(f)) {
+    toml::table fault;
+    for (const auto& [key, value] : one->items()) put(fault, key, value);
+    faults.push_back(std::move(fault));
+    stops_job |= kind_of(*one).stops_job;
+  }
   root.insert_or_assign("fault", std::move(faults));
   toml::table expect;
   expect.insert_or_assign("deadlock", false);
+  // A built-in job that relaunches after a crash or hang ([job] restarts) recovered only when it
+  // ends as a run that never failed (results/campaign.h score_fault): the clean run says.
+  if (stops_job && base.job.restarts > 0 && !base.job.external()) {
+    expect.insert_or_assign("final_matches_clean", true);
+  }
   root.insert_or_assign("expect", std::move(expect));
   std::ostringstream out;
   if (!header.empty()) out << header << "\n";

@@ -44,6 +44,8 @@ struct DrawnFault {
   nlohmann::ordered_json fault;  ///< the [[fault]] table: kind, ranks, step, then its own keys
   std::string fault_class;       ///< kind, or kind:where (see fault_class_of)
   results::Truth truth;
+  /// Faults run beside it, unscored (FaultKindInfo::companions): [[fault]] #2, #3, ...
+  std::vector<nlohmann::ordered_json> companions;
   int redraws = 0;  ///< draws of this index the loader refused before this one (0 normally)
 };
 

@@ -23,6 +23,7 @@
 #include "harness/common/exit_status.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
+#include "harness/controller/clean_run.h"
 #include "harness/controller/host_probe.h"
 #include "harness/controller/judge.h"
 #include "harness/controller/merged_log.h"
@@ -81,11 +82,14 @@ namespace {
 // An earlier run in the same folder (--out reused) must leave nothing a job could read: no event
 // log that would pass for this job's, no checkpoint of the job's own under {run_dir}. The
 // scenario file itself stays when it lives there (a campaign writes it there first).
+// The clean reference run's folder (RUN/clean) stays too: its cache key says whether it is this
+// scenario's and seed's (clean_run.h).
 void empty_run_folder(const std::string& run_dir, const std::string& scenario_file) {
   fs::create_directories(run_dir);
   std::error_code same_ec;
   for (const auto& entry : fs::directory_iterator(run_dir)) {
     if (fs::equivalent(entry.path(), scenario_file, same_ec)) continue;
+    if (entry.path() == fs::path(clean_run_dir(run_dir))) continue;
     fs::remove_all(entry.path());
   }
 }
@@ -140,27 +144,7 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
   std::vector<JobResult> earlier;  // the launches before the last one ([job] restarts)
   LaunchIndex launch;
   for (;;) {
-    std::map<std::string, std::string> env;
-    std::optional<MpiSessionDir> mpi_tmp(std::in_place, ctx, job_id, env);
-    if (s.job.external()) {
-      job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed,
-                             false, env, launch);
-    } else {
-      auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(s.file).string(),
-                                fs::absolute(run_dir).string(), seed);
-      if (!launch.fired_earlier.empty()) {
-        argv.insert(argv.end(),
-                    {"--skip-faults", fmt::format("{}", fmt::join(launch.fired_earlier, ","))});
-      }
-      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, events_dir(run_dir),
-                       int(s.job.ranks), 0, env);
-    }
-    mpi_tmp.reset();
-    // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so
-    // the logs are plain JSON lines for every reader, not only read_events().
-    for (int64_t r = 0; r < s.job.ranks; ++r) {
-      trim_event_log(event_log_path(run_dir, r));
-    }
+    job = launch_scenario(s, s.file, run_dir, ctx, job_id, seed, launch);
     // Relaunch only a job that ran and ended abnormally: not one that could not start, never
     // attached (its command is wrong; a relaunch would fail alike) or was interrupted.
     if (launch.launch >= s.job.restarts || job.interrupted_by != 0 || !job.launch_error.empty() ||
@@ -201,6 +185,10 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
       job.t0_us = job.t_end_us = now_us();
       break;
     }
+  }
+  // [expect] final_matches_clean: the clean reference (cached in RUN/clean across judges).
+  if (s.expect.final_matches_clean && job.launch_error.empty() && job.interrupted_by == 0) {
+    run_clean_reference(s, run_dir, ctx, job_id + "-clean", seed);
   }
   results::ScenarioResult res = judge_run(s, run_dir, job, earlier);
   res.logs = job_logs(run_dir, int(s.job.ranks));

@@ -140,7 +140,36 @@ struct Judged {
   int64_t false_positives = 0;
   int64_t restarts = 0;                      // relaunches ([job] restarts) that happened
   std::optional<int64_t> resumed_from_step;  // of the last launch
+  std::optional<int64_t> steps_lost = 0;     // summed over restarts (null: a launch ran no step)
+  std::optional<double> resume_ms_max;  // the slowest restart (null: none, or one never resumed)
+  nlohmann::json matches_clean;         // true/false, or why it cannot be compared (a string)
 };
+
+// [expect] final_matches_clean: every rank's final (params_hash, optim_hash) equals the clean
+// run's of the same rank; else why nothing can be compared.
+json final_matches_clean(const std::vector<RankEvidence>& logs,
+                         const std::optional<CleanReference>& clean) {
+  if (!clean) return "no clean run (RUN/clean/clean.json)";
+  if (!clean->error.empty()) return clean->error;
+  if (clean->ranks.size() != logs.size()) {
+    return fmt::format("the clean run has {} rank(s), this job {}", clean->ranks.size(),
+                       logs.size());
+  }
+  std::vector<size_t> without, differ;
+  for (size_t r = 0; r < logs.size(); ++r) {
+    const auto& f = logs[r].final;
+    if (!f || f->params_hash.empty()) {
+      without.push_back(r);
+    } else if (f->params_hash != clean->ranks[r]->first ||
+               f->optim_hash != clean->ranks[r]->second) {
+      differ.push_back(r);
+    }
+  }
+  if (!without.empty()) {
+    return fmt::format("rank(s) {} ended with no final digests", fmt::join(without, ", "));
+  }
+  return differ.empty();
+}
 
 // The [expect] checks, in the order report.json lists them.
 void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const JobResult& job,
@@ -232,6 +261,21 @@ void add_checks(const Scenario& s, const std::vector<RankEvidence>& logs, const 
     add("resumed_from_step", *ex.resumed_from_step,
         j.resumed_from_step ? json(*j.resumed_from_step) : json(nullptr),
         j.resumed_from_step == ex.resumed_from_step);
+  }
+  if (ex.steps_lost_max) {
+    add("steps_lost_max", *ex.steps_lost_max, j.steps_lost ? json(*j.steps_lost) : json(nullptr),
+        j.steps_lost && *j.steps_lost <= *ex.steps_lost_max);
+  }
+  if (ex.final_matches_clean) {
+    add("final_matches_clean", *ex.final_matches_clean, j.matches_clean,
+        j.matches_clean.is_boolean() && j.matches_clean.get<bool>() == *ex.final_matches_clean);
+  }
+  if (ex.resume_ms_max) {
+    // Like within_ms with no detection: a bound on a restart that never happened (or never
+    // resumed) fails, with actual null.
+    add("resume_ms_max", *ex.resume_ms_max,
+        j.resume_ms_max ? json(*j.resume_ms_max) : json(nullptr),
+        j.resume_ms_max && *j.resume_ms_max <= *ex.resume_ms_max);
   }
 }
 
@@ -491,6 +535,7 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   }
   if (own.first_inject_t) j.abort_ms = double(job.t_end_us - *own.first_inject_t) / 1000.0;
   results::JobFacts facts;
+  if (s.expect.final_matches_clean) j.matches_clean = final_matches_clean(logs, ev.clean);
   j.restarts = int64_t(ev.earlier.size());
   if (s.job.restarts > 0) {
     std::vector<LaunchView> views;
@@ -498,6 +543,8 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
     views.push_back({&logs, &reaped});
     LaunchesJudged launches = judge_launches(s, views);
     j.resumed_from_step = launches.last_resumed_from_step;
+    j.steps_lost = launches.steps_lost;
+    j.resume_ms_max = launches.resume_ms_max;
     facts.launches = std::move(launches.launches);
     facts.restarts = std::move(launches.restarts);
   }
@@ -526,6 +573,11 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   facts.remote_ranks.assign(job.remote_ranks.begin(), job.remote_ranks.end());
   res.judged = std::move(facts);
   res.timeline = job_timeline(logs, t0, res.wall_ms);
+  // A relaunched job: every launch on the one timeline (ms since the first launch's start).
+  for (const auto& launch : ev.earlier) {
+    add_launch_timeline(res.timeline,
+                        job_timeline(launch.ranks, t0, double(launch.job.t_end_us - t0) / 1000.0));
+  }
 
   add_checks(s, logs, job, j, res);
   decide_verdict(s, ev, job, fired.faults, res);

@@ -109,7 +109,12 @@ struct LaunchesJudged {
   /// rank gone (crashed).
   std::vector<results::Restart> restarts;
   std::optional<int64_t> last_resumed_from_step;
+  /// [expect] resume_ms_max: the largest restart's resume_ms; nullopt when no restart happened
+  /// or one never resumed (its next launch completed no step).
   std::optional<double> resume_ms_max;
+  /// [expect] steps_lost_max: every restart's steps_lost summed (0 with no restart); nullopt
+  /// when a launch after a restart began no step.
+  std::optional<int64_t> steps_lost = 0;
 };
 /// `launches` in launch order (the last is the job's last launch). Pure.
 LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& launches);

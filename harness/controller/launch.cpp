@@ -215,6 +215,34 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
                     int(s.job.ranks), s.job.attach_timeout_ms, extra_env);
 }
 
+JobResult launch_scenario(const Scenario& s, const std::string& scenario_file,
+                          const std::string& run_dir, const LaunchContext& ctx,
+                          const std::string& job_id, std::optional<uint64_t> seed,
+                          const LaunchIndex& launch) {
+  std::map<std::string, std::string> env;
+  JobResult job;
+  {
+    MpiSessionDir mpi_tmp(ctx, job_id, env);
+    if (s.job.external()) {
+      job = run_external_job(ctx.launcher, s, ctx.self_exe, run_dir, ctx.python, job_id, seed,
+                             false, env, launch);
+    } else {
+      auto argv = launcher_argv(ctx.launcher, s, ctx.self_exe, fs::absolute(scenario_file).string(),
+                                fs::absolute(run_dir).string(), seed);
+      if (!launch.fired_earlier.empty()) {
+        argv.insert(argv.end(),
+                    {"--skip-faults", fmt::format("{}", fmt::join(launch.fired_earlier, ","))});
+      }
+      job = launch_job(argv, run_dir + "/ranks.log", s.job.timeout_ms, job_id, events_dir(run_dir),
+                       int(s.job.ranks), 0, env);
+    }
+  }
+  // A rank killed mid-job leaves NUL bytes after its last event (events.h): cut them, so the
+  // logs are plain JSON lines for every reader, not only read_events().
+  for (int64_t r = 0; r < s.job.ranks; ++r) trim_event_log(event_log_path(run_dir, r));
+  return job;
+}
+
 std::vector<int> job_processes(const std::string& job_id) {
   std::vector<int> pids;
   const std::string marker = "NANCHAOS_JOB_ID=" + job_id;

@@ -97,6 +97,9 @@ struct LaunchContext {
   /// race on mpirun's shared /tmp/ompi.<host>.<uid> ("A call to mkdir was unable to create the
   /// desired directory ... File exists"). For parallel launches (`nanchaos campaign --jobs`).
   bool private_mpi_tmpdir = false;
+  /// A shared clean reference run's folder (clean_run.h; a campaign's DIR/clean) that
+  /// run_clean_reference reuses when its key matches; "": each run folder has its own.
+  std::string clean_cache;
 };
 
 /// The job's own Open MPI session folder when `ctx.private_mpi_tmpdir` (see LaunchContext):
@@ -113,5 +116,15 @@ class MpiSessionDir {
  private:
   std::string dir_;
 };
+
+/// One launch of `s`'s job in `run_dir`, waited for: run_external_job for external jobs, else
+/// launch_job of launcher_argv(`scenario_file`, ...) with `--skip-faults` for the faults
+/// `launch.fired_earlier` retires; in its own MPI session folder (MpiSessionDir); the event logs
+/// trimmed afterwards (trim_event_log). `scenario_file`: what built-in ranks load (s.file, or a
+/// derived file such as the clean run's).
+JobResult launch_scenario(const Scenario& s, const std::string& scenario_file,
+                          const std::string& run_dir, const LaunchContext& ctx,
+                          const std::string& job_id, std::optional<uint64_t> seed,
+                          const LaunchIndex& launch = {});
 
 }  // namespace nanchaos::harness

@@ -120,7 +120,14 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     for (const auto& r : *l.ranks) {
       const CheckpointEvent* c = resume_load(r);
       if (c == nullptr) continue;
-      launch.checkpoint_loaded = results::Launch::Checkpoint{c->path, c->step};
+      launch.checkpoint_loaded = results::Launch::Checkpoint{c->path, c->step, ""};
+      break;
+    }
+    for (const auto& r : *l.ranks) {
+      if (r.ckpt_rejects.empty()) continue;
+      for (const auto& c : r.ckpt_rejects) {
+        launch.checkpoints_rejected.push_back({c.path, c.step, c.why});
+      }
       break;
     }
     for (const auto& r : *l.ranks)
@@ -155,9 +162,23 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     restart.cause = to_string(outcomes[k - 1]);
     restart.failed_ms = double(*failed - t0) / 1000.0;
     restart.resume_ms = ms_between(failed, first_step);
-    if (restart.resume_ms) {
-      out.resume_ms_max = std::max(out.resume_ms_max.value_or(0.0), *restart.resume_ms);
+    // The bound is on every restart: one that never resumed has no latency to meet it.
+    if (k == 1 || out.resume_ms_max) {
+      out.resume_ms_max =
+          restart.resume_ms
+              ? std::optional(std::max(out.resume_ms_max.value_or(0.0), *restart.resume_ms))
+              : std::nullopt;
     }
+    // The contract's (last step reached before the failure) - (resumed step): steps_reached is
+    // the step the failed launch was on (a crash at step 25 reached 25), so a resume from 20
+    // lost 5.
+    const std::optional<int64_t> resumed = out.launches[k].resumed_from_step;
+    if (resumed) {
+      restart.steps_lost = std::max<int64_t>(0, out.launches[k - 1].steps_reached - *resumed);
+    }
+    out.steps_lost = out.steps_lost && restart.steps_lost
+                         ? std::optional(*out.steps_lost + *restart.steps_lost)
+                         : std::nullopt;
     restart.detect_ms = ms_between(failed, decided);
     restart.teardown_ms = ms_between(decided, gone);
     restart.relaunch_ms = ms_between(gone, attached);

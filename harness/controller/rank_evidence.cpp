@@ -80,6 +80,7 @@ CheckpointEvent checkpoint_event(const json& e) {
   if (e.contains("agent_step") && e["agent_step"].is_number_integer()) {
     c.agent_step = e["agent_step"].get<int64_t>();
   }
+  c.why = e.value("why", std::string());
   return c;
 }
 
@@ -102,6 +103,8 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
     }
   } else if (ev == "ckpt_load") {
     r.ckpt_loads.push_back(checkpoint_event(e));
+  } else if (ev == "ckpt_reject") {
+    r.ckpt_rejects.push_back(checkpoint_event(e));
   } else if (ev == "start") {
     r.started = true;
     if (!r.start_t) r.start_t = int_field(e, "t_us", 0);
@@ -225,6 +228,7 @@ JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobRe
   }
   std::ifstream log(run_dir + "/ranks.log");
   read_ranks_log(log, ev);
+  ev.clean = read_clean_reference(run_dir);
   struct statvfs fs {};
   if (statvfs(run_dir.c_str(), &fs) == 0) ev.free_bytes = uint64_t(fs.f_bavail) * fs.f_frsize;
   return ev;

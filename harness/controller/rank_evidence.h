@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "harness/controller/clean_run.h"
 #include "harness/controller/job_result.h"
 #include "harness/evidence/event_types.h"
 #include "results/job_facts.h"
@@ -53,12 +54,13 @@ struct LaneEvent {
 };
 
 /// A checkpoint the job saved or loaded, as the agent observed it (`ckpt_save` / `ckpt_load`,
-/// harness/evidence/events.h): external jobs only.
+/// harness/evidence/events.h), or one a built-in rank's loader refused (`ckpt_reject`).
 struct CheckpointEvent {
   int64_t t_us = 0;
   std::string path;                   ///< as the job passed it ("" for a file object without name)
   std::optional<int64_t> step;        ///< the object's own step field ("step", "global_step", ...)
   std::optional<int64_t> agent_step;  ///< save: iterations the agent had seen complete
+  std::string why;                    ///< reject (built-in `ckpt_reject`): why it was refused
 };
 
 /// One rank's evidence. Times (t_us, in `events` too) are on the controller's timeline.
@@ -86,6 +88,7 @@ struct RankEvidence {
   /// In log order; a save renamed into place (`ckpt_rename`) is listed again under its new path.
   std::vector<CheckpointEvent> ckpt_saves;
   std::vector<CheckpointEvent> ckpt_loads;       ///< in log order
+  std::vector<CheckpointEvent> ckpt_rejects;     ///< built-in `ckpt_reject`, in log order
   int64_t steps_done = 0;                        ///< highest step_end step + 1
   std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
   std::vector<InjectEvent> injections;           ///< in log order
@@ -141,6 +144,9 @@ struct JobEvidence {
   /// An event with a field of the wrong type (a corrupted or foreign log): json::type_error's
   /// text; the ranks are then partial and judge() makes the scenario an `error` naming it.
   std::optional<std::string> unreadable;
+  /// [expect] final_matches_clean: the clean reference run's digests (RUN/clean/clean.json,
+  /// clean_run.h); nullopt when there is none.
+  std::optional<CleanReference> clean;
 };
 
 /// RUN/ranks.log's facts (its first "error:" line, its last non-blank line) into `ev`.

@@ -56,4 +56,13 @@ results::Timeline job_timeline(const std::vector<RankEvidence>& ranks, int64_t t
   return t;
 }
 
+void add_launch_timeline(results::Timeline& into, const results::Timeline& launch) {
+  if (launch.bars.empty() && launch.marks.empty() && launch.end_ms == 0) return;
+  into.begin_ms = std::min(into.begin_ms, launch.begin_ms);
+  into.end_ms = std::max(into.end_ms, launch.end_ms);
+  into.ranks = std::max(into.ranks, launch.ranks);
+  into.bars.insert(into.bars.end(), launch.bars.begin(), launch.bars.end());
+  into.marks.insert(into.marks.end(), launch.marks.begin(), launch.marks.end());
+}
+
 }  // namespace nanchaos::harness

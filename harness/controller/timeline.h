@@ -21,4 +21,8 @@ namespace nanchaos::harness {
 results::Timeline job_timeline(const std::vector<RankEvidence>& ranks, int64_t t0_us,
                                std::optional<double> job_end_ms);
 
+/// Adds `launch` (another launch's job_timeline on the same t0, [job] restarts) to `into`: its
+/// bars and marks, and the span of both. Pure.
+void add_launch_timeline(results::Timeline& into, const results::Timeline& launch);
+
 }  // namespace nanchaos::harness

@@ -118,6 +118,7 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
     }
     if (info.check) info.check(f);
     if (info.check_job) info.check_job(f, s);
+    if (info.fault_step) f.step = info.fault_step(f, s);
     s.faults.push_back(std::move(f));
   }
 }
@@ -262,6 +263,9 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   x.max_false_positives = p.get_int("max_false_positives");
   if (p.has("restarts")) x.restarts = p.get_int("restarts");
   if (p.has("resumed_from_step")) x.resumed_from_step = p.get_int("resumed_from_step");
+  if (p.has("steps_lost_max")) x.steps_lost_max = p.get_int("steps_lost_max");
+  if (p.has("resume_ms_max")) x.resume_ms_max = p.get_float("resume_ms_max");
+  if (p.has("final_matches_clean")) x.final_matches_clean = p.get_bool("final_matches_clean");
   x.params = std::move(p);
   // A fault nobody judges passes whatever the stack does: a forgotten assertion would be green.
   if (!s.faults.empty() && (t == nullptr || t->empty())) {

@@ -83,6 +83,10 @@ struct FaultKindInfo {
   /// Optional check against the rest of the scenario (workload, loss...), after [job] and
   /// [workload] loaded; throws ScenarioError with a position. May be empty.
   std::function<void(const FaultSpec&, const Scenario&)> check_job;
+  /// Optional: the step the fault fires at when a key other than `step` says it (the
+  /// checkpoint kind's `save = N` is the save made before step N x every), after check_job.
+  /// FaultSpec::step (the plan's, the ground truth's) is set to it. May be empty.
+  std::function<int64_t(const FaultSpec&, const Scenario&)> fault_step;
 
   // What the rest of nanchaos knows of the kind: read from here, never from its name.
   /// A firing ends or stalls its rank (crash, hang): a campaign hits one rank with it and runs it
@@ -111,6 +115,12 @@ struct FaultKindInfo {
   /// The class a drawn fault is counted in, after "<kind>:" ("activation" for
   /// "tensor:activation"); "" or empty: the kind alone.
   std::function<std::string(const nlohmann::ordered_json& fault)> fault_class;
+  /// Optional: the [[fault]] tables a campaign runs beside a drawn fault so that it can matter
+  /// (the checkpoint kind: a crash right after the corrupted save, so a relaunch loads it). They
+  /// are not scored; the drawn fault's truth is the row's. May be empty.
+  std::function<std::vector<nlohmann::ordered_json>(const nlohmann::ordered_json& fault,
+                                                    const Scenario& s)>
+      companions;
   /// The cause (and layer) a stack should blame for a drawn fault. Required.
   std::function<KindTruth(const nlohmann::ordered_json& fault)> truth;
 };

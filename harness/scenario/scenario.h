@@ -72,6 +72,15 @@ struct ExpectConfig {
   int64_t max_false_positives = 0;
   std::optional<int64_t> restarts;           ///< exact number of relaunches
   std::optional<int64_t> resumed_from_step;  ///< the step the last launch resumed from
+  /// Steps computed twice or lost, summed over restarts: (the failed launch's last step reached)
+  /// - (the next launch's resumed step) <= this.
+  std::optional<int64_t> steps_lost_max;
+  /// Every restart's resume_ms (the failing event -> the next launch's first completed step,
+  /// ms) <= this; fails when no restart happened.
+  std::optional<double> resume_ms_max;
+  /// Every rank's final parameter and optimizer digests equal those of the clean reference run
+  /// (same scenario and seed, no fault; harness/controller/clean_run.h).
+  std::optional<bool> final_matches_clean;
 };
 
 /// [campaign]: minima `nanchaos campaign` gates on (docs/scenario-format.md "Campaigns");

@@ -109,6 +109,59 @@ TEST(CampaignDraw, SameSeedSameDrawsAndPrefixStable) {
   EXPECT_EQ(a[0].fault.dump(), PINNED_FIRST_DRAW);
 }
 
+const char* kRestarts = R"([scenario]
+name = "mlp-restarts"
+
+[job]
+workload = "mlp"
+ranks = 2
+steps = 20
+restarts = 1
+
+[checkpoint]
+every = 5
+)";
+
+TEST(CampaignDraw, RestartsDrawCheckpointFaultsWithACrashAndJudgeStopsAgainstTheCleanRun) {
+  const Base b = base(kRestarts);
+  const auto kinds = campaign_kinds(b.s, b.t, {});
+  ASSERT_NE(std::find(kinds.begin(), kinds.end(), "checkpoint"), kinds.end());
+  const auto a = draw_faults(b.s, b.text, b.t, kinds, 5, 60);
+  const auto again = draw_faults(b.s, b.text, b.t, kinds, 5, 60);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto& d = a[i];
+    SCOPED_TRACE(d.fault.dump());
+    EXPECT_EQ(fault_scenario_toml(b.s, b.text, d), fault_scenario_toml(b.s, b.text, again[i]));
+    const Scenario s = load_scenario_string(fault_scenario_toml(b.s, b.text, d), "f.toml");
+    const std::string kind = d.fault["kind"];
+    seen.insert(kind);
+    if (kind == "checkpoint") {
+      // The corrupted save (rank 0's, before step 5), then rank 0 crashes at that step so the
+      // relaunch loads it; the truth is the checkpoint's.
+      ASSERT_EQ(s.faults.size(), 2u);
+      EXPECT_EQ(s.faults[0].step, 5);
+      EXPECT_EQ(s.faults[1].kind, "crash");
+      EXPECT_EQ(s.faults[1].step, 5);
+      EXPECT_EQ(d.truth.cause, "checkpoint_corruption");
+      EXPECT_EQ(d.truth.step, 5);
+    } else {
+      ASSERT_EQ(s.faults.size(), 1u);
+    }
+    const bool stops = kind == "crash" || kind == "hang" || kind == "checkpoint";
+    EXPECT_EQ(s.expect.final_matches_clean.value_or(false), stops);
+  }
+  EXPECT_TRUE(seen.count("checkpoint"));
+  EXPECT_TRUE(seen.count("crash"));
+  // Without restarts nothing expects the clean run (and checkpoint is not drawn).
+  const Base plain = base(kMlp);
+  for (const auto& d :
+       draw_faults(plain.s, plain.text, plain.t, campaign_kinds(plain.s, plain.t, {}), 5, 30)) {
+    EXPECT_FALSE(load_scenario_string(fault_scenario_toml(plain.s, plain.text, d), "f.toml")
+                     .expect.final_matches_clean);
+  }
+}
+
 TEST(CampaignDraw, EveryDrawnFaultLoadsAndStaysInTheJobsRules) {
   for (const char* text : {kMlp, kHalfMse, kTransformer}) {
     const Base b = base(text);

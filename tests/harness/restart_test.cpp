@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "harness/controller/clean_run.h"
 #include "harness/controller/exec_rank.h"
 #include "harness/controller/judge.h"
 #include "harness/controller/judge_internal.h"
@@ -85,16 +87,15 @@ TEST(RestartLoader, CheckpointTableIsCheckedKeyByKey) {
   EXPECT_EQ(s.checkpoint.format, "torch");
 }
 
-TEST(RestartLoader, UnimplementedExpectKeysAreNamed) {
-  EXPECT_EQ(ErrorOf(WithHead("[expect]\nrestarts = 1\nsteps_lost_max = 5\n")),
-            "x.toml:8:1: error: [expect].steps_lost_max: not implemented yet (steps lost across "
-            "relaunches)");
-  EXPECT_NE(ErrorOf(WithHead("[expect]\nresume_ms_max = 2000\n"))
-                .find("x.toml:7:1: error: [expect].resume_ms_max: not implemented yet"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf(WithHead("[expect]\nfinal_matches_clean = true\n"))
-                .find("x.toml:7:1: error: [expect].final_matches_clean: not implemented yet"),
-            std::string::npos);
+TEST(RestartLoader, StepsLostAndResumeBoundsAreCheckedWhereWritten) {
+  const Scenario s = load_scenario_string(
+      WithHead("restarts = 1\n[expect]\nsteps_lost_max = 5\nresume_ms_max = 2000.5\n"), "x.toml");
+  EXPECT_EQ(s.expect.steps_lost_max, 5);
+  EXPECT_EQ(s.expect.resume_ms_max, 2000.5);
+  EXPECT_EQ(ErrorOf(WithHead("[expect]\nrestarts = 1\nsteps_lost_max = -1\n")),
+            "x.toml:8:18: error: [expect].steps_lost_max: expected integer >= 0, got -1");
+  EXPECT_EQ(ErrorOf(WithHead("[expect]\nresume_ms_max = \"fast\"\n")),
+            "x.toml:7:17: error: [expect].resume_ms_max: expected float >= 0, got string");
 }
 
 TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
@@ -142,6 +143,21 @@ TEST(RestartLoader, CheckpointFaultOnExternalJobsNeedsNoTableButOneSave) {
       ErrorOf(head + "mode = \"nan\"\nsave = 1\ntarget = \"gradient:head.weight\"\n" + tail);
   EXPECT_EQ(grad.rfind("x.toml:12:10: error: ", 0), 0u) << grad;
   EXPECT_NE(grad.find("gradient"), std::string::npos) << grad;
+}
+
+TEST(RestartLoader, CheckpointFaultStepIsTheStepOfItsSave) {
+  // The ground truth's step: the save made before step save x every, however the save is named.
+  const std::string head =
+      "[checkpoint]\nevery = 2\n[[fault]]\nkind = \"checkpoint\"\n"
+      "mode = \"nan\"\n";
+  const Scenario by_save =
+      load_scenario_string(WithHead(head + "save = 3\n[expect]\ndeadlock = false\n"), "x.toml");
+  ASSERT_EQ(by_save.faults.size(), 1u);
+  EXPECT_EQ(by_save.faults[0].step, 6);
+  EXPECT_EQ(compile_plan(by_save)["faults"][0]["step"], 6);
+  const Scenario by_step =
+      load_scenario_string(WithHead(head + "step = 4\n[expect]\ndeadlock = false\n"), "x.toml");
+  EXPECT_EQ(by_step.faults[0].step, 4);
 }
 
 TEST(RestartSubstitution, RunDirAndLaunchInCommandAndEnv) {
@@ -235,6 +251,19 @@ JobResult CrashedLaunch(Launch& l, int64_t t0) {
   return Reaped(137, t0, t0 + 5000);
 }
 
+// Three launches 10 ms apart, each crashing at step 3 (the last one is Reaped(137, 20'000,
+// 25'000)).
+JobEvidence ThreeCrashedLaunches(const std::string& name) {
+  Launch l0(name + "0"), l1(name + "1"), l2(name + "2");
+  const JobResult j0 = CrashedLaunch(l0, 0);
+  const JobResult j1 = CrashedLaunch(l1, 10'000);
+  const JobResult j2 = CrashedLaunch(l2, 20'000);
+  JobEvidence ev = l2.evidence(2, j2);
+  ev.earlier.push_back({j0, l0.evidence(2, j0).ranks});
+  ev.earlier.push_back({j1, l1.evidence(2, j1).ranks});
+  return ev;
+}
+
 TEST(RestartJudge, OneShotCrashRelaunchedFromStepZeroCompletes) {
   const Scenario s = CrashScenario(
       "outcome = \"completed\"\nrestarts = 1\nresumed_from_step = 0\nrank = 1\n"
@@ -280,14 +309,7 @@ TEST(RestartJudge, PersistentCrashExhaustsTheBudgetAndEndsCrashed) {
       "outcome = \"crashed\"\nrestarts = 2\nresumed_from_step = 0\nrank = 1\n"
       "cause = \"rank_failure\"\n",
       2, true);
-  Launch l0("persist0"), l1("persist1"), l2("persist2");
-  const JobResult j0 = CrashedLaunch(l0, 0);
-  const JobResult j1 = CrashedLaunch(l1, 10'000);
-  const JobResult j2 = CrashedLaunch(l2, 20'000);
-  JobEvidence ev = l2.evidence(2, j2);
-  ev.earlier.push_back({j0, l0.evidence(2, j0).ranks});
-  ev.earlier.push_back({j1, l1.evidence(2, j1).ranks});
-  const auto r = judge(s, ev, j2);
+  const auto r = judge(s, ThreeCrashedLaunches("persist"), Reaped(137, 20'000, 25'000));
   EXPECT_EQ(r.verdict, results::Verdict::kPass) << r.reason;
   EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
   EXPECT_EQ(r.injections.size(), 3u);
@@ -332,6 +354,136 @@ TEST(RestartJudge, ResumedStepFromTheLoadedCheckpoint) {
               105.500 - 105.000, 1e-9);
   EXPECT_NEAR(nanchaos::results::to_json(r).at("restarts")[0]["first_step_ms"].get<double>(),
               106.030 - 105.500, 1e-9);
+}
+
+// Launch 0 crashes at step 3 (steps 0-2 done); launch 1 loads the checkpoint of step 2 and
+// completes: 1 step lost, resumed 102.025 ms after the crash.
+JobEvidence ResumedFromStep2(const std::string& name) {
+  Launch first(name + "0"), last(name + "1");
+  const JobResult job0 = CrashedLaunch(first, 0);
+  for (int r = 0; r < 2; ++r) {
+    last.start(r, 105'000);
+    last.ev(r, "ckpt_load", 105'500, {{"path", "/run/ckpt/step-2.pt"}, {"step", 2}});
+  }
+  last.steps(2, 6, 106'000);
+  for (int r = 0; r < 2; ++r) last.final_ok(r, 6, 111'000);
+  JobEvidence ev = last.evidence(2, Reaped(0, 105'000, 112'000));
+  ev.earlier.push_back({job0, first.evidence(2, job0).ranks});
+  return ev;
+}
+
+const results::Check* CheckOf(const results::ScenarioResult& r, const std::string& key) {
+  for (const auto& c : r.checks) {
+    if (c.key == key) return &c;
+  }
+  return nullptr;
+}
+
+TEST(RestartJudge, StepsLostAndResumeLatencyAreJudged) {
+  const JobResult job1 = Reaped(0, 105'000, 112'000);
+  const auto pass =
+      judge(CrashScenario("outcome = \"completed\"\nsteps_lost_max = 1\nresume_ms_max = 102.1\n"),
+            ResumedFromStep2("lost_ok"), job1);
+  EXPECT_EQ(pass.verdict, results::Verdict::kPass) << pass.reason;
+  ASSERT_TRUE(CheckOf(pass, "steps_lost_max"));
+  EXPECT_EQ(CheckOf(pass, "steps_lost_max")->actual, 1);
+  EXPECT_NEAR(CheckOf(pass, "resume_ms_max")->actual.get<double>(), 106.030 - 4.005, 1e-9);
+  EXPECT_EQ(nanchaos::results::to_json(pass).at("restarts")[0]["steps_lost"], 1);
+
+  const auto fail =
+      judge(CrashScenario("outcome = \"completed\"\nsteps_lost_max = 0\nresume_ms_max = 102.0\n"),
+            ResumedFromStep2("lost_bad"), job1);
+  EXPECT_EQ(fail.verdict, results::Verdict::kFail);
+  EXPECT_FALSE(CheckOf(fail, "steps_lost_max")->pass);
+  EXPECT_FALSE(CheckOf(fail, "resume_ms_max")->pass);
+}
+
+TEST(RestartJudge, StepsLostAddUpOverRestartsFromStepZero) {
+  // Three launches, two crashes at step 3, each relaunch from step 0 (no checkpoint): 3 + 3.
+  const Scenario s = CrashScenario("outcome = \"crashed\"\nsteps_lost_max = 5\n", 2, true);
+  const auto r = judge(s, ThreeCrashedLaunches("sum"), Reaped(137, 20'000, 25'000));
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
+  EXPECT_EQ(CheckOf(r, "steps_lost_max")->actual, 6);
+  EXPECT_FALSE(CheckOf(r, "steps_lost_max")->pass);
+}
+
+TEST(RestartJudge, NoRestartLosesNothingButHasNoResumeLatency) {
+  const Scenario s = CrashScenario("steps_lost_max = 0\nresume_ms_max = 1000\n", 1);
+  Launch only("norestart");
+  for (int r = 0; r < 2; ++r) only.start(r, 10);
+  only.steps(0, 6, 1000);
+  for (int r = 0; r < 2; ++r) only.final_ok(r, 6, 8000);
+  const JobResult job = Reaped(0, 0, 9000);
+  const auto r = judge(s, only.evidence(2, job), job);
+  EXPECT_EQ(CheckOf(r, "steps_lost_max")->actual, 0);
+  EXPECT_TRUE(CheckOf(r, "steps_lost_max")->pass);
+  EXPECT_EQ(CheckOf(r, "resume_ms_max")->actual, nullptr);
+  EXPECT_FALSE(CheckOf(r, "resume_ms_max")->pass);
+}
+
+CleanReference Clean(const std::string& params1) {
+  CleanReference c;
+  c.key = "k";
+  c.ranks = {std::pair<std::string, std::string>{"abc", "def"},
+             std::pair<std::string, std::string>{params1, "def"}};
+  return c;
+}
+
+TEST(RestartJudge, FinalDigestsAreComparedWithTheCleanRun) {
+  const Scenario s = CrashScenario("outcome = \"completed\"\nfinal_matches_clean = true\n");
+  const JobResult job1 = Reaped(0, 105'000, 112'000);
+  JobEvidence ev = ResumedFromStep2("clean_same");
+  ev.clean = Clean("abc");
+  const auto same = judge(s, ev, job1);
+  EXPECT_EQ(same.verdict, results::Verdict::kPass) << same.reason;
+  EXPECT_EQ(CheckOf(same, "final_matches_clean")->actual, true);
+
+  ev.clean = Clean("0123");  // rank 1's parameters differ from the clean run's
+  const auto differ = judge(s, ev, job1);
+  EXPECT_EQ(differ.verdict, results::Verdict::kFail);
+  EXPECT_EQ(CheckOf(differ, "final_matches_clean")->actual, false);
+  // `= false` asserts the opposite: passes on the same evidence.
+  const auto want_differ =
+      judge(CrashScenario("outcome = \"completed\"\nfinal_matches_clean = false\n"), ev, job1);
+  EXPECT_TRUE(CheckOf(want_differ, "final_matches_clean")->pass);
+
+  ev.clean = Clean("abc");
+  ev.clean->error = "the clean run's rank(s) 1 wrote no final digests; see RUN/clean/ranks.log";
+  const auto failed = judge(s, ev, job1);
+  EXPECT_EQ(failed.verdict, results::Verdict::kFail);
+  EXPECT_EQ(CheckOf(failed, "final_matches_clean")->actual, ev.clean->error);
+  ev.clean.reset();
+  EXPECT_EQ(CheckOf(judge(s, ev, job1), "final_matches_clean")->actual,
+            "no clean run (RUN/clean/clean.json)");
+}
+
+TEST(RestartCleanRun, CachedReferenceIsReusedForTheSameScenarioAndSeed) {
+  test_util::EventLogDir dir("nanchaos_restart", "clean_cache");
+  const std::string run = dir.path();
+  const std::string file = run + "/s.toml";
+  fs::create_directories(run);
+  std::ofstream(file) << WithHead("[expect]\nfinal_matches_clean = true\n");
+  const Scenario s = load_scenario(file);
+  fs::create_directories(clean_run_dir(run));
+  std::ofstream(clean_run_dir(run) + "/clean.json") << json{
+      {"key", clean_run_key(file, 7)},
+      {"seed", 7},
+      {"ranks", {{{"params_hash", "p0"}, {"optim_hash", "o0"}}, nullptr}},
+      {"error", "rank 1 wrote none"}}.dump();
+  // A launcher that cannot run: the reference must come from the cache, not a launch.
+  LaunchContext ctx;
+  ctx.launcher = "/nonexistent/mpirun";
+  ctx.self_exe = "/nonexistent/nanchaos";
+  const CleanReference c = run_clean_reference(s, run, ctx, "t-clean", 7);
+  ASSERT_EQ(c.ranks.size(), 2u);
+  EXPECT_EQ(c.ranks[0]->first, "p0");
+  EXPECT_FALSE(c.ranks[1]);
+  EXPECT_EQ(c.error, "rank 1 wrote none");
+  EXPECT_EQ(read_job_evidence(2, run, JobResult{}).clean->key, c.key);
+  // Another seed is another clean run: this launcher cannot start it, and says so.
+  const CleanReference other = run_clean_reference(s, run, ctx, "t-clean", 8);
+  EXPECT_NE(other.key, c.key);
+  EXPECT_NE(other.error.find("clean run"), std::string::npos) << other.error;
 }
 
 TEST(RestartJudge, LoadWithoutStepTakesTheStepCountedAtItsSave) {

@@ -117,6 +117,41 @@ TEST(CampaignScoring, RightAttributionIsDetectedRecoveredAndCorrect) {
   EXPECT_EQ(f.latency_steps, 0);
 }
 
+TEST(CampaignScoring, WithRestartsACrashRecoversOnlyWhenTheJobFinishedAsTheCleanRun) {
+  const ojson crash = {{"kind", "crash"}, {"ranks", {1}}, {"step", 10}};
+  const Truth t = truth({1}, std::nullopt, "rank_failure");
+  ScoringRules restarts;
+  restarts.restarts = 1;
+  auto with_clean = [](ScenarioResult r, bool pass) {
+    r.checks.push_back(Check{"final_matches_clean", true, pass, pass});
+    return r;
+  };
+  // Relaunched, completed, ended as the clean run: recovered (though no detector named it).
+  const auto ok =
+      score_fault(0, crash, "crash", t, with_clean(judged(FaultOutcome::kMasked), true), restarts);
+  EXPECT_EQ(ok.outcome, CampaignOutcome::kDetectedRecovered);
+  // Completed with other final digests: not recovered.
+  const auto differ =
+      score_fault(0, crash, "crash", t, with_clean(judged(FaultOutcome::kMasked), false), restarts);
+  EXPECT_EQ(differ.outcome, CampaignOutcome::kDetectedUnrecovered);
+  // External jobs have no clean check: finishing is enough.
+  EXPECT_EQ(score_fault(0, crash, "crash", t, judged(FaultOutcome::kMasked), restarts).outcome,
+            CampaignOutcome::kDetectedRecovered);
+  // The budget ran out: still a crash; and without restarts the rule does not apply.
+  EXPECT_EQ(score_fault(0, crash, "crash", t,
+                        with_clean(judged(FaultOutcome::kNone, Outcome::kCrashed), false), restarts)
+                .outcome,
+            CampaignOutcome::kCrash);
+  EXPECT_EQ(
+      score_fault(0, crash, "crash", t, with_clean(judged(FaultOutcome::kMasked), true)).outcome,
+      CampaignOutcome::kMasked);
+  // Other causes keep the judge's outcome under restarts.
+  EXPECT_EQ(score_fault(3, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                        judged(FaultOutcome::kSilentCorruption), restarts)
+                .outcome,
+            CampaignOutcome::kSilentCorruption);
+}
+
 TEST(CampaignScoring, LrBlowUpNamedActivationIsAWrongCauseWithNoLayerScored) {
   // The example: an LR blow-up attributed as `activation` in layers.1.linear.
   ScenarioResult r = judged(FaultOutcome::kDetectedRecovered);

@@ -59,6 +59,45 @@ TEST(Compare, IdenticalReportsHaveNoRegression) {
   EXPECT_FALSE(c.scenarios[1].attribution_match.has_value());
 }
 
+// A relaunched scenario with one trial per resume latency (ms): `trials` as --trials N writes it.
+json restarted(const std::string& name, const std::vector<double>& resume_ms) {
+  json s = scenario(name, "pass", "", nullptr, "", 0, 0);
+  json trials = json::array();
+  for (double ms : resume_ms) {
+    json t = s;
+    t["restarts"] = {{{"after_launch", 0}, {"resume_ms", ms}}};
+    trials.push_back(t);
+  }
+  s["trials"] = trials;
+  s["restarts"] = trials[0]["restarts"];
+  return s;
+}
+
+TEST(Compare, RestartLatencyIsGatedOnItsPercentiles) {
+  const json base = report({restarted("r", {500, 510, 520, 530}), restarted("q", {400, 400, 400})});
+  // p50 and p95 of r more than doubled; q unchanged.
+  const json slower =
+      report({restarted("r", {1500, 1510, 1520, 1530}), restarted("q", {400, 400, 400})});
+  const auto c = compare_reports(base, slower);
+  EXPECT_EQ(kinds(c), (std::vector<std::string>{"r:restart_latency", "(suite):restart_latency"}));
+  EXPECT_NE(c.regressions[0].detail.find("p50 510.0 → 1510.0 ms"), std::string::npos)
+      << c.regressions[0].detail;
+  EXPECT_NE(c.regressions[0].detail.find("p95 530.0 → 1530.0 ms"), std::string::npos);
+  // Only the tail got slower: p95 alone trips it.
+  const json tail =
+      report({restarted("r", {500, 510, 520, 5000}), restarted("q", {400, 400, 400})});
+  const auto t = compare_reports(base, tail);
+  ASSERT_FALSE(t.regressions.empty());
+  EXPECT_EQ(t.regressions[0].detail.find("p50"), std::string::npos) << t.regressions[0].detail;
+  // Faster, the same, or too few restarts to gate (2 < min_trials): nothing.
+  EXPECT_TRUE(compare_reports(slower, base).regressions.empty());
+  EXPECT_TRUE(compare_reports(base, base).regressions.empty());
+  EXPECT_TRUE(
+      compare_reports(report({restarted("r", {500, 500})}), report({restarted("r", {5000, 5000})}))
+          .regressions.empty());
+  EXPECT_EQ(format_json(c)["scenarios"][0]["new"]["resume_ms"]["p50"], 1510);
+}
+
 TEST(Compare, VerdictFlipAttributionChangeAndLaterDetectionAreRegressions) {
   const json base = report({scenario("flip", "pass", "loss", 1, "activation", 0, 1, 3),
                             scenario("blame", "pass", "loss", 1, "activation", 0, 1, 3),
