@@ -759,7 +759,7 @@ detected = false
     ADD_FAILURE() << e.what() << "\n" << r.output;
   }
   run_cmd("umount " + out);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_EQ(s["verdict"], "error");
   const std::string reason = s["reason"];
   EXPECT_EQ(reason.rfind("evidence lost: rank ", 0), 0u) << reason;

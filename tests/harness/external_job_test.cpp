@@ -69,7 +69,7 @@ TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) 
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 3) << r.output;
   const json s = read_report(out)["scenarios"][0];
   EXPECT_EQ(s["verdict"], "error");
   const std::string reason = s["reason"];
@@ -125,7 +125,7 @@ TEST(ExternalJob, ACommandThatNeverLoadsTheAgentIsKilledAtAttachTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 3) << r.output;
   const json s = read_report(out)["scenarios"][0];
   EXPECT_EQ(s["verdict"], "error");
   EXPECT_NE(s["reason"].get<std::string>().find(
@@ -147,7 +147,7 @@ TEST(ExternalJob, AMissingProgramIsTheAttachErrorOfItsRank) {
   const auto file =
       write_file(dir, "missing.toml", head("ext-missing", "command = [\"./no-such-train.sh\"]\n"));
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 3) << r.output;
   const json s = read_report(out)["scenarios"][0];
   EXPECT_EQ(s["verdict"], "error");
   const std::string reason = s["reason"];
@@ -467,7 +467,7 @@ TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
   setenv("RANK", "7", 1);  // inherited by the launcher: must not reach the job
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
   unsetenv("RANK");
-  EXPECT_EQ(r.code, 2) << r.output;  // sh never loads the agent: error, as for torchrun
+  EXPECT_EQ(r.code, 3) << r.output;  // sh never loads the agent: error, as for torchrun
   const auto env = read_env(out + "/ext-plain/env-plain.txt");
   ASSERT_FALSE(env.empty()) << r.output;
   for (const char* k :
