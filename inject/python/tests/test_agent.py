@@ -390,11 +390,14 @@ def test_slow_fault_delays_its_phase_on_the_hit_rank_and_changes_no_number(tmp_p
     assert injections(job, 0) == []
     assert [(i["kind"], i["step"], i["target"]) for i in injections(job, 1)] == [
         ("slow", 1, where), ("slow", 2, where)]
-    # Both ranks take >= delay_ms longer on the slowed steps (rank 0 waits in the all-reduce),
-    # and the replicas stay bit-identical: a straggler changes no number.
-    for r in range(2):
+    # Both ranks take about delay_ms longer on the slowed steps (rank 0 waits in the all-reduce),
+    # and the replicas stay bit-identical: a straggler changes no number. The slowed rank's own
+    # steps hold the whole delay; the waiting rank's by at least 80 % (on a loaded host it may
+    # itself start a step late after the previous all-reduce, and then waits that much less).
+    for r, share in ((1, 1.0), (0, 0.8)):
         begins = {e["step"]: e["t_us"] for e in job.of(r, "step_begin")}
-        assert begins[2] - begins[1] >= 200_000 and begins[3] - begins[2] >= 200_000
+        for s in (1, 2):
+            assert begins[s + 1] - begins[s] >= share * 200_000, (r, s, begins)
     finals = [job.of(r, "final")[0] for r in range(2)]
     assert finals[0]["params_hash"] == finals[1]["params_hash"]
 
