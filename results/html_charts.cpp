@@ -60,8 +60,7 @@ std::string plot_line(std::vector<std::string> plots) {
 std::string timeline_script(const Timeline& t, const std::string& title,
                             const std::string& svg_path) {
   const int lanes = std::max(t.ranks, 1);
-  std::string s =
-      lanes_head(140 + 50 * lanes, svg_path, title, "ms since the job started", lanes);
+  std::string s = lanes_head(140 + 50 * lanes, svg_path, title, "ms since the job started", lanes);
   s += "set ytics (";
   for (int r = 0; r < lanes; ++r) s += fmt::format("{}\"rank {}\" {}", r ? ", " : "", r, r);
   s += ")\nset grid xtics\nset key outside bottom center horizontal\n";
