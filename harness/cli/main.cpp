@@ -140,6 +140,18 @@ int reraise_stop_signal(int rc) {
   return rc;
 }
 
+// --shard I/N of `run` and `campaign` ("" = not sharded); false after saying what is wrong.
+bool shard_option(const char* command, const std::string& text, nanchaos::harness::ShardSpec& out) {
+  if (text.empty()) return true;
+  try {
+    out = nanchaos::harness::parse_shard(text);
+    return true;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "nanchaos " << command << ": error: " << e.what() << "\n";
+    return false;
+  }
+}
+
 // Each subcommand: its options (add) and what it does once parsed (exec).
 struct RunCommand {
   nanchaos::harness::RunOptions opts;
@@ -190,14 +202,8 @@ struct RunCommand {
                 << "Run with --help for more information.\n";
       return 2;
     }
-    if (!shard.empty()) {
-      try {
-        opts.shard = nanchaos::harness::parse_shard(shard);
-      } catch (const std::invalid_argument& e) {
-        std::cerr << "nanchaos run: error: " << e.what() << "\n";
-        return 2;
-      }
-    } else if (!opts.shard_balance.empty()) {
+    if (!shard_option("run", shard, opts.shard)) return 2;
+    if (shard.empty() && !opts.shard_balance.empty()) {
       std::cerr << "nanchaos run: error: --shard-balance needs --shard I/N\n";
       return 2;
     }
@@ -394,14 +400,7 @@ struct CampaignCommand {
 
   int exec(const char* argv0) {
     using namespace nanchaos::harness;
-    if (!shard.empty()) {
-      try {
-        opts.shard = parse_shard(shard);
-      } catch (const std::invalid_argument& e) {
-        std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
-        return 2;
-      }
-    }
+    if (!shard_option("campaign", shard, opts.shard)) return 2;
     opts.self_exe = self_exe(argv0);
     if (seed_opt->count()) opts.seed = seed;
     if (kinds_opt->count()) {
