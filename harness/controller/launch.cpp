@@ -25,6 +25,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -154,13 +156,62 @@ std::vector<std::string> exec_rank_argv(const std::string& launcher, const Scena
   return argv;
 }
 
+namespace {
+
+// Whether `port` can be bound now on every IPv4 and IPv6 address: torch's TCPStore binds
+// [::] and 0.0.0.0, so a port taken on either is taken.
+bool port_bindable(int port) {
+  const int v4 = socket(AF_INET, SOCK_STREAM, 0);
+  if (v4 < 0) return false;
+  sockaddr_in a4{};
+  a4.sin_family = AF_INET;
+  a4.sin_addr.s_addr = htonl(INADDR_ANY);
+  a4.sin_port = htons(uint16_t(port));
+  bool ok = bind(v4, reinterpret_cast<sockaddr*>(&a4), sizeof(a4)) == 0;
+  close(v4);
+  const int v6 = socket(AF_INET6, SOCK_STREAM, 0);
+  if (ok && v6 >= 0) {  // a host without IPv6 has nothing to collide with there
+    int only = 1;
+    setsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof(only));
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_any;
+    a6.sin6_port = htons(uint16_t(port));
+    ok = bind(v6, reinterpret_cast<sockaddr*>(&a6), sizeof(a6)) == 0;
+  }
+  if (v6 >= 0) close(v6);
+  return ok;
+}
+
+// The kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range; Linux's default
+// 32768 60999): the local ports of outgoing connections, which a gloo or NCCL job opens by
+// the hundred. A MASTER_PORT from it can be taken by one of them before rank 0 binds it.
+std::pair<int, int> ephemeral_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;
+  if (!(in >> lo >> hi) || lo < 1024 || hi < lo || hi > 65535) return {32768, 60999};
+  return {lo, hi};
+}
+
+}  // namespace
+
 int free_port() {
+  // Below the ephemeral range, where no outgoing connection takes a port by itself; a random
+  // start so that concurrent controllers (ctest -j, shards on one host) seldom try the same one.
+  const auto [eph_lo, eph_hi] = ephemeral_range();
+  const int lo = 20000, hi = std::max(lo + 1000, eph_lo) - 1;
+  thread_local std::mt19937 rng(std::random_device{}());
+  const int start = std::uniform_int_distribution<int>(lo, hi)(rng);
+  for (int i = 0; i < 200; ++i) {
+    const int port = lo + (start - lo + i * 7919) % (hi - lo + 1);
+    if ((port < eph_lo || port > eph_hi) && port_bindable(port)) return port;
+  }
+  // A host whose low ports are all taken: one the kernel picks (ephemeral, as before).
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
   socklen_t len = sizeof(addr);
   int port = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
@@ -169,6 +220,27 @@ int free_port() {
   }
   close(fd);
   return port;
+}
+
+bool lost_master_port(const std::string& run_dir, int world) {
+  bool taken = false;
+  for (int r = 0; r < world; ++r) {
+    std::ifstream in(event_log_path(run_dir, r));
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      if (!e.is_object()) continue;
+      const std::string ev = e.value("ev", std::string());
+      // A rank that attached may have measured something: never launched again.
+      if (ev == "start") return false;
+      const std::string message = e.value("message", std::string());
+      if (ev == "exception" && (message.find("Address already in use") != std::string::npos ||
+                                message.find("EADDRINUSE") != std::string::npos)) {
+        taken = true;
+      }
+    }
+  }
+  return taken;
 }
 
 std::string default_launcher(const std::string& given) {
@@ -209,10 +281,28 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
       return r;
     }
   }
-  const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
-                                   free_port(), python, seed);
-  return launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, events_dir(abs_run),
-                    int(s.job.ranks), s.job.attach_timeout_ms, extra_env);
+  // The port free_port() found can still be taken before rank 0 binds it (another process's
+  // listener): a job that lost it before any rank attached is launched again on a fresh port,
+  // its first try's output kept as ranks.port-taken-N.log.
+  constexpr int kPortTries = 3;
+  for (int attempt = 1;; ++attempt) {
+    const int port = free_port();
+    const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(),
+                                     abs_run, port, python, seed);
+    JobResult r = launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id,
+                             events_dir(abs_run), int(s.job.ranks), s.job.attach_timeout_ms,
+                             extra_env);
+    if (attempt == kPortTries || r.interrupted_by || !lost_master_port(abs_run, int(s.job.ranks))) {
+      return r;
+    }
+    log::warn("{}: MASTER_PORT {} was taken before rank 0 bound it; launching again on a fresh "
+              "port (try {} of {})",
+              abs_run, port, attempt + 1, kPortTries);
+    fs::rename(abs_run + "/ranks.log", fmt::format("{}/ranks.port-taken-{}.log", abs_run, attempt),
+               ec);
+    fs::remove_all(events_dir(abs_run), ec);
+    fs::create_directories(events_dir(abs_run), ec);
+  }
 }
 
 JobResult launch_scenario(const Scenario& s, const std::string& scenario_file,

@@ -47,8 +47,17 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
                      int64_t attach_timeout_ms = 0,
                      const std::map<std::string, std::string>& extra_env = {});
 
-/// A TCP port free on 127.0.0.1 now (bound to port 0 and closed): the job's MASTER_PORT.
+/// A TCP port that can be bound now on every address, IPv4 and IPv6: the job's MASTER_PORT.
+/// Chosen at random from 20000 up to the kernel's ephemeral range
+/// (/proc/sys/net/ipv4/ip_local_port_range), whose ports outgoing connections take by
+/// themselves; the kernel's pick from that range only when none below is free. 0 when no
+/// socket can be made.
 int free_port();
+
+/// Whether the external job in `run_dir` lost its MASTER_PORT before it got going: some rank
+/// logged an `exception` saying "Address already in use" (EADDRINUSE: torch's TCPStore could
+/// not bind) and no rank logged `start` (nothing was measured). Reads RUN/events/rank-R.jsonl.
+bool lost_master_port(const std::string& run_dir, int world);
 
 /// The launcher command of an external job:
 /// mpirun -np N --oversubscribe ... -x NANCHAOS_JOB_ID ... <self_exe> exec-rank --scenario FILE

@@ -522,3 +522,68 @@ TEST(ExternalJob, ExecRankArgvGoesThroughTheLauncher) {
 }
 
 }  // namespace
+
+TEST(ExternalJob, MasterPortIsBindableAndBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;
+  range >> lo >> hi;
+  for (int i = 0; i < 20; ++i) {
+    const int port = nanchaos::harness::free_port();
+    ASSERT_GT(port, 0);
+    if (lo > 21000) {  // a host whose range starts low has no room below it
+      EXPECT_GE(port, 20000);
+      EXPECT_LT(port, lo) << "a port outgoing connections take by themselves";
+    }
+  }
+}
+
+// torch's TCPStore on rank 0 found its MASTER_PORT taken (as in CI, where a parallel job's
+// connection took it): nothing was measured, so the job is launched again on another port.
+TEST(ExternalJob, AJobThatLostItsMasterPortIsLaunchedAgain) {
+  const auto dir = tmpdir("in");
+  const auto out = tmpdir("out");
+  const std::string once = std::string(R"(#!/bin/sh
+mark="$(dirname "$0")/tried-$RANK"
+echo "$MASTER_PORT" >> "$(dirname "$0")/ports-$RANK"
+if [ ! -e "$mark" ]; then
+  touch "$mark"
+  printf '{"ev":"agent","t_us":1,"rank":%s,"pid":%s,"python":"sh","torch":"none"}\n' "$RANK" $$ >> "$NANCHAOS_EVENTS"
+  if [ "$RANK" = 0 ]; then
+    printf '{"ev":"exception","t_us":2,"message":"RuntimeError: The server socket has failed to bind to 0.0.0.0:%s (errno: 98 - Address already in use)."}\n' "$MASTER_PORT" >> "$NANCHAOS_EVENTS"
+  fi
+  exit 1
+fi
+)") + (kFakeAgent + std::string(kFakeAgent).find('\n') + 1);
+  write_file(dir, "fake_agent.sh", once);
+  const auto file =
+      write_file(dir, "fake.toml",
+                 head("ext-port", "command = [\"sh\", \"" + dir + "/fake_agent.sh\"]\n") +
+                     "[expect]\ndetected = false\noutcome = \"completed\"\n");
+  auto r = run_cmd(kBin + " run " + file + " --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("was taken before rank 0 bound it"), std::string::npos) << r.output;
+  const json s = read_report(out)["scenarios"][0];
+  EXPECT_EQ(s["verdict"], "pass") << s["reason"];
+  EXPECT_TRUE(fs::exists(out + "/ext-port/ranks.port-taken-1.log"));
+  std::ifstream ports(dir + "/ports-0");
+  int first = 0, second = 0;
+  ports >> first >> second;
+  EXPECT_NE(first, second) << "the second launch got a fresh MASTER_PORT";
+}
+
+// A job that attached and then failed to bind is not launched again: it may have measured.
+TEST(ExternalJob, LostMasterPortNeedsAnExceptionBeforeAnyStart) {
+  const auto run = tmpdir("lost-port");
+  fs::create_directories(run + "/events");
+  const std::string busy =
+      R"({"ev":"exception","t_us":2,"message":"RuntimeError: bind (errno: 98 - Address already in use)"})";
+  write_file(run + "/events", "rank-0.jsonl", busy + "\n");
+  write_file(run + "/events", "rank-1.jsonl", "");
+  EXPECT_TRUE(nanchaos::harness::lost_master_port(run, 2));
+  write_file(run + "/events", "rank-1.jsonl", R"({"ev":"start","t_us":1})" "\n");
+  EXPECT_FALSE(nanchaos::harness::lost_master_port(run, 2));
+  write_file(run + "/events", "rank-0.jsonl",
+             R"({"ev":"exception","t_us":2,"message":"ValueError: x"})" "\n");
+  write_file(run + "/events", "rank-1.jsonl", "");
+  EXPECT_FALSE(nanchaos::harness::lost_master_port(run, 2));
+}
