@@ -194,15 +194,18 @@ struct RunCommand {
                     "an earlier run's report.json: split by its wall times (else round robin)")
         ->check(CLI::ExistingFile);
     cmd->add_option("--resume", resume,
-                    "continue a suite whose controller died: not implemented yet (an error)");
+                    "go on with the run in DIR whose controller died or was stopped (its "
+                    "run-state.json has the options; judged scenarios are kept)");
   }
 
   int exec(const char* argv0) {
     if (!resume.empty()) {
-      std::cerr << "nanchaos run: error: --resume " << resume
-                << ": not implemented yet (continuing a suite after the controller died); "
-                   "rerun the suite\n";
-      return 2;
+      if (!opts.paths.empty()) {
+        std::cerr << "nanchaos run: error: --resume DIR takes no paths (the run folder's "
+                     "run-state.json has them)\n";
+        return 2;
+      }
+      return reraise_stop_signal(nanchaos::harness::resume_suite(resume, self_exe(argv0)));
     }
     if (opts.paths.empty()) {
       std::cerr << "nanchaos run: error: paths is required (scenario files or folders)\n"

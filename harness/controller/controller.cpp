@@ -373,6 +373,51 @@ void note_python(const Scenario& s, const PythonInterpreter& python, results::Sc
   }
 }
 
+// RUN/run-state.json (`run --resume`, controller.h): the options a run was started with, as
+// JSON, and back.
+nlohmann::json invocation_json(const RunOptions& o) {
+  std::vector<std::string> paths;
+  for (const auto& p : o.paths) paths.push_back(fs::absolute(p).lexically_normal().string());
+  nlohmann::json j = {
+      {"paths", paths},
+      {"tags", o.tags},
+      {"exclude_tags", o.exclude_tags},
+      {"trials", o.trials},
+      {"launcher", o.launcher},
+      {"quiet", o.quiet},
+      {"fail_on_skip", o.fail_on_skip},
+      {"host_limits", o.host_limits.enabled},
+      {"max_ranks", o.host_limits.max_ranks ? nlohmann::json(*o.host_limits.max_ranks)
+                                            : nlohmann::json(nullptr)},
+      {"junit", o.junit.empty() ? "" : fs::absolute(o.junit).string()},
+      {"shard",
+       o.shard.on() ? nlohmann::json({o.shard.index, o.shard.count}) : nlohmann::json(nullptr)},
+      {"shard_balance", o.shard_balance.empty() ? "" : fs::absolute(o.shard_balance).string()}};
+  return j;
+}
+
+RunOptions options_from_invocation(const nlohmann::json& j) {
+  RunOptions o;
+  o.paths = j.at("paths").get<std::vector<std::string>>();
+  o.tags = j.value("tags", std::vector<std::string>{});
+  o.exclude_tags = j.value("exclude_tags", std::vector<std::string>{});
+  o.trials = j.value("trials", 1);
+  o.launcher = j.value("launcher", std::string());
+  o.quiet = j.value("quiet", false);
+  o.fail_on_skip = j.value("fail_on_skip", false);
+  o.host_limits.enabled = j.value("host_limits", true);
+  if (j.contains("max_ranks") && j["max_ranks"].is_number_integer()) {
+    o.host_limits.max_ranks = j["max_ranks"].get<int64_t>();
+  }
+  o.junit = j.value("junit", std::string());
+  if (j.contains("shard") && j["shard"].is_array() && j["shard"].size() == 2) {
+    o.shard.index = j["shard"][0].get<int>();
+    o.shard.count = j["shard"][1].get<int>();
+  }
+  o.shard_balance = j.value("shard_balance", std::string());
+  return o;
+}
+
 // One suite run once planned: the report, its files, the console and the progress lines.
 class SuiteRun {
  public:
@@ -391,11 +436,27 @@ class SuiteRun {
   const std::vector<Scenario>& scenarios() const { return scenarios_; }
   void set_shard(results::ShardInfo shard) { report_.shard = std::move(shard); }
 
-  // The console table's header; the progress lines' clock starts.
+  // The console table's header; the progress lines' clock starts; RUN/run-state.json says the
+  // run is under way (complete: false until finish()).
   void start() {
     if (!opts_.quiet) std::cout << results::console_header() << std::flush;
     progress_.emplace(scenarios_.size(), !opts_.quiet);
+    write_state(false);
   }
+
+  // `run --resume`: the scenarios an earlier controller of this run judged stay as judged (and
+  // are not run again), but for the one an interruption cut short, which runs again.
+  void adopt(const results::SuiteReport& earlier) {
+    report_.started = earlier.started;
+    for (const auto& r : earlier.scenarios) {
+      if (r.verdict == results::Verdict::kError && r.reason == "interrupted") continue;
+      done_.insert(r.name);
+      report_.scenarios.push_back(r);
+      if (!opts_.quiet) std::cout << results::console_row(r) << std::flush;
+    }
+  }
+  bool done(size_t index) const { return done_.count(scenarios_[index].name) > 0; }
+  size_t adopted() const { return done_.size(); }
 
   // Step 2, run one scenario with its trials (or refuse it: a Blocker), record and show it,
   // write the reports. False once a stop signal ended the suite.
@@ -428,6 +489,17 @@ class SuiteRun {
   int finish() {
     if (stop_signal() != 0 && !report_.interrupted) note_interruption(scenarios_.size());
     progress_->done();
+    if (!done_.empty()) {  // resumed: the adopted results first so far; back into suite order
+      std::map<std::string, size_t> order;
+      for (size_t i = 0; i < scenarios_.size(); ++i) order[scenarios_[i].name] = i;
+      std::stable_sort(report_.scenarios.begin(), report_.scenarios.end(),
+                       [&](const auto& a, const auto& b) {
+                         const auto ia = order.find(a.name), ib = order.find(b.name);
+                         return (ia == order.end() ? order.size() : ia->second) <
+                                (ib == order.end() ? order.size() : ib->second);
+                       });
+    }
+    if (!report_.interrupted) write_state(true);
     report_.detector_stats = results::suite_detector_stats(report_);
     write_reports();
     if (report_.interrupted) {
@@ -540,6 +612,14 @@ class SuiteRun {
     }
   }
 
+  void write_state(bool complete) {
+    nlohmann::json planned = nlohmann::json::array();
+    for (const auto& sc : scenarios_) planned.push_back(sc.name);
+    const nlohmann::json state = {
+        {"invocation", invocation_json(opts_)}, {"planned", planned}, {"complete", complete}};
+    std::ofstream(out_ + "/run-state.json") << state.dump(2) << "\n";
+  }
+
   int exit_code() const {
     if (write_failed_) return kExitReportUnwritten;
     if (usage_error_ || report_.errors() > 0) return kExitErrored;
@@ -560,13 +640,16 @@ class SuiteRun {
   std::string out_;
   std::optional<harness::Progress> progress_;  // from start()
   int job_counter_ = 0;
+  std::set<std::string> done_;  // resumed: judged by the earlier controller
   bool usage_error_ = false;
   bool write_failed_ = false;
 };
 
 }  // namespace
 
-int run_suite(const RunOptions& opts) {
+namespace {
+
+int run_planned(const RunOptions& opts, const results::SuiteReport* earlier) {
   // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
   StopSignalHandlers stop_handlers;
   Preflight preflight(opts.host_limits);
@@ -576,7 +659,12 @@ int run_suite(const RunOptions& opts) {
   if (const int rc = select_shard(opts, scenarios, shard); rc != 0) return rc;
   SuiteRun run(opts, std::move(scenarios));
   if (shard) run.set_shard(std::move(*shard));
-  if (const int rc = check_outputs(run.out(), opts.junit); rc != 0) return rc;
+  if (earlier) {
+    std::error_code ec;
+    fs::create_directories(run.out(), ec);
+  } else if (const int rc = check_outputs(run.out(), opts.junit); rc != 0) {
+    return rc;
+  }
   LaunchContext launch;
   launch.launcher = default_launcher(opts.launcher);
   launch.self_exe = opts.self_exe;
@@ -590,9 +678,65 @@ int run_suite(const RunOptions& opts) {
   // scenario by its [job] torch and python_packages.
   preflight.probe_pythons(run.scenarios());
   run.start();
+  if (earlier) {
+    run.adopt(*earlier);
+    std::cerr << fmt::format(
+        "nanchaos run: resuming {}: {} of {} scenario(s) judged already, running the rest\n",
+        run.out(), run.adopted(), run.scenarios().size());
+  }
   for (size_t index = 0; index < run.scenarios().size(); ++index) {
+    if (earlier && run.done(index)) continue;
     if (!run.scenario(index, preflight, launch)) break;
   }
   return run.finish();
 }
+
+}  // namespace
+
+int run_suite(const RunOptions& opts) { return run_planned(opts, nullptr); }
+
+int resume_suite(const std::string& run_dir, const std::string& self_exe) {
+  const std::string who = "nanchaos run: error: --resume " + run_dir;
+  nlohmann::json state;
+  try {
+    std::ifstream in(run_dir + "/run-state.json");
+    if (!in) {
+      std::cerr << fmt::format(
+          "{}: no run-state.json there (not a run folder, or one from before --resume)\n", who);
+      return kExitNothingRan;
+    }
+    state = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("{}/run-state.json: {}\n", who, e.what());
+    return kExitNothingRan;
+  }
+  if (state.value("complete", false)) {
+    std::cerr << fmt::format(
+        "nanchaos run: --resume {}: that run finished; nothing to resume (report: "
+        "{}/report.json)\n",
+        run_dir, run_dir);
+    return kExitOk;
+  }
+  RunOptions opts;
+  try {
+    opts = options_from_invocation(state.at("invocation"));
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("{}/run-state.json: invocation: {}\n", who, e.what());
+    return kExitNothingRan;
+  }
+  opts.out_dir = run_dir;
+  opts.self_exe = self_exe;
+  results::SuiteReport earlier;
+  const std::string report = run_dir + "/report.json";
+  if (fs::exists(report)) {
+    try {
+      earlier = results::suite_from_json(nlohmann::json::parse(std::ifstream(report)));
+    } catch (const std::exception& e) {
+      std::cerr << fmt::format("{}: {}: {}\n", who, report, e.what());
+      return kExitNothingRan;
+    }
+  }
+  return run_planned(opts, &earlier);
+}
+
 }  // namespace nanchaos::harness

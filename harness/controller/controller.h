@@ -51,6 +51,15 @@ struct RunOptions {
 /// start stays ignored.
 int run_suite(const RunOptions& opts);
 
+/// `nanchaos run --resume RUN_DIR`: goes on with a suite whose controller died (kill -9, a lost
+/// node) or was stopped (Ctrl-C). Every run writes RUN_DIR/run-state.json when it starts (its
+/// options, the planned scenario names, "complete": false) and sets "complete": true when it
+/// finishes uninterrupted. Resume plans the suite again from those options, keeps the scenarios
+/// report.json already holds (written after every scenario) but for one an interruption cut
+/// short, runs the others and writes the reports in suite order. Returns as run_suite; 0 with a
+/// note for a run that finished; 2 when RUN_DIR has no readable run-state.json or report.json.
+int resume_suite(const std::string& run_dir, const std::string& self_exe);
+
 /// The current UTC time through strftime(3): utc_stamp("%Y-%m-%dT%H:%M:%SZ").
 std::string utc_stamp(const char* strftime_format);
 

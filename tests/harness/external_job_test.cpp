@@ -637,3 +637,52 @@ TEST(ExternalJob, ExcludeTagQuietSummaryAndAReusedOutFolder) {
   EXPECT_NE(r.output.find("(after --exclude-tag smoke); nothing left to run"), std::string::npos)
       << r.output;
 }
+
+// `run --resume` (issue 32): the second scenario's first launch kills the controller (kill -9,
+// as a lost node would); resume keeps the first scenario as judged (not run again), runs the
+// rest, and the reports list all three in suite order.
+TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
+  const auto dir = tmpdir("suite-resume");
+  const auto out = tmpdir("out-resume");
+  write_file(dir, "fake_agent.sh", kFakeAgent);
+  write_file(dir, "kill_controller.sh",
+             std::string("#!/bin/sh\nif [ ! -e \"") + dir + "/killed\" ]; then touch \"" + dir +
+                 "/killed\"; kill -9 \"$NANCHAOS_CONTROLLER_PID\"; sleep 5; exit 1; fi\n" +
+                 "exec sh \"" + dir + "/fake_agent.sh\"\n");
+  auto scenario = [&](const std::string& name, const std::string& script) {
+    write_file(dir, name + ".toml",
+               "[scenario]\nname = \"" + name +
+                   "\"\nseed = 11\n[job]\nworkload = \"external\"\nranks = 2\nsteps = 3\n"
+                   "timeout_ms = 60000\ncommand = [\"sh\", \"" +
+                   dir + "/" + script + "\"]\n[expect]\ndetected = false\n");
+  };
+  scenario("r1-first", "fake_agent.sh");
+  scenario("r2-kills", "kill_controller.sh");
+  scenario("r3-last", "fake_agent.sh");
+  auto r = run_cmd(kBin + " run " + dir + " --quiet --out " + out);
+  EXPECT_TRUE(r.code == -1 || r.code == 137) << r.code << r.output;  // killed by SIGKILL
+  json state = json::parse(std::ifstream(out + "/run-state.json"));
+  EXPECT_EQ(state["complete"], false);
+  EXPECT_EQ(state["planned"], json({"r1-first", "r2-kills", "r3-last"}));
+  ASSERT_EQ(read_report(out)["scenarios"].size(), 1u);  // written after the first scenario
+  const auto first_log = fs::last_write_time(out + "/r1-first/ranks.log");
+
+  r = run_cmd(kBin + " run --resume " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 of 3 scenario(s) judged already"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nanchaos run: 3 scenarios: 3 passed"), std::string::npos) << r.output;
+  const json rep = read_report(out);
+  ASSERT_EQ(rep["scenarios"].size(), 3u);
+  EXPECT_EQ(rep["scenarios"][0]["name"], "r1-first");
+  EXPECT_EQ(rep["scenarios"][1]["name"], "r2-kills");
+  EXPECT_EQ(rep["scenarios"][2]["name"], "r3-last");
+  for (const auto& s : rep["scenarios"]) EXPECT_EQ(s["verdict"], "pass") << s["reason"];
+  EXPECT_EQ(fs::last_write_time(out + "/r1-first/ranks.log"), first_log) << "ran again";
+  EXPECT_EQ(json::parse(std::ifstream(out + "/run-state.json"))["complete"], true);
+  // Once finished there is nothing to resume.
+  r = run_cmd(kBin + " run --resume " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("that run finished; nothing to resume"), std::string::npos) << r.output;
+  r = run_cmd(kBin + " run " + dir + " --resume " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+}
