@@ -3,7 +3,9 @@
 Run under ``nanchaos run`` (a scenario with ``[job] workload = "external"``), the agent attaches
 by itself through the ``sitecustomize`` bootstrap on PYTHONPATH (docs/external-jobs.md): nothing
 in the job has to change. The four calls below let a job say more; each is a cheap no-op outside
-the harness (one global lookup), so they can stay in production code.
+the harness (one global lookup), so they can stay in production code. ``sdc_check(fn)`` (sdc.py)
+is the one check that needs a code change: it runs the job's step closure twice and compares the
+local gradients bit for bit (finite silent data corruption); it runs outside the harness too.
 
 Checked on torch 1.13 (Debian's python3-torch, gloo on CPU); written for torch 2.x as well.
 """
@@ -17,7 +19,10 @@ from . import _bootstrap
 if TYPE_CHECKING:  # torch is imported by the job, not by importing nanchaos
     import torch
 
-__all__ = ["attach", "report_detection", "report_decision", "probe", "active"]
+from .sdc import SdcMismatch, SdcNotDeterministic, sdc_check
+
+__all__ = ["attach", "report_detection", "report_decision", "probe", "active", "sdc_check",
+           "SdcMismatch", "SdcNotDeterministic"]
 __version__ = "0.1.0"
 
 
