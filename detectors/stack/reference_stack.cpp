@@ -104,9 +104,9 @@ ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog&
       // a fixed thread count; CUDA's only under the job's deterministic mode.
       if (layout_.cuda && !at::globalContext().deterministicAlgorithms()) {
         const std::string why =
-            "a recompute on CUDA needs deterministic algorithms "
-            "(torch.use_deterministic_algorithms(True) / "
-            "at::globalContext().setDeterministicAlgorithms): they are off, the detector is off";
+            "two computations on CUDA agree bit for bit only under deterministic algorithms "
+            "(at::globalContext().deterministicAlgorithms()), which are off in this process: "
+            "the detector is off";
         log_.write("detector_refused", {{"detector", d->name()}, {"reason", why}});
         log::warn("detector {}: {}", d->name(), why);
       } else {
