@@ -35,7 +35,7 @@ def main(path: str) -> None:
               "`ratio_cpu_vs_none` | localization, % of step | replica check, % of step |")
         print("|--:|---|--:|--:|--:|--:|--:|--:|")
         for rk in (1, 4):
-            for st in ("none", "default", "full", "anomaly", "replica"):
+            for st in ("none", "default", "full", "anomaly", "replica", "sdc"):
                 row = f"BM_StepOverhead/ranks:{rk}/stack:{st}/iterations:1/manual_time"
                 loc = c("step", row, "localize_share_of_step", "{:.2f}", 100) if st != "none" else "-"
                 rep = (c("step", row, "replica_share_of_step", "{:.2f}", 100)
@@ -43,6 +43,16 @@ def main(path: str) -> None:
                 print(f"| {rk} | `{st}` | {c('step', row, 'step_ms', '{:.0f}')} | "
                       f"{c('step', row, 'ratio_vs_none')} | {c('step', row, 'ratio_p50_vs_none')} | "
                       f"{c('step', row, 'ratio_cpu_vs_none')} | {loc} | {rep} |")
+        sdc_rows = [(rk, f"BM_StepOverhead/ranks:{rk}/stack:sdc/iterations:1/manual_time")
+                    for rk in (1, 4)]
+        if any(("step", row, "sdc_share_of_step") in S for _, row in sdc_rows):
+            print("\nSTEP SDC\n")
+            print("| Ranks | recompute (ms) | recompute, % of a step | at `sdc_every = 100`, % of a step |")
+            print("|--:|--:|--:|--:|")
+            for rk, row in sdc_rows:
+                print(f"| {rk} | {c('step', row, 'sdc_recompute_ms', '{:.0f}')} | "
+                      f"{c('step', row, 'sdc_share_of_step', '{:.1f}', 100)} | "
+                      f"{c('step', row, 'sdc_every100_overhead', '{:.2f}', 100)} |")
     if "consensus" in programs:
         print("\nCONSENSUS\n")
         print("| Ranks | bare p50 (us) | consensus p50 (us) | `ratio_vs_bare` | "

@@ -18,6 +18,12 @@
 //            replica_share_of_step (= replica_check_ms / step_ms of the same jobs: the cost of a
 //            step with the digest against one without) and replica_every10_overhead (that share
 //            / 10: the cost at the default replica_every = 10).
+//   sdc      the default detectors plus `sdc` with sdc_every = 1 (the step's forward and backward
+//            recomputed and compared bit for bit on every step); its rows add sdc_recompute_ms
+//            (the recompute and comparison, from the ranks' recompute_check events),
+//            sdc_share_of_step (= sdc_recompute_ms / (step_ms - sdc_recompute_ms) of the same
+//            jobs: a recompute against the rest of its step) and sdc_every100_overhead (that
+//            share / 100: the cost at the default sdc_every = 100).
 // All measurements of one rank count run when its first row runs; every row then reports
 // manual time = its stack's mean step time, and counters step_ms (the same, in ms), step_p50_ms,
 // ratio_vs_none (= mean step time / none's mean step time, same run), ranks, steps (measured
@@ -56,11 +62,12 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kStacks[] = {"none", "default", "full", "anomaly", "replica"};
+const char* const kStacks[] = {"none", "default", "full", "anomaly", "replica", "sdc"};
 
 struct StackTimes {
   std::vector<double> step_ms, cpu_ms;  // wall and process CPU time per step
   std::vector<double> replica_ms;       // replica_check events (stack replica)
+  std::vector<double> recompute_ms;     // recompute_check events (stack sdc)
   std::vector<double> localize_ms;      // step_end.localize_us: the always-on localization
   int detections = 0;
 };
@@ -115,6 +122,10 @@ std::string scenario_toml(const std::string& stack, int ranks, int steps) {
     detectors =
         "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
         "\"replica\"]\nreplica_every = 1\n";
+  } else if (stack == "sdc") {
+    detectors =
+        "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
+        "\"sdc\"]\nsdc_every = 1\n";
   } else {
     detectors = "preset = \"" + stack + "\"\n";
   }
@@ -165,6 +176,9 @@ StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int
       if (ev == "replica_check" && step >= warmup) {
         t.replica_ms.push_back(double(e.value("us", int64_t(0))) / 1000.0);
       }
+      if (ev == "recompute_check" && step >= warmup) {
+        t.recompute_ms.push_back(double(e.value("us", int64_t(0))) / 1000.0);
+      }
       if (ev == "step_end" && step >= warmup && begin.count(step)) {
         t.step_ms.push_back(double(e.value("t_us", int64_t(0)) - begin[step]) / 1000.0);
         t.cpu_ms.push_back(double(e.value("cpu_us", int64_t(0)) - begin_cpu[step]) / 1000.0);
@@ -198,6 +212,7 @@ const std::map<std::string, StackTimes>& measure(int ranks) {
       acc.step_ms.insert(acc.step_ms.end(), t.step_ms.begin(), t.step_ms.end());
       acc.cpu_ms.insert(acc.cpu_ms.end(), t.cpu_ms.begin(), t.cpu_ms.end());
       acc.replica_ms.insert(acc.replica_ms.end(), t.replica_ms.begin(), t.replica_ms.end());
+      acc.recompute_ms.insert(acc.recompute_ms.end(), t.recompute_ms.begin(), t.recompute_ms.end());
       acc.localize_ms.insert(acc.localize_ms.end(), t.localize_ms.begin(), t.localize_ms.end());
       acc.detections += t.detections;
     }
@@ -243,6 +258,15 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
     state.counters["replica_check_ms"] = nb::mean(t.replica_ms);
     state.counters["replica_share_of_step"] = share;
     state.counters["replica_every10_overhead"] = share / 10.0;
+  }
+  if (!t.recompute_ms.empty()) {
+    // The recompute against the rest of the same steps (a step without it): what one recompute
+    // adds to a step, and a hundredth of that at the default sdc_every = 100.
+    const double rec = nb::mean(t.recompute_ms), rest = nb::mean(t.step_ms) - rec;
+    const double share = rest > 0 ? rec / rest : 0;
+    state.counters["sdc_recompute_ms"] = rec;
+    state.counters["sdc_share_of_step"] = share;
+    state.counters["sdc_every100_overhead"] = share / 100.0;
   }
 }
 

@@ -30,7 +30,18 @@ using harness::detector_bit;
 /// kCollective: not called per step; the detector's presence arms the collective deadline.
 /// kReplica: at step start on the steps due() accepts, after the runner exchanged the ranks'
 /// state digests (detectors/core/replica.h).
-enum class Hook { kStepStart, kReplica, kBatch, kLoss, kGradients, kPostReduce, kCollective };
+/// kRecompute: before the consensus, on the steps due() accepts, after the job recomputed the
+/// step's forward and backward on the same batch (ReferenceStack::begin_recompute).
+enum class Hook {
+  kStepStart,
+  kReplica,
+  kBatch,
+  kLoss,
+  kGradients,
+  kRecompute,
+  kPostReduce,
+  kCollective
+};
 
 struct Finding {
   std::string layer;  ///< "" when the detector cannot tell
@@ -63,6 +74,16 @@ struct StepView {
   const std::vector<std::string>* replica_names = nullptr;
   /// kReplica: how many of replica_names are parameters (the first ones).
   size_t replica_params = 0;
+  /// kRecompute: the local gradients of the step's computation (after the agent's gradient
+  /// faults) and of the recompute, backward order (grad_names), same shapes and dtypes.
+  const std::vector<torch::Tensor>* grads = nullptr;
+  const std::vector<torch::Tensor>* recomputed_grads = nullptr;
+  /// kRecompute: the float64 sum of every probed module output of the step's forward and of
+  /// the recompute's (0-d tensors, probe order; the stack collects them, ReferenceStack).
+  const std::vector<torch::Tensor>* activation_sums = nullptr;
+  const std::vector<torch::Tensor>* recomputed_activation_sums = nullptr;
+  /// kRecompute: the probed module of each activation sum (probe order).
+  const std::vector<std::string>* activation_modules = nullptr;
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.

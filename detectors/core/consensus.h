@@ -57,7 +57,9 @@ enum RowField : int {
   kLr = 10,             ///< the learning rate this rank applies at the step
   kLossScale = 11,      ///< its loss scale (0 without a scaler)
   kStepCounter = 12,    ///< its largest optimizer step counter (-1: the optimizer keeps none)
-  kRowWidth = 13
+  kSdcIdx = 13,         ///< sdc detector: first differing gradient (backward order) when >= 0,
+                        ///< else -(1 + first differing module output, forward order)
+  kRowWidth = 14
 };
 
 /// names[index] for an index a row carries as a double; "" when it is negative (none known) or

@@ -11,6 +11,7 @@
 #include "detectors/stack/attribution.h"
 #include "harness/common/cause.h"
 #include "harness/common/digest.h"
+#include "harness/common/log.h"
 #include "harness/evidence/event_types.h"
 #include "harness/scenario/detector_registry.h"
 
@@ -98,6 +99,20 @@ ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog&
     // The loss check's attribution gets the module on the step itself (transient faults too).
     localize_ |= consensus_ && info_of(*d).localizes_loss;
     if (d->hook() == Hook::kReplica) replica_ = d.get();
+    if (d->hook() == Hook::kRecompute) {
+      // Bit-for-bit comparison of two computations needs reproducible kernels: the CPU's are at
+      // a fixed thread count; CUDA's only under the job's deterministic mode.
+      if (layout_.cuda && !at::globalContext().deterministicAlgorithms()) {
+        const std::string why =
+            "two computations on CUDA agree bit for bit only under deterministic algorithms "
+            "(at::globalContext().deterministicAlgorithms()), which are off in this process: "
+            "the detector is off";
+        log_.write("detector_refused", {{"detector", d->name()}, {"reason", why}});
+        log::warn("detector {}: {}", d->name(), why);
+      } else {
+        recompute_.push_back(d.get());
+      }
+    }
   }
   // Only fp16 needs a dynamic loss scaler (bf16 has fp32's exponent range), as with GradScaler.
   if (s_.job.precision == harness::DType::kFp16) scaler_.emplace(s_.recovery.scaler);
@@ -126,8 +141,10 @@ StackState ReferenceStack::checkpoint() const {
 void ReferenceStack::restore(const StackState& st) {
   replica_ = nullptr;
   for (size_t i = 0; i < detectors_.size(); ++i) {
+    Detector* old = detectors_[i].get();
     detectors_[i] = st.detectors.at(i)->clone();
     if (detectors_[i]->hook() == Hook::kReplica) replica_ = detectors_[i].get();
+    std::replace(recompute_.begin(), recompute_.end(), old, detectors_[i].get());
   }
   if (scaler_ && st.scaler) scaler_->restore(*st.scaler);
   carry_ = st.carry;
@@ -193,6 +210,12 @@ void ReferenceStack::begin_step(int64_t step) {
   detail_ = false;
   probes_.clear();
   localize_us_ = 0;
+  recompute_due_ = !replaying() && std::any_of(recompute_.begin(), recompute_.end(),
+                                               [step](const Detector* d) { return d->due(step); });
+  recomputing_ = false;
+  sum_modules_.clear();
+  step_sums_.clear();
+  again_sums_.clear();
 }
 
 void ReferenceStack::note_lr(int64_t step, double lr) {
@@ -210,22 +233,26 @@ void ReferenceStack::fill_training_state() {
 
 void ReferenceStack::run_detectors(Hook hook, const StepView& view) {
   for (auto& d : detectors_) {
-    if (d->hook() != hook) continue;
-    auto finding = d->check(view);
-    if (!finding) continue;
-    const int bit = harness::detector_bit(d->name());
-    const auto bits = uint64_t(row_[kBits]);
-    if (!first_local_us_) first_local_us_ = now_us();
-    row_[kBits] = double(bits | (uint64_t(1) << bit));
-    write_detect(log_, d->name(), view.step, *finding);
-    // The finding's code travels in the detector's registered consensus column.
-    const int column = harness::detectors().at(d->name()).column;
-    if (column >= 0) row_[size_t(column)] = finding->code;
-    local_findings_[bit] = *finding;
+    if (d->hook() == hook) run_one(*d, view);
   }
 }
 
+void ReferenceStack::run_one(Detector& d, const StepView& view) {
+  auto finding = d.check(view);
+  if (!finding) return;
+  const int bit = harness::detector_bit(d.name());
+  const auto bits = uint64_t(row_[kBits]);
+  if (!first_local_us_) first_local_us_ = now_us();
+  row_[kBits] = double(bits | (uint64_t(1) << bit));
+  write_detect(log_, d.name(), view.step, *finding);
+  // The finding's code travels in the detector's registered consensus column.
+  const int column = harness::detectors().at(d.name()).column;
+  if (column >= 0) row_[size_t(column)] = finding->code;
+  local_findings_[bit] = *finding;
+}
+
 void ReferenceStack::check(Hook hook, const StepView& view) {
+  if (recomputing_) return;  // the recompute is compared as a whole, in end_recompute
   if (replaying()) {
     replay_.check(hook, view);
     return;
@@ -289,11 +316,46 @@ void ReferenceStack::on_activation(const std::string& module, const torch::Tenso
     replay_.on_activation(module, out);
     return;
   }
+  if (recompute_due_) {
+    // float64: a flipped low mantissa bit of one fp32 element still moves the sum.
+    torch::NoGradGuard ng;
+    auto sum = out.detach().sum(torch::kDouble);
+    if (recomputing_) {
+      again_sums_.push_back(std::move(sum));
+      return;
+    }
+    sum_modules_.push_back(module);
+    step_sums_.push_back(std::move(sum));
+  }
   for (auto& d : detectors_) d->on_activation(module, out);
+}
+
+void ReferenceStack::begin_recompute() {
+  recompute_t0_ = now_us();
+  recomputing_ = true;
+  again_sums_.clear();
+}
+
+void ReferenceStack::end_recompute(StepView& view) {
+  recomputing_ = false;
+  view.activation_sums = &step_sums_;
+  view.recomputed_activation_sums = &again_sums_;
+  view.activation_modules = &sum_modules_;
+  const auto bits_before = uint64_t(row_[kBits]);
+  // Only the due ones look (recompute_ holds neither a refused detector nor another hook's).
+  for (Detector* d : recompute_) {
+    if (d->due(view.step)) run_one(*d, view);
+  }
+  view.activation_sums = view.recomputed_activation_sums = nullptr;
+  view.activation_modules = nullptr;
+  log_.write("recompute_check", {{"step", view.step},
+                                 {"us", now_us() - recompute_t0_},
+                                 {"match", uint64_t(row_[kBits]) == bits_before}});
 }
 
 void ReferenceStack::note_output(const std::string& module, const torch::Tensor& out,
                                  bool rounded) {
+  if (recomputing_) return;
   if (replaying()) {
     replay_.note_output(module, out, rounded);
     return;
@@ -304,7 +366,7 @@ void ReferenceStack::note_output(const std::string& module, const torch::Tensor&
 }
 
 void ReferenceStack::note_gradient_scan(const harness::ScanStats& pre, float pre_scale) {
-  if (replaying()) return;
+  if (replaying() || recomputing_) return;
   // The scan's first non-finite gradient, for the loss scaler's found_inf even when no
   // detector at this hook flagged it (grad, loss_scale and grad_norm_spike wrote theirs).
   if (pre.first_nonfinite >= 0) row_[kGradIdx] = pre.first_nonfinite;

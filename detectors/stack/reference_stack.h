@@ -12,8 +12,9 @@
 //   - every collective of the rank, through StackComm (with the watchdog).
 // Every rank takes the same branches: a decision is made only from all-reduced data.
 //
-// Events written here: detect, decision, replica_check, scale_backoff, snapshot, rollback,
-// resync (recovery.h), coll_enter/coll_leave (stack_comm.h). The job writes the rest.
+// Events written here: detect, decision, replica_check, recompute_check, detector_refused,
+// scale_backoff, snapshot, rollback, resync (recovery.h), coll_enter/coll_leave (stack_comm.h).
+// The job writes the rest.
 // Thread-safety: the rank's one thread; nothing blocks except the collectives (watchdog-bounded
 // when the `watchdog` detector is enabled).
 #pragma once
@@ -86,6 +87,9 @@ class ReferenceStack {
   /// Makes the enabled detectors of `s` and the rank's StackComm over `comm`. `state` returns
   /// the job's training state (its scaler and lr_scale fields are filled in by the stack).
   /// `write_exit(code)` writes the job's `exit` event before a watchdog take-down.
+  /// A recompute detector (Hook::kRecompute: sdc) on CUDA without the process's deterministic
+  /// algorithms (at::globalContext().deterministicAlgorithms()) is refused: a
+  /// `detector_refused {detector, reason}` event and a warning, and it never runs.
   ReferenceStack(const harness::StackConfig& s, harness::EventLog& log, harness::Communicator& comm,
                  JobLayout layout, torch::Device device, int watchdog_exit,
                  std::function<void(int)> write_exit, std::function<ModelState()> state);
@@ -139,8 +143,8 @@ class ReferenceStack {
   /// Every probed module output (after the job's faults): the detectors' on_activation.
   void on_activation(const std::string& module, const torch::Tensor& out);
   /// Whether the job should hand its probe sums to note_output (always-on localization, and
-  /// every replay).
-  bool localizing() const { return localize_ || replaying(); }
+  /// every replay; never in a recompute).
+  bool localizing() const { return (localize_ || replaying()) && !recomputing_; }
   /// One fp32 sum of a module output, kept as a 0-d tensor (no host sync). `rounded`: the sum
   /// after the CPU path's half rounding.
   void note_output(const std::string& module, const torch::Tensor& out, bool rounded);
@@ -165,6 +169,21 @@ class ReferenceStack {
   /// Returns `detected`, updated.
   bool post_reduce(StepView& view, int64_t step, bool detected, bool* skip);
 
+  // ---- the recompute of a due step (Hook::kRecompute detectors: sdc), before decide()
+  /// Whether a recompute detector is due at `step` (fixed from begin_step on; false in a replay
+  /// and for a refused detector). When it is, on_activation() also keeps a float64 sum of every
+  /// module output of the step's forward.
+  bool recompute_due() const { return recompute_due_; }
+  /// Starts the recompute: until end_recompute, check() and note_output() do nothing,
+  /// localizing() is false and on_activation() only keeps the recompute's sums. The job then
+  /// re-runs the step's forward and backward on the same batch, from the same buffers and RNG
+  /// state, with the agent in re-execution (a transient fault does not fire again).
+  void begin_recompute();
+  /// Ends the recompute and runs the recompute detectors on `view` (the job sets `grads` and
+  /// `recomputed_grads`; the stack adds both passes' activation sums), into this rank's row;
+  /// writes `recompute_check {step, us, match}` (us: from begin_recompute).
+  void end_recompute(StepView& view);
+
   // ---- the replay of a flagged step (replay.h), called by the job inside decide()'s `replay`
   /// Writes `replay_begin` and turns on anomaly mode; until end_replay, check(), on_activation()
   /// and note_output() serve the replay checks (no `detect` event, the step's row untouched),
@@ -178,6 +197,7 @@ class ReferenceStack {
 
  private:
   void run_detectors(Hook hook, const StepView& view);
+  void run_one(Detector& d, const StepView& view);  // its check, into the row and the log
   void apply_policy(const harness::Decision& d, bool* skip);
   void update_scaler(harness::Decision* d, bool* skip);
   void refine(const ReplayResult& mine, harness::Decision* d);
@@ -206,6 +226,13 @@ class ReferenceStack {
   int64_t decided_us_ = 0;
   ProbeSums probes_;  // always-on localization's sums of this step
   int64_t localize_us_ = 0;
+  // the recompute (Hook::kRecompute)
+  std::vector<Detector*> recompute_;  // the recompute detectors not refused
+  bool recompute_due_ = false;        // this step
+  bool recomputing_ = false;          // between begin_recompute and end_recompute
+  int64_t recompute_t0_ = 0;
+  std::vector<std::string> sum_modules_;               // probe order
+  std::vector<torch::Tensor> step_sums_, again_sums_;  // float64 sums of the two forwards
   // the replay
   ReplayChecks replay_;
   // recovery

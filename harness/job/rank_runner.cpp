@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 
 #include "detectors/detector.h"
 #include "harness/common/check.h"
@@ -169,6 +170,34 @@ AllReduceFloats RankRunner::buffer_sum(int64_t step) {
 /// probed module output through the half type instead).
 void RankRunner::autocast(std::optional<compat::CudaAutocast>& ac) const {
   if (cuda_ && half_) ac.emplace(*half_);
+}
+
+RankRunner::RngState RankRunner::rng_state() const {
+  RngState st;
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    st.cpu = cpu.get_state();
+  }
+  if (cuda_) {
+    auto gpu = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    st.cuda = gpu.get_state();
+  }
+  return st;
+}
+
+void RankRunner::set_rng_state(const RngState& st) const {
+  if (st.cpu.defined()) {
+    auto cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(st.cpu);
+  }
+  if (st.cuda.defined()) {
+    auto gpu = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(gpu.mutex());
+    gpu.set_state(st.cuda);
+  }
 }
 
 /// Parameters with their names, forward order (what parameter faults match against).

@@ -85,6 +85,7 @@ class RankRunner {
   ProbeFn probe();
   std::string backward(torch::Tensor& loss);
   detect::ReplayResult replay(int64_t step);
+  void recompute(int64_t step, detect::StepView& view);
   bool early_return(int64_t step, double lr);
   void update(bool skip, double lr, const ScanStats& post);
 
@@ -97,6 +98,12 @@ class RankRunner {
   detect::ModelState model_state();
   AllReduceFloats buffer_sum(int64_t step);
   void autocast(std::optional<compat::CudaAutocast>& ac) const;
+  /// The generators a forward may draw from (dropout): the CPU's and, on CUDA, the device's.
+  struct RngState {
+    torch::Tensor cpu, cuda;
+  };
+  RngState rng_state() const;
+  void set_rng_state(const RngState& st) const;
   void clip_gradients(double sq_norm);
   void zero_grads() { bucket_->zero(); }  // never Optimizer::zero_grad (2.x may undefine grads)
   void write_final(int64_t steps_completed);
@@ -126,6 +133,8 @@ class RankRunner {
   bool checkpointing_ = false;  // run(): [checkpoint] saves (never in an in-launch campaign)
   int64_t resumed_from_ = -1;   // the step this launch resumed from (its checkpoint exists)
   std::vector<torch::Tensor> buffer_snapshot_;
+  Batch step_batch_;   // the step's batch as the model received it (the recompute's)
+  RngState step_rng_;  // the generators before the step's forward (a recompute's steps only)
   double initial_eval_ = 0;
 };
 

@@ -88,8 +88,13 @@ bool RankRunner::run_step(int64_t step) {
   view.params = nullptr;
 
   double loss_value = 0;
+  if (stack_->recompute_due()) step_rng_ = rng_state();  // what the forward may draw (dropout)
   // naive stack: a rank that sees something returns early from its step.
   if (!forward_backward(step, view, &loss_value)) return early_return(step, lr);
+  if (stack_->recompute_due()) {
+    recompute(step, view);
+    if (stack_->wants_early_return()) return early_return(step, lr);
+  }
 
   // consensus, the replay, the loss scaler and the policy
   Decision decision = stack_->decide(step, [this](int64_t st) { return replay(st); });
@@ -129,6 +134,7 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   faults_->batch(batch);
   to_device(batch, device_);
   workload_->prepare(batch);
+  step_batch_ = batch;  // the recompute's (tensors shared: nothing changes them in place now)
   view.batch = &batch;
   stack_->check(Hook::kBatch, view);
   view.batch = nullptr;
@@ -166,6 +172,52 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   view.anomaly_message = nullptr;
   stack_->note_gradient_scan(pre, bucket_->pre_scale());
   return !stack_->wants_early_return();
+}
+
+/// The recompute detectors' re-run of a due step (`sdc`; reference_stack.h begin_recompute):
+/// the step's forward and backward again on the same batch, from the buffers and RNG state the
+/// step's forward began with, with the agent in re-execution (a transient fault does not fire
+/// again; a persistent one fires identically). The stack compares the two passes; the step's own
+/// gradients and post-forward buffers are then put back: the recompute only looks.
+void RankRunner::recompute(int64_t step, StepView& view) {
+  stack_->begin_recompute();
+  std::vector<torch::Tensor> first, again;
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : bwd_params_) first.push_back(p.grad().clone());
+  }
+  const std::vector<torch::Tensor> after_forward = clone_buffers(*workload_);
+  restore_buffers(*workload_, buffer_snapshot_);
+  set_rng_state(step_rng_);
+  const bool reexecution = faults_->reexecution();
+  faults_->begin_step(step, /*reexecution=*/true);
+
+  workload_->module().train();
+  torch::Tensor logits, loss;
+  {
+    std::optional<compat::CudaAutocast> ac;
+    autocast(ac);
+    logits = workload_->forward(step_batch_, probe());
+    loss = workload_->loss(logits, step_batch_);
+  }
+  loss = faults_->loss(loss);
+  LossScaler* scaler = stack_->scaler();
+  torch::Tensor scaled_loss = scaler ? loss * scaler->scale() : loss;
+  backward(scaled_loss);
+  NamedTensors grads = gradients();
+  faults_->gradients(grads);
+  for (auto& p : bwd_params_) again.push_back(p.grad());
+
+  view.grads = &first;
+  view.recomputed_grads = &again;
+  stack_->end_recompute(view);
+  view.grads = view.recomputed_grads = nullptr;
+  {
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < bwd_params_.size(); ++i) bwd_params_[i].grad().copy_(first[i]);
+  }
+  restore_buffers(*workload_, after_forward);
+  faults_->begin_step(step, reexecution);  // the step goes on as it was
 }
 
 /// Every module output: the agent's activation faults, the localization sums, the CPU path's

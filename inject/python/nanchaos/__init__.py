@@ -3,21 +3,26 @@
 Run under ``nanchaos run`` (a scenario with ``[job] workload = "external"``), the agent attaches
 by itself through the ``sitecustomize`` bootstrap on PYTHONPATH (docs/external-jobs.md): nothing
 in the job has to change. The four calls below let a job say more; each is a cheap no-op outside
-the harness (one global lookup), so they can stay in production code.
+the harness (one global lookup), so they can stay in production code. ``sdc_check(fn)`` (sdc.py)
+is the one check that needs a code change: it runs the job's step closure twice and compares the
+local gradients bit for bit (finite silent data corruption); it runs outside the harness too.
 
 Checked on torch 1.13 (Debian's python3-torch, gloo on CPU); written for torch 2.x as well.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _bootstrap
 
 if TYPE_CHECKING:  # torch is imported by the job, not by importing nanchaos
     import torch
 
-__all__ = ["attach", "report_detection", "report_decision", "probe", "active"]
+    from .sdc import SdcMismatch
+
+__all__ = ["attach", "report_detection", "report_decision", "probe", "active", "sdc_check",
+           "SdcMismatch", "SdcNotDeterministic"]
 __version__ = "0.1.0"
 
 
@@ -68,3 +73,24 @@ def probe(name: str, tensor: torch.Tensor) -> torch.Tensor:
     if a is None:
         return tensor
     return a.probe(name, tensor)
+
+
+def sdc_check(fn: Callable[[], Any], model: Optional[torch.nn.Module] = None
+              ) -> Optional[SdcMismatch]:
+    """Runs the job's step closure ``fn`` (forward and backward on one batch) twice and compares
+    the local gradients and module outputs bit for bit: finite silent data corruption. Returns
+    None when the runs agree, else an ``SdcMismatch(layer, cause)`` (also the rank's ``sdc``
+    detection under the harness). Not a no-op outside the harness: it runs the check there too.
+    The procedure, its cost and its limits: ``nanchaos.sdc`` (sdc.py)."""
+    from .sdc import sdc_check as check  # imports torch: only when called
+
+    return check(fn, model)
+
+
+def __getattr__(name: str) -> Any:
+    # SdcMismatch and SdcNotDeterministic (sdc.py) without importing torch with the package.
+    if name in ("SdcMismatch", "SdcNotDeterministic"):
+        from . import sdc
+
+        return getattr(sdc, name)
+    raise AttributeError(f"module 'nanchaos' has no attribute {name!r}")

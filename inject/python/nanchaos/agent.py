@@ -44,6 +44,7 @@ Threads: everything runs on the training thread except the comm-hook completion 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import os
@@ -51,7 +52,7 @@ import socket
 import sys
 import threading
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -141,6 +142,7 @@ class Agent:
         # Own time per phase on step_end (phases.py); created here, on the training thread.
         self.phases = phases.PhaseClock()
         self._backward_depth = 0  # backward() calls in progress (a reentrant checkpoint nests)
+        self._recomputing = False  # inside sdc_check's second run of a step (recompute())
         self._computed_ns = 0  # when the DDP backward's local gradients were all computed
         self._saves = 0  # training-state saves observed in this launch (ckpt_io.py)
         self._optimizer_timed = False
@@ -354,6 +356,8 @@ class Agent:
             self._model_depth = depth
             if depth > 1:
                 return None  # a nested forward of the model: part of the outer one
+            if self._recomputing:
+                return None  # sdc_check's second run of this iteration: not a new one
             if not module.training or not torch.is_grad_enabled():
                 return None
             if self._pipeline is not None:  # a micro-batch of schedule.step(): no new iteration
@@ -517,6 +521,8 @@ class Agent:
         """A ``torch.nn.functional`` loss returned ``loss`` (a scalar) after a training forward;
         ``items`` (a count tensor) when it was a ``reduction="sum"`` loss: the recorded value is
         then the per-item mean."""
+        if self._recomputing:
+            return loss  # sdc_check's second run: its loss is not the iteration's
         self._awaiting_loss = False
         if self._need_loss and self._open:
             for f in self.faults:
@@ -549,7 +555,7 @@ class Agent:
 
         Returns the collective's sequence number, -1 when this backward logs no collective but
         ends a phase, or None when ``after_backward`` need not be called."""
-        if not self._open or self._backward_depth:
+        if not self._open or self._backward_depth or self._recomputing:
             return None
         self._backward_depth = 1
         self.phases.mark(phases.COMPUTE)
@@ -735,6 +741,31 @@ class Agent:
         if self._forwards == 0 and self.step < 0 and step >= 0:
             self._step_offset = int(step)
             self.steps_done = int(step)
+
+    def sdc_target(self) -> tuple:
+        """(the model ``nanchaos.sdc_check`` compares, its DDP wrapper or None): the attached
+        model, or before the first training forward the only candidate (the one DDP wrapper's
+        module, ``nanchaos.attach``'s model); (None, None) when there is none or several."""
+        if self.attached:
+            return self.model, self.ddp
+        cands = self._candidates()
+        if len(cands) != 1:
+            return None, None
+        ddps = [d for d in (r() for r in self._ddps)
+                if d is not None and compiled.unwrap(d.module) is cands[0]]
+        return cands[0], (ddps[0] if ddps else None)
+
+    @contextlib.contextmanager
+    def recompute(self) -> Iterator[None]:
+        """``nanchaos.sdc_check``'s second run of the current iteration (sdc.py): its forwards
+        start no iteration and apply no batch fault, its loss is not recorded and its backward
+        logs no collective and no phase. A fault already applied at this step does not fire
+        again (``Fault._once``: one hit per step and target); a fault first reached here does."""
+        self._recomputing = True
+        try:
+            yield
+        finally:
+            self._recomputing = False
 
     def report_detection(self, detector: str, layer=None, cause=None, step=None) -> None:
         st = self.step if step is None else int(step)
