@@ -24,8 +24,10 @@
 
 #include "detectors/stack/reference_stack.h"
 #include "harness/comm/communicator.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/job/grad_bucket.h"
+#include "harness/job/phase_clock.h"
 #include "harness/job/runner.h"
 #include "harness/job/workload.h"
 #include "harness/scenario/scenario.h"
@@ -87,6 +89,11 @@ class RankRunner {
   detect::ReplayResult replay(int64_t step);
   bool early_return(int64_t step, double lr);
   void update(bool skip, double lr, const ScanStats& post);
+  /// Ends a stretch of the step (phase_clock.h); nothing during a replay, whose re-run of the
+  /// step's phases is part of the consensus it happens in.
+  void mark(std::optional<StepPhase> phase);
+  /// The step's phase times into `end` and to the stack (the next consensus carries them).
+  void end_phases(StepEndEvent& end);
 
   // ---- set-up, state and records (rank_runner.cpp)
   detect::StepView step_view(int64_t step) const;
@@ -127,6 +134,7 @@ class RankRunner {
   int64_t resumed_from_ = -1;   // the step this launch resumed from (its checkpoint exists)
   std::vector<torch::Tensor> buffer_snapshot_;
   double initial_eval_ = 0;
+  std::unique_ptr<PhaseClock> phases_;  // own time per phase of the step (the straggler's input)
 };
 
 }  // namespace nanchaos::harness
