@@ -19,6 +19,7 @@
 
 #include "detectors/core/consensus.h"
 #include "detectors/core/fused_scan.h"
+#include "detectors/core/straggler.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/stack_config.h"
 #include "harness/tensor/batch.h"
@@ -30,12 +31,26 @@ using harness::detector_bit;
 /// kCollective: not called per step; the detector's presence arms the collective deadline.
 /// kReplica: at step start on the steps due() accepts, after the runner exchanged the ranks'
 /// state digests (detectors/core/replica.h).
-enum class Hook { kStepStart, kReplica, kBatch, kLoss, kGradients, kPostReduce, kCollective };
+/// kConsensus: after the consensus summary round, with every rank's own phase times of the
+/// previous step (`rank_phase_us`, which ride on the summary: no extra collective). Every rank
+/// sees the same data, so its Finding (which names `ranks`) is decided without a second round,
+/// as post_reduce's.
+enum class Hook {
+  kStepStart,
+  kReplica,
+  kBatch,
+  kLoss,
+  kGradients,
+  kConsensus,
+  kPostReduce,
+  kCollective
+};
 
 struct Finding {
-  std::string layer;  ///< "" when the detector cannot tell
-  std::string cause;  ///< "" when the detector cannot tell
-  int code = 0;       ///< detector-specific small integer that travels in the consensus
+  std::string layer;           ///< "" when the detector cannot tell
+  std::string cause;           ///< "" when the detector cannot tell
+  int code = 0;                ///< detector-specific small integer that travels in the consensus
+  std::vector<int64_t> ranks;  ///< kConsensus: the ranks it names, ascending (empty otherwise)
 };
 
 /// What a detector may look at. Pointers are null outside their hook.
@@ -63,6 +78,9 @@ struct StepView {
   const std::vector<std::string>* replica_names = nullptr;
   /// kReplica: how many of replica_names are parameters (the first ones).
   size_t replica_params = 0;
+  /// kConsensus: every rank's own time per phase at the previous step (us; world entries, rank
+  /// order; all zero before the first step ended). harness/job/phase_clock.h.
+  const std::vector<harness::PhaseTimes>* rank_phase_us = nullptr;
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.

@@ -43,11 +43,14 @@ StragglerTracker::StragglerTracker(StragglerParams p) : p_(p) {
   if (p_.consecutive < 1) throw std::invalid_argument("straggler_steps must be >= 1");
   if (p_.warmup_steps < 0) throw std::invalid_argument("straggler warm-up steps must be >= 0");
   if (p_.baseline_steps < 1) throw std::invalid_argument("straggler baseline steps must be >= 1");
+  if (!(p_.min_excess_us >= 0)) throw std::invalid_argument("straggler min excess must be >= 0");
+  if (!(p_.mad_k >= 0)) throw std::invalid_argument("straggler mad_k must be >= 0");
 }
 
 void StragglerTracker::reset() {
   steps_ = 0;
   ranks_.clear();
+  medians_.clear();
 }
 
 std::vector<StragglerFlag> StragglerTracker::observe(const std::vector<PhaseTimes>& times) {
@@ -65,6 +68,7 @@ std::vector<StragglerFlag> StragglerTracker::observe(const std::vector<PhaseTime
     totals[r] = sum;
   }
   const double median = percentile(totals, 50);
+  if (!(median > 0)) return {};  // no times yet (the first step), or nothing measured
   PhaseTimes phase_median{};
   for (size_t k = 0; k < kStepPhases; ++k) {
     std::vector<double> column;
@@ -73,18 +77,28 @@ std::vector<StragglerFlag> StragglerTracker::observe(const std::vector<PhaseTime
   }
   const bool warming = steps_ < p_.warmup_steps;
   ++steps_;
+  push_capped(medians_, median, p_.baseline_steps);
+  const double typical = percentile(std::vector<double>(medians_.begin(), medians_.end()), 50);
+  const double min_excess = std::max(p_.min_excess_us, (p_.factor - 1.0) * typical);
   std::vector<StragglerFlag> flags;
+  std::vector<double> window, deviation;
   for (size_t r = 0; r < times.size(); ++r) {
     RankState& st = ranks_[r];
-    const double score = median > 0 ? totals[r] / median : 1.0;
+    const double score = totals[r] / median;
     // The rank's usual score, between 1 and factor: a rank steadily up to factor x slower is
-    // tolerated; one slower than that from its first step on is still a straggler.
-    const double usual =
-        st.scores.empty() ? 1.0
-                          : percentile(std::vector<double>(st.scores.begin(), st.scores.end()), 50);
+    // tolerated; one slower than that from its first step on is still a straggler. Its spread:
+    // the MAD of the same window (0 with fewer than 2 scores).
+    double usual = 1.0, spread = 0.0;
+    if (!st.scores.empty()) {
+      window.assign(st.scores.begin(), st.scores.end());
+      usual = percentile(window, 50);
+      deviation.clear();
+      for (double v : window) deviation.push_back(std::fabs(v - usual));
+      spread = 1.4826 * percentile(deviation, 50);
+    }
     const double baseline = std::clamp(usual, 1.0, p_.factor);
-    const bool slow =
-        !warming && score > p_.factor * baseline && totals[r] - median > p_.min_excess_us;
+    const bool slow = !warming && score > p_.factor * baseline &&
+                      score > baseline + p_.mad_k * spread && totals[r] - median > min_excess;
     if (!slow) {
       st.slow_run = 0;
       push_capped(st.scores, score, p_.baseline_steps);
