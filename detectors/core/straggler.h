@@ -31,7 +31,8 @@
 // - `consecutive` slow steps in a row flag the rank; every flagged rank is reported, with the
 //   phase whose own time exceeds the ranks' median for that phase by the most. A flagged rank
 //   stays reported while it stays slow; slow steps never enter its baseline.
-// Cost: O(world x baseline_steps log baseline_steps) per step, no allocation growth.
+// Medians are the nearest-rank ones of harness/common/percentile.h, found with nth_element.
+// Cost: O(world x baseline_steps) per step, no allocation once the buffers have grown.
 // Torch-free and pure given its state: every rank feeds the same rows and derives the same
 // flags. Thread-safety: one instance per rank, on the training thread.
 #pragma once
@@ -93,6 +94,9 @@ class StragglerTracker {
   StragglerParams p_;
   int64_t steps_ = 0;
   std::deque<double> medians_;  ///< the ranks' median total of recent steps (typical step)
+  // Scratch space reused across steps (no allocation once grown).
+  std::vector<PhaseTimes> clean_;
+  std::vector<double> totals_, scratch_;
   std::vector<RankState> ranks_;
 };
 
