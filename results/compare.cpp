@@ -145,6 +145,25 @@ std::string restart_regression(const std::vector<double>& base, const std::vecto
   return fmt::format("resume_ms {} over {} → {} restarts", fmt::join(worse, ", "), b->n, n->n);
 }
 
+// The p50 slowdown rule of latency, decision and abort_latency (compare.h) on one metric:
+// a finding's detail, or a note when it would be one but a side has too few trials ("" both
+// when the metric held or is not measurable).
+struct SlowdownVerdict {
+  std::string finding, note;
+};
+SlowdownVerdict slowdown(const char* metric, const char* unit, double unit_per_ms,
+                         const std::optional<double>& b, const std::optional<double>& n,
+                         const ScenarioSide& bs, const ScenarioSide& ns, const CompareOptions& o) {
+  if (!b || !n || *b <= 0) return {};
+  const double ratio = *n / *b;
+  if (ratio <= o.max_slowdown || *n - *b <= o.min_delta_ms * unit_per_ms) return {};
+  const std::string text = fmt::format("{} p50 {:.2f} → {:.2f} {} (x{:.2f} > x{:.2f})", metric, *b,
+                                       *n, unit, ratio, o.max_slowdown);
+  if (bs.trials >= o.min_trials && ns.trials >= o.min_trials) return {text, ""};
+  return {"", fmt::format("{} not gated ({} < {} trials): {}", metric,
+                          std::min(bs.trials, ns.trials), o.min_trials, text)};
+}
+
 std::string regression_line(const Regression& r) {
   return fmt::format("{}: {}: {}", r.scenario, r.kind, r.detail);
 }
@@ -228,11 +247,14 @@ ScenarioSide scenario_side(const json& s) {
     side.steps_max = stat(st, "latency_steps", "max");
     side.ms_p50 = stat(st, "latency_ms", "p50");
     side.ms_p95 = stat(st, "latency_ms", "p95");
+    side.decision_us_p50 = stat(st, "decision_us", "p50");
+    side.abort_ms_p50 = stat(st, "abort_latency_ms", "p50");
   } else {  // a report from before --trials: its top level is its one trial
     side.trials = 1;
     side.passed = side.verdict == Verdict::kPass;
     side.steps_max = num(fd, "latency_steps");
     side.ms_p50 = side.ms_p95 = num(fd, "latency_ms");
+    side.decision_us_p50 = num(fd, "decision_us");
   }
   return side;
 }
@@ -306,14 +328,17 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     } else if (!b_det && n_det) {
       d.notes.push_back("detected now (" + n.detector + ")");
     }
-    if (b.ms_p50 && n.ms_p50 && *b.ms_p50 > 0) {
-      d.ratio = *n.ms_p50 / *b.ms_p50;
-      const bool enough = b.trials >= o.min_trials && n.trials >= o.min_trials;
-      if (enough && *d.ratio > o.max_slowdown && *n.ms_p50 - *b.ms_p50 > o.min_delta_ms) {
-        flag(d, "latency",
-             fmt::format("p50 {:.2f} → {:.2f} ms (x{:.2f} > x{:.2f})", *b.ms_p50, *n.ms_p50,
-                         *d.ratio, o.max_slowdown));
-      }
+    if (b.ms_p50 && n.ms_p50 && *b.ms_p50 > 0) d.ratio = *n.ms_p50 / *b.ms_p50;
+    const std::tuple<const char*, const char*, const char*, double, std::optional<double>,
+                     std::optional<double>>
+        metrics[] = {
+            {"latency", "latency_ms", "ms", 1.0, b.ms_p50, n.ms_p50},
+            {"decision", "decision_us", "us", 1000.0, b.decision_us_p50, n.decision_us_p50},
+            {"abort_latency", "abort_latency_ms", "ms", 1.0, b.abort_ms_p50, n.abort_ms_p50}};
+    for (const auto& [kind, metric, unit, per_ms, bv, nv] : metrics) {
+      const SlowdownVerdict v = slowdown(metric, unit, per_ms, bv, nv, b, n, o);
+      if (!v.finding.empty()) flag(d, kind, v.finding);
+      if (!v.note.empty()) d.notes.push_back(v.note);
     }
     if (const std::string r = restart_regression(b.resume_ms, n.resume_ms, o); !r.empty()) {
       flag(d, "restart_latency", r);
@@ -334,9 +359,26 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     d.name = name;
     d.fresh = side_of(ns, fresh_label);
     d.notes.push_back("only in NEW");
+    if (d.fresh->verdict == Verdict::kFail || d.fresh->verdict == Verdict::kError) {
+      flag(d, "new_failure",
+           fmt::format("only in {}, and {}{}", fresh_label, to_string(d.fresh->verdict),
+                       d.fresh->reason.empty() ? "" : " (" + d.fresh->reason + ")"));
+    }
     c.scenarios.push_back(std::move(d));
   }
   return c;
+}
+
+int scenarios_with_findings(const Comparison& c) {
+  std::set<std::string> names;
+  for (const auto& r : c.regressions) names.insert(r.scenario);
+  return int(names.size());
+}
+
+// "2 finding(s) in 1 scenario(s)".
+std::string findings_text(const Comparison& c) {
+  return fmt::format("{} finding(s) in {} scenario(s)", c.regressions.size(),
+                     scenarios_with_findings(c));
 }
 
 std::string overlap_text(const Comparison& c) {
@@ -363,7 +405,7 @@ std::string format_markdown(const Comparison& c) {
   if (c.regressions.empty()) {
     m += fmt::format("**No regression** in {} scenarios.\n\n", c.scenarios.size());
   } else {
-    m += fmt::format("**{} regression(s)**:\n\n", c.regressions.size());
+    m += fmt::format("**{}** fail the gate:\n\n", findings_text(c));
     for (const auto& r : c.regressions) {
       m += fmt::format("- `{}`: **{}**: {}\n", md_escape(r.scenario), r.kind, md_escape(r.detail));
     }
@@ -398,8 +440,8 @@ std::string format_text(const Comparison& c) {
     t += "\n";
   }
   for (const auto& r : c.regressions) t += "REGRESSION " + regression_line(r) + "\n";
-  t += fmt::format("--- {} scenarios compared: {} regression(s)\n", c.scenarios.size(),
-                   c.regressions.size());
+  t += fmt::format("--- {} scenarios compared: {}\n", c.scenarios.size(),
+                   c.regressions.empty() ? "no regression" : findings_text(c) + " fail the gate");
   return t;
 }
 
@@ -421,6 +463,8 @@ json format_json(const Comparison& c) {
             {"latency_steps_max", o(s->steps_max)},
             {"latency_ms_p50", o(s->ms_p50)},
             {"latency_ms_p95", o(s->ms_p95)},
+            {"decision_us_p50", o(s->decision_us_p50)},
+            {"abort_latency_ms_p50", o(s->abort_ms_p50)},
             {"resume_ms", to_json(summarize(s->resume_ms))}};
   };
   json scenarios = json::array();
@@ -441,6 +485,7 @@ json format_json(const Comparison& c) {
   }
   j["regressions"] = std::move(regs);
   j["regressed"] = !c.regressions.empty();
+  j["scenarios_with_findings"] = scenarios_with_findings(c);
   j["shared"] = c.shared;
   j["only_base"] = c.only_base;
   j["only_new"] = c.only_fresh;

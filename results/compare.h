@@ -12,7 +12,14 @@
 //   detection    detected later in steps (max latency_steps grew), or no longer detected
 //   latency      latency_ms p50 ratio new/base > max_slowdown, only when both sides have at least
 //                min_trials trials and the p50 grew by more than min_delta_ms (milliseconds on a
-//                shared machine are noise; steps are not)
+//                shared machine are noise; steps are not). A slowdown on fewer trials is shown
+//                with the note "latency not gated (N < min_trials)", never as a pass in silence.
+//   decision     the same rule on decision_us p50 (the stack's time to decide after its
+//                detection; min_delta_ms x 1000 us)
+//   abort_latency  the same rule on abort_latency_ms p50 (the time from the fault to the job's
+//                end, for aborted or crashed trials)
+//   new_failure  a scenario only in NEW that does not pass (fail or error): a new scenario that
+//                fails would otherwise enter the suite red without the gate noticing
 //   restart_latency  [job] restarts: the resume latency (report.json `restarts[].resume_ms`, every
 //                restart of every trial) p50 or p95 ratio new/base > max_slowdown and grown by more
 //                than min_delta_ms, when both sides have at least min_trials restarts; per
@@ -21,7 +28,9 @@
 //   missing      in BASE, absent from NEW (a dropped scenario would hide a regression), unless
 //                `common_only` (`--common`: compare a `--tag` subset with a full baseline)
 // Not regressions (shown, never gated): another first detector with the same attribution and
-// step, a scenario only in NEW, a scenario skipped in NEW, a fix (fail -> pass).
+// step, a scenario only in NEW that passes or is skipped, a scenario skipped in NEW, a fix
+// (fail -> pass). Each kind of one scenario is one finding; the summary counts findings and the
+// scenarios they are in.
 //
 // Every rendering says how many scenarios the two reports share; run_compare refuses (exit 2)
 // two reports that share none (their names never overlap: nothing was compared).
@@ -65,13 +74,16 @@ struct ScenarioSide {
   std::string detector;             ///< first detection's detector ("" when none)
   nlohmann::json attribution;       ///< {"rank", "layer", "cause"} of the first detection, or null
   std::optional<double> steps_max;  ///< latency_steps, max over trials
-  std::optional<double> ms_p50, ms_p95;  ///< latency_ms over trials
-  std::vector<double> resume_ms;         ///< every restart's resume_ms over the trials
+  std::optional<double> ms_p50, ms_p95;   ///< latency_ms over trials
+  std::optional<double> decision_us_p50;  ///< decision_us over trials (us)
+  std::optional<double> abort_ms_p50;     ///< abort_latency_ms over the aborted/crashed trials
+  std::vector<double> resume_ms;          ///< every restart's resume_ms over the trials
 };
 
 struct Regression {
   std::string scenario;
-  std::string kind;  ///< verdict, attribution, detection, latency, restart_latency, missing
+  std::string kind;  ///< verdict, attribution, detection, latency, decision, abort_latency,
+                     ///< restart_latency, missing, new_failure
   std::string detail;
 };
 
@@ -93,6 +105,9 @@ struct Comparison {
   int only_base = 0;   ///< in BASE only
   int only_fresh = 0;  ///< in NEW only
 };
+
+/// Scenarios with at least one finding (Comparison::regressions names each once or more).
+int scenarios_with_findings(const Comparison& c);
 
 /// "3 shared scenario(s); 2 only in BASE (not compared: --common); 1 only in NEW": the overlap
 /// line every rendering carries.

@@ -8,9 +8,31 @@
 
 namespace nanchaos::results {
 
+namespace {
+
+// A scenario's wall time over all its trials (ms): `--trials N` runs N jobs, and a CI view that
+// sums testcase times must see them all, not the representative trial's.
+double all_trials_ms(const ScenarioResult& s) {
+  if (s.trials.empty()) return std::isfinite(s.wall_ms) ? s.wall_ms : 0.0;
+  double ms = 0;
+  for (const auto& t : s.trials) ms += std::isfinite(t.wall_ms) ? t.wall_ms : 0.0;
+  return ms;
+}
+
+// "2/5 trials passed: " before a repeated scenario's failure or error message ("" for one
+// trial): the verdict stands for N runs, and a flaky scenario must read as one.
+std::string trials_prefix(const ScenarioResult& s) {
+  if (!s.stats.is_object()) return "";
+  const auto n = s.stats.value("trials", int64_t(1));
+  if (n <= 1) return "";
+  return fmt::format("{}/{} trials passed: ", s.stats.value("passed", int64_t(0)), n);
+}
+
+}  // namespace
+
 void write_junit(const SuiteReport& r, const std::string& path) {
   double total_ms = 0;
-  for (const auto& s : r.scenarios) total_ms += std::isfinite(s.wall_ms) ? s.wall_ms : 0;
+  for (const auto& s : r.scenarios) total_ms += all_trials_ms(s);
   std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   x += fmt::format(
       "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
@@ -24,7 +46,7 @@ void write_junit(const SuiteReport& r, const std::string& path) {
         xml_escape(r.interrupt_signal));
   }
   for (const auto& s : r.scenarios) {
-    const double secs = std::isfinite(s.wall_ms) ? s.wall_ms / 1000.0 : 0.0;
+    const double secs = all_trials_ms(s) / 1000.0;
     x += fmt::format("  <testcase classname=\"nanchaos.{}\" name=\"{}\"", xml_escape(r.suite),
                      xml_escape(s.name));
     if (!s.file.empty()) x += fmt::format(" file=\"{}\"", xml_escape(s.file));
@@ -41,12 +63,12 @@ void write_junit(const SuiteReport& r, const std::string& path) {
                             value_text(c->actual));
       }
       x += fmt::format("    <failure message=\"{}\" type=\"check\">{}</failure>\n",
-                       xml_escape(s.reason), xml_text(body));
+                       xml_escape(trials_prefix(s) + s.reason), xml_text(body));
     } else if (is_skipped(s)) {
       x += fmt::format("    <skipped message=\"{}\"/>\n", xml_escape(s.reason));
     } else {
-      x += fmt::format("    <error message=\"{}\" type=\"{}\"/>\n", xml_escape(s.reason),
-                       xml_escape(to_string(s.verdict)));
+      x += fmt::format("    <error message=\"{}\" type=\"{}\"/>\n",
+                       xml_escape(trials_prefix(s) + s.reason), xml_escape(to_string(s.verdict)));
     }
     if (!s.run_dir.empty()) {
       x += fmt::format("    <system-out>run_dir: {}&#10;seed: {}</system-out>\n",

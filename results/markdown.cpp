@@ -111,6 +111,46 @@ std::string step_times_section(const SuiteReport& r) {
   return m;
 }
 
+// The scenarios that failed or errored, each with its reason, failed checks and output links,
+// and then the skipped ones in one line each: what a pull-request comment must show first.
+std::string not_passing_section(const SuiteReport& r, const std::string& path) {
+  std::string m;
+  for (const auto& s : r.scenarios) {
+    if (is_pass(s) || is_skipped(s)) continue;
+    if (m.empty()) m = "## Failed or errored\n";
+    m += fmt::format("\n### {} ({})\n\n", one_line(s.name), to_string(s.verdict));
+    if (!s.file.empty()) m += fmt::format("File: `{}`", s.file);
+    if (!s.run_dir.empty())
+      m += fmt::format("{}Run folder: `{}`", s.file.empty() ? "" : " · ", s.run_dir);
+    if (!s.file.empty() || !s.run_dir.empty()) m += "\n\n";
+    if (s.stats.is_object() && s.stats.value("trials", int64_t(1)) > 1) {
+      m += fmt::format("Trials passed: {}/{}\n\n", s.stats.value("passed", int64_t(0)),
+                       s.stats.value("trials", int64_t(1)));
+    }
+    if (!s.reason.empty()) m += fmt::format("Reason: {}\n\n", one_line(s.reason));
+    if (const std::string links = md_links(s, path); !links.empty()) {
+      m += "Output: " + links + "\n\n";
+    }
+    const auto failed = failed_checks(s);
+    if (!failed.empty()) {
+      m += "| Check | Expected | Actual |\n|---|---|---|\n";
+      for (const Check* c : failed) {
+        m += fmt::format("| {} | {} | {} |\n", md_cell(c->key), md_cell(value_text(c->expected)),
+                         md_cell(value_text(c->actual)));
+      }
+    }
+  }
+  std::string skipped;
+  for (const auto& s : r.scenarios) {
+    if (is_skipped(s)) skipped += fmt::format("- {}: {}\n", md_cell(s.name), one_line(s.reason));
+  }
+  if (!skipped.empty()) {
+    m += fmt::format("{}<details><summary>{} skipped</summary>\n\n{}\n</details>\n",
+                     m.empty() ? "" : "\n", r.skipped(), skipped);
+  }
+  return m;
+}
+
 }  // namespace
 
 void write_markdown(const SuiteReport& r, const std::string& path) {
@@ -118,7 +158,14 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
   m += fmt::format("Started {} on `{}`, nanchaos {}.\n\n", md_cell(r.started), md_cell(r.host),
                    md_cell(r.nanchaos_version));
   m += fmt::format("**{}**\n\n", summary_text(r));
+  // What failed first, then every scenario folded: report.md is also a pull-request comment.
+  if (const std::string np = not_passing_section(r, path); !np.empty()) m += np + "\n";
+  m += fmt::format("<details{}><summary>All {} scenarios</summary>\n\n",
+                   r.failed() + r.errors() > 0 ? "" : " open", r.scenarios.size());
   m += summary_table(r);
+  m += "\nLatency (steps): steps from the first injection to the first detection. Latency (ms): "
+       "the same in ms of the ranks' shared clock. Wall (s): the job's wall time. \"-\": no value "
+       "(nothing detected, or no job ran).\n\n</details>\n";
   // Repeated trials (--trials N > 1): the percentiles of results/stats.h per scenario.
   if (r.trials > 1) {
     auto pct = [](const nlohmann::json& st, const char* key, const char* f) -> std::string {
@@ -162,31 +209,6 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
   }
   m += step_times_section(r);
   m += launches_section(r);
-  bool heading = false;
-  for (const auto& s : r.scenarios) {
-    if (is_pass(s)) continue;
-    if (!heading) {
-      m += "\n## Not passing\n";
-      heading = true;
-    }
-    m += fmt::format("\n### {} ({})\n\n", one_line(s.name), to_string(s.verdict));
-    if (!s.file.empty()) m += fmt::format("File: `{}`", s.file);
-    if (!s.run_dir.empty())
-      m += fmt::format("{}Run folder: `{}`", s.file.empty() ? "" : " · ", s.run_dir);
-    if (!s.file.empty() || !s.run_dir.empty()) m += "\n\n";
-    if (!s.reason.empty()) m += fmt::format("Reason: {}\n\n", one_line(s.reason));
-    if (const std::string links = md_links(s, path); !links.empty()) {
-      m += "Output: " + links + "\n\n";
-    }
-    const auto failed = failed_checks(s);
-    if (!failed.empty()) {
-      m += "| Check | Expected | Actual |\n|---|---|---|\n";
-      for (const Check* c : failed) {
-        m += fmt::format("| {} | {} | {} |\n", md_cell(c->key), md_cell(value_text(c->expected)),
-                         md_cell(value_text(c->actual)));
-      }
-    }
-  }
   // Every job's output files: the merged view and each rank's own.
   bool out_heading = false;
   for (const auto& s : r.scenarios) {

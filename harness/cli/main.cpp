@@ -25,6 +25,7 @@
 #include "harness/controller/launch.h"
 #include "harness/controller/merge.h"
 #include "harness/controller/preflight.h"
+#include "harness/controller/slurm_array.h"
 #include "harness/controller/stop_signal.h"
 #include "harness/job/runner.h"
 #include "harness/job/workload.h"
@@ -164,15 +165,21 @@ struct RunCommand {
     // Required unless --resume is given (checked below, so that `run --resume DIR` alone gets
     // --resume's own answer rather than "paths is required").
     cmd->add_option("paths", opts.paths, "scenario files or folders (*.toml, recursive)");
-    cmd->add_option("--out", opts.out_dir, "run folder (default results/runs/<UTC>-<suite>)");
-    cmd->add_option("--tag", opts.tags, "run only scenarios with this tag (repeatable)");
+    cmd->add_option("--out", opts.out_dir,
+                    "run folder (default results/runs/<UTC>-<suite>); an earlier run there is "
+                    "cleared (its reports and scenario folders)");
+    cmd->add_option("--tag", opts.tags,
+                    "run only scenarios with this tag (repeatable: any of the tags)");
+    cmd->add_option("--exclude-tag", opts.exclude_tags,
+                    "then drop scenarios with this tag (repeatable), e.g. --exclude-tag slow");
     cmd->add_option("--junit", opts.junit, "also write junit.xml here");
     cmd->add_option("--launcher", opts.launcher,
                     "launcher command (default $NANCHAOS_LAUNCHER or mpirun), e.g. "
                     "\"mpirun --hostfile hosts\" or \"srun --mpi=pmix\"");
     cmd->add_flag(
         "--quiet", opts.quiet,
-        "no console table, no progress lines on stderr (a failed scenario is still named there)");
+        "no console table, no progress lines on stderr (a failed scenario is still named there); "
+        "one summary line at the end");
     cmd->add_flag("--fail-on-skip", opts.fail_on_skip,
                   "exit 1 when a scenario is skipped (e.g. a GPU suite on a host without one)");
     cmd->add_option("--trials", opts.trials,
@@ -227,7 +234,7 @@ struct MergeCommand {
     cmd->add_option("--out", opts.out_dir, "the merged run folder (must not hold a report)")
         ->required();
     cmd->add_option("--junit", opts.junit, "also write junit.xml here");
-    cmd->add_flag("--quiet", opts.quiet, "no summary line");
+    cmd->add_flag("--quiet", opts.quiet, "no console table and no summary line");
   }
   int exec() const { return nanchaos::harness::merge_runs(opts); }
 };
@@ -364,6 +371,7 @@ struct CampaignCommand {
   uint64_t seed = 0;
   std::string kinds;
   std::string shard;
+  int slurm_array = 0;
   CLI::App* cmd = nullptr;
   CLI::Option* seed_opt = nullptr;
   CLI::Option* kinds_opt = nullptr;
@@ -396,6 +404,10 @@ struct CampaignCommand {
     cmd->add_option("--shard", shard,
                     "measure only part I of N of the drawn faults (index mod N = I - 1; e.g. "
                     "${SLURM_ARRAY_TASK_ID}/4); `nanchaos merge` joins the parts' folders");
+    cmd->add_option("--slurm-array", slurm_array,
+                    "fan out over a Slurm job array of K tasks (sbatch --wait; $NANCHAOS_SBATCH "
+                    "for sbatch options) and merge them into --out")
+        ->check(CLI::Range(1, 100000));
   }
 
   int exec(const char* argv0) {
@@ -411,6 +423,7 @@ struct CampaignCommand {
         return 2;
       }
     }
+    if (slurm_array > 0) return reraise_stop_signal(run_campaign_slurm_array(opts, slurm_array));
     return reraise_stop_signal(run_campaign(opts));
   }
 };

@@ -37,6 +37,7 @@
 #include "results/html.h"
 #include "results/report.h"
 #include "results/stats.h"
+#include "results/text.h"
 
 namespace fs = std::filesystem;
 
@@ -71,9 +72,11 @@ int open_fd_count() {
 
 std::string suite_name(const std::vector<std::string>& paths) {
   if (paths.size() != 1) return "suite";
-  fs::path p = fs::path(paths[0]).lexically_normal();
+  // Absolute first: `run .` or `run ../x/` names the folder, never "." or "..".
+  fs::path p = fs::absolute(paths[0]).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
+  const std::string name = fs::is_directory(p) ? p.filename().string() : p.stem().string();
+  return name.empty() ? "suite" : name;
 }
 }  // namespace
 
@@ -242,7 +245,11 @@ int plan_suite(const RunOptions& opts, Preflight& preflight, std::vector<Scenari
       const bool tagged = std::any_of(opts.tags.begin(), opts.tags.end(), [&](const auto& t) {
         return std::find(s.tags.begin(), s.tags.end(), t) != s.tags.end();
       });
-      if (opts.tags.empty() || tagged) scenarios.push_back(std::move(s));
+      const bool excluded =
+          std::any_of(opts.exclude_tags.begin(), opts.exclude_tags.end(), [&](const auto& t) {
+            return std::find(s.tags.begin(), s.tags.end(), t) != s.tags.end();
+          });
+      if ((opts.tags.empty() || tagged) && !excluded) scenarios.push_back(std::move(s));
     } catch (const ScenarioError& e) {
       std::cerr << e.what() << "\n";
       bad = true;
@@ -253,10 +260,13 @@ int plan_suite(const RunOptions& opts, Preflight& preflight, std::vector<Scenari
     return 2;
   }
   if (scenarios.empty()) {
-    std::cerr << fmt::format(
-        "nanchaos run: error: no scenario carries the tag(s) {}; no job "
-        "started\n",
-        fmt::join(opts.tags, ", "));
+    std::string why = opts.tags.empty() ? fmt::format("{} scenario(s) found", files.size())
+                                        : fmt::format("no scenario carries the tag(s) {}",
+                                                      fmt::join(opts.tags, ", "));
+    if (!opts.exclude_tags.empty()) {
+      why += fmt::format(" (after --exclude-tag {})", fmt::join(opts.exclude_tags, ", "));
+    }
+    std::cerr << fmt::format("nanchaos run: error: {}; nothing left to run; no job started\n", why);
     return 2;
   }
   return 0;
@@ -293,6 +303,35 @@ int select_shard(const RunOptions& opts, std::vector<Scenario>& scenarios,
   return 0;
 }
 
+// --out holds an earlier run: its reports and the scenario folders its report.json lists are
+// removed, so that an artifact upload of the folder holds this run only (a scenario dropped
+// from the suite must not leave its old folder behind). Anything else in the folder stays.
+void clear_earlier_run(const std::string& out) {
+  std::vector<std::string> folders;
+  try {
+    const auto old = nlohmann::json::parse(std::ifstream(fs::path(out) / "report.json"));
+    for (const auto& s : old.value("scenarios", nlohmann::json::array())) {
+      const std::string name = s.is_object() ? s.value("name", std::string()) : "";
+      // A name is one path component (scenario names are checked at load): never ".." or "a/b".
+      if (!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos) {
+        folders.push_back(name);
+      }
+    }
+  } catch (const std::exception&) {
+    // An unreadable old report: its folders are unknown; the reports are still replaced.
+  }
+  std::error_code ec;
+  size_t removed = 0;
+  for (const auto& name : folders) removed += fs::remove_all(fs::path(out) / name, ec) > 0;
+  for (const char* f : {"report.json", "junit.xml", "report.md", "report.html"}) {
+    fs::remove(fs::path(out) / f, ec);
+  }
+  std::cerr << fmt::format(
+      "nanchaos run: note: --out {}: cleared the earlier run there (its reports and {} scenario "
+      "folder(s))\n",
+      out, removed);
+}
+
 // Output locations are checked before any job starts: a typo must not cost a whole suite.
 // Returns the exit status (0: fine).
 int check_outputs(const std::string& out, const std::string& junit) {
@@ -303,12 +342,7 @@ int check_outputs(const std::string& out, const std::string& junit) {
                              out, ec ? ec.message() : "not a directory");
     return 2;
   }
-  if (fs::exists(fs::path(out) / "report.json", ec)) {
-    std::cerr << fmt::format(
-        "nanchaos run: warning: --out {}: replacing the report of an earlier run there (its run "
-        "folders are overwritten scenario by scenario, others stay)\n",
-        out);
-  }
+  if (fs::exists(fs::path(out) / "report.json", ec)) clear_earlier_run(out);
   if (!junit.empty()) {
     std::ofstream probe(junit, std::ios::app);
     if (!probe) {
@@ -408,6 +442,9 @@ class SuiteRun {
     if (!opts_.quiet) {
       std::cout << results::console_footer(report_);
       std::cout << "reports: " << out_ << "/report.json, junit.xml, report.md, report.html\n";
+    } else {  // quiet hides the table, not the outcome: one line for the CI log
+      std::cout << fmt::format("nanchaos run: {}; reports: {}/report.json\n",
+                               results::summary_text(report_), out_);
     }
     // Not an error: the page is there with its tables; the note says what is missing.
     if (!html_note.empty())

@@ -21,13 +21,14 @@
 namespace nanchaos::harness {
 
 struct RunOptions {
-  std::vector<std::string> paths;  ///< files or folders (searched recursively for *.toml)
-  std::string out_dir;             ///< "" = results/runs/<UTC time>-<suite>
-  std::vector<std::string> tags;   ///< run only scenarios carrying one of these tags
-  std::string junit;               ///< extra copy of junit.xml
-  std::string launcher;            ///< "" = $NANCHAOS_LAUNCHER or "mpirun"
-  std::string self_exe;            ///< this binary (ranks run `<self_exe> rank ...`)
-  bool quiet = false;              ///< no console table, no progress lines
+  std::vector<std::string> paths;         ///< files or folders (searched recursively for *.toml)
+  std::string out_dir;                    ///< "" = results/runs/<UTC time>-<suite>
+  std::vector<std::string> tags;          ///< run only scenarios carrying one of these tags (OR)
+  std::vector<std::string> exclude_tags;  ///< then drop those carrying any of these
+  std::string junit;                      ///< extra copy of junit.xml
+  std::string launcher;                   ///< "" = $NANCHAOS_LAUNCHER or "mpirun"
+  std::string self_exe;                   ///< this binary (ranks run `<self_exe> rank ...`)
+  bool quiet = false;  ///< no console table, no progress lines; one summary line at the end
   /// Runs per scenario; trial i uses seed + i and, when trials > 1, the run folder
   /// <out>/<name>/trial-<i>/ (docs/scenario-format.md "Trials").
   int trials = 1;

@@ -305,7 +305,9 @@ int merge_runs(const MergeOptions& opts) {
     const std::string html_note = results::write_html(merged, opts.out_dir + "/report.html");
     if (!html_note.empty())
       std::cerr << "nanchaos merge: warning: report.html: " << html_note << "\n";
-    if (!opts.quiet) {
+    if (!opts.quiet) {  // the whole suite's console table, as one unsharded `run` prints it
+      std::cout << results::console_header();
+      for (const auto& sc : merged.scenarios) std::cout << results::console_row(sc);
       std::cout << results::console_footer(merged);
       std::cout << fmt::format("merged {} run(s), {} scenario(s): {}/report.json\n", parts.size(),
                                merged.scenarios.size(), opts.out_dir);

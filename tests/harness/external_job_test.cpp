@@ -542,7 +542,7 @@ TEST(ExternalJob, MasterPortIsBindableAndBelowTheEphemeralRange) {
 TEST(ExternalJob, AJobThatLostItsMasterPortIsLaunchedAgain) {
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
-  const std::string once = std::string(R"(#!/bin/sh
+  const std::string once = std::string(R"sh(#!/bin/sh
 mark="$(dirname "$0")/tried-$RANK"
 echo "$MASTER_PORT" >> "$(dirname "$0")/ports-$RANK"
 if [ ! -e "$mark" ]; then
@@ -553,7 +553,7 @@ if [ ! -e "$mark" ]; then
   fi
   exit 1
 fi
-)") + (kFakeAgent + std::string(kFakeAgent).find('\n') + 1);
+)sh") + (kFakeAgent + std::string(kFakeAgent).find('\n') + 1);
   write_file(dir, "fake_agent.sh", once);
   const auto file =
       write_file(dir, "fake.toml",
@@ -576,14 +576,64 @@ TEST(ExternalJob, LostMasterPortNeedsAnExceptionBeforeAnyStart) {
   const auto run = tmpdir("lost-port");
   fs::create_directories(run + "/events");
   const std::string busy =
-      R"({"ev":"exception","t_us":2,"message":"RuntimeError: bind (errno: 98 - Address already in use)"})";
+      R"j({"ev":"exception","t_us":2,"message":"RuntimeError: bind (errno: 98 - Address already in use)"})j";
   write_file(run + "/events", "rank-0.jsonl", busy + "\n");
   write_file(run + "/events", "rank-1.jsonl", "");
   EXPECT_TRUE(nanchaos::harness::lost_master_port(run, 2));
-  write_file(run + "/events", "rank-1.jsonl", R"({"ev":"start","t_us":1})" "\n");
+  write_file(run + "/events", "rank-1.jsonl",
+             R"({"ev":"start","t_us":1})"
+             "\n");
   EXPECT_FALSE(nanchaos::harness::lost_master_port(run, 2));
   write_file(run + "/events", "rank-0.jsonl",
-             R"({"ev":"exception","t_us":2,"message":"ValueError: x"})" "\n");
+             R"({"ev":"exception","t_us":2,"message":"ValueError: x"})"
+             "\n");
   write_file(run + "/events", "rank-1.jsonl", "");
   EXPECT_FALSE(nanchaos::harness::lost_master_port(run, 2));
+}
+
+// CI's selection and artifacts (issue 35): --exclude-tag after --tag, a suite named after the
+// folder `run .` was given, one summary line under --quiet, and a reused --out cleared of the
+// earlier run's scenario folders.
+TEST(ExternalJob, ExcludeTagQuietSummaryAndAReusedOutFolder) {
+  const auto dir = tmpdir("suite-ci");
+  const auto out = tmpdir("out-ci");
+  write_file(dir, "fake_agent.sh", kFakeAgent);
+  auto scenario = [&](const std::string& name, const std::string& tags) {
+    const std::string text =
+        "[scenario]\nname = \"" + name + "\"\nseed = 11\ntags = [" + tags +
+        "]\n[job]\nworkload = \"external\"\nranks = 2\nsteps = 3\ntimeout_ms = 60000\n"
+        "command = [\"sh\", \"" +
+        dir + "/fake_agent.sh\"]\n[expect]\ndetected = false\n";
+    write_file(dir, name + ".toml", text);
+  };
+  scenario("ci-fast", "\"smoke\"");
+  scenario("ci-slow", "\"smoke\", \"slow\"");
+  auto r = run_cmd("cd " + dir + " && " + kBin + " run . --quiet --exclude-tag slow --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("nanchaos run: 1 scenario: 1 passed, 0 failed, 0 errors, 0 skipped; "
+                          "reports: " +
+                          out + "/report.json"),
+            std::string::npos)
+      << r.output;
+  json rep = read_report(out);
+  EXPECT_EQ(rep["suite"], fs::path(dir).filename().string()) << "not \".\"";
+  ASSERT_EQ(rep["scenarios"].size(), 1u);
+  EXPECT_EQ(rep["scenarios"][0]["name"], "ci-fast");
+  EXPECT_TRUE(fs::exists(out + "/ci-fast"));
+  // The same --out again, with the other scenario: the earlier run's folder is gone.
+  r = run_cmd(kBin + " run " + dir + " --quiet --tag slow --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cleared the earlier run there (its reports and 1 scenario folder(s))"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out + "/ci-fast"));
+  EXPECT_TRUE(fs::exists(out + "/ci-slow"));
+  rep = read_report(out);
+  ASSERT_EQ(rep["scenarios"].size(), 1u);
+  EXPECT_EQ(rep["scenarios"][0]["name"], "ci-slow");
+  // Everything excluded: exit 2, nothing started, and it says why.
+  r = run_cmd(kBin + " run " + dir + " --tag slow --exclude-tag smoke --out " + out + "-none");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("(after --exclude-tag smoke); nothing left to run"), std::string::npos)
+      << r.output;
 }

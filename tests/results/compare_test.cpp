@@ -176,6 +176,60 @@ TEST(Compare, LatencyIsGatedOnlyWithEnoughTrialsPastRatioAndDelta) {
   EXPECT_TRUE(run(10, 25, 3, 5).regressions.empty());
 }
 
+TEST(Compare, ASlowdownOnTooFewTrialsIsANoteNotASilentPass) {
+  const auto c =
+      compare_reports(report({scenario("s", "pass", "loss", 1, "activation", 0, 10, 1)}),
+                      report({scenario("s", "pass", "loss", 1, "activation", 0, 25, 1)}));
+  EXPECT_TRUE(c.regressions.empty());
+  ASSERT_EQ(c.scenarios[0].notes.size(), 1u);
+  EXPECT_EQ(c.scenarios[0].notes[0],
+            "latency_ms not gated (1 < 3 trials): latency_ms p50 10.00 → 25.00 ms (x2.50 > x2.00)");
+  EXPECT_NE(format_markdown(c).find("latency_ms not gated"), std::string::npos);
+  // No slowdown: no note.
+  EXPECT_TRUE(compare_reports(report({scenario("s", "pass", "loss", 1, "activation", 0, 10, 1)}),
+                              report({scenario("s", "pass", "loss", 1, "activation", 0, 11, 1)}))
+                  .scenarios[0]
+                  .notes.empty());
+}
+
+TEST(Compare, DecisionAndAbortLatencyAreGatedLikeDetectionLatency) {
+  auto with = [](double decision_us, double abort_ms) {
+    json s = scenario("s", "pass", "loss", 1, "activation", 0, 10, 4);
+    s["stats"]["decision_us"] = {{"n", 4}, {"p50", decision_us}, {"p95", decision_us}};
+    s["stats"]["abort_latency_ms"] = {{"n", 4}, {"p50", abort_ms}, {"p95", abort_ms}};
+    return report({s});
+  };
+  EXPECT_TRUE(compare_reports(with(300, 40), with(500, 70)).regressions.empty());
+  EXPECT_EQ(kinds(compare_reports(with(300, 40), with(5000, 40))),
+            std::vector<std::string>{"s:decision"});
+  EXPECT_EQ(kinds(compare_reports(with(300, 40), with(300, 400))),
+            std::vector<std::string>{"s:abort_latency"});
+  // x5 and 1.2 ms slower (1200 us > min_delta_ms 1 ms): gated; x9 but 0.8 ms: noise.
+  EXPECT_EQ(kinds(compare_reports(with(300, 40), with(1500, 40))),
+            std::vector<std::string>{"s:decision"});
+  EXPECT_TRUE(compare_reports(with(100, 40), with(900, 40)).regressions.empty());  // 0.8 ms
+  const json j = format_json(compare_reports(with(300, 40), with(5000, 40)));
+  EXPECT_EQ(j["scenarios"][0]["new"]["decision_us_p50"], 5000);
+  EXPECT_EQ(j["scenarios"][0]["base"]["abort_latency_ms_p50"], 40);
+}
+
+TEST(Compare, AFailingScenarioOnlyInNewIsANewFailure) {
+  const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0, 1)});
+  json broken = scenario("added", "error", "", nullptr, "", 0, 0, 1);
+  broken["reason"] = "rank 1 crashed";
+  const json fresh = report({scenario("a", "pass", "", nullptr, "", 0, 0, 1), broken,
+                             scenario("red", "fail", "", nullptr, "", 0, 0, 1),
+                             scenario("green", "pass", "", nullptr, "", 0, 0, 1),
+                             scenario("gpu", "skipped", "", nullptr, "", 0, 0, 1)});
+  const auto c = compare_reports(base, fresh, {}, "base.json", "new.json");
+  EXPECT_EQ(kinds(c), (std::vector<std::string>{"added:new_failure", "red:new_failure"}));
+  EXPECT_EQ(c.regressions[0].detail, "only in new.json, and error (rank 1 crashed)");
+  EXPECT_EQ(scenarios_with_findings(c), 2);
+  CompareOptions common;
+  common.common_only = true;  // --common compares the shared scenarios only
+  EXPECT_TRUE(compare_reports(base, fresh, common).regressions.empty());
+}
+
 TEST(Compare, OldReportsWithoutStatsCountAsOneTrial) {
   const json s = scenario("a", "pass", "loss", 1, "activation", 2, 7.5);  // no stats block
   const ScenarioSide side = scenario_side(s);
@@ -194,7 +248,7 @@ TEST(Compare, RenderingsNameTheScenarioAndTheRegressionKind) {
   const std::string md = format_markdown(c);
   EXPECT_NE(md.find("| Scenario |"), std::string::npos) << md;
   EXPECT_NE(md.find("- `nan-x`: **verdict**"), std::string::npos) << md;
-  EXPECT_NE(md.find("**2 regression(s)**"), std::string::npos) << md;
+  EXPECT_NE(md.find("**2 finding(s) in 1 scenario(s)** fail the gate"), std::string::npos) << md;
   const std::string text = format_text(c);
   EXPECT_NE(text.find("REGRESSION nan-x: verdict: pass → fail"), std::string::npos) << text;
   EXPECT_NE(text.find("REGRESSION nan-x: detection: no longer detected"), std::string::npos)
@@ -358,7 +412,7 @@ TEST_F(CompareFiles, NoSharedScenarioExitsTwoAndCommonComparesASubset) {
   EXPECT_NE(out_.str().find("1 shared scenario(s); 1 only in BASE (not compared: --common)\n"),
             std::string::npos)
       << out_.str();
-  EXPECT_NE(out_.str().find("--- 1 scenarios compared: 0 regression(s)\n"), std::string::npos);
+  EXPECT_NE(out_.str().find("--- 1 scenarios compared: no regression\n"), std::string::npos);
 }
 
 }  // namespace

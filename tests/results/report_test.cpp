@@ -309,6 +309,21 @@ TEST_F(ReportWriters, Markdown) {
   EXPECT_NE(m.find("| within_steps | 1 | - |"), std::string::npos) << m;
   EXPECT_NE(m.find("### step-past-end (error)"), std::string::npos);
   EXPECT_EQ(m.find("### nan-input-one-rank"), std::string::npos);
+  // A pull-request comment: what failed first, then the whole table folded (closed when
+  // something failed), its latency columns defined, the skipped ones in a folded list.
+  EXPECT_LT(m.find("## Failed or errored"), m.find("| Verdict | Scenario |"));
+  EXPECT_LT(m.find("### step-past-end (error)"), m.find("<details><summary>All 4 scenarios"));
+  EXPECT_NE(m.find("Latency (steps): steps from the first injection"), std::string::npos);
+  EXPECT_NE(m.find("<details><summary>1 skipped</summary>\n\n- gpu-only: needs device"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("### gpu-only"), std::string::npos);
+  SuiteReport green = make_suite();
+  green.scenarios = {green.scenarios[0]};
+  write_markdown(green, path.string());
+  const std::string g = slurp(path);
+  EXPECT_NE(g.find("<details open><summary>All 1 scenarios"), std::string::npos) << g;
+  EXPECT_EQ(g.find("## Failed or errored"), std::string::npos);
 }
 
 TEST(ReportConsole, ColumnsLineUp) {
@@ -389,6 +404,27 @@ TEST_F(ReportWriters, MarkdownListsTrialPercentilesWhenTrialsRepeat) {
   EXPECT_NE(m.find("| nan-input-one-rank | 3/3 | 0 / 0 / 0 | 3.50 / 9.25 / 9.25 |"),
             std::string::npos)
       << m;
+}
+
+TEST_F(ReportWriters, JunitTimesAllTrialsAndSaysHowManyPassed) {
+  SuiteReport r = make_suite();
+  r.trials = 3;
+  ScenarioResult& fail = r.scenarios.at(1);
+  ScenarioResult ok = fail;
+  ok.verdict = Verdict::kPass;
+  ok.wall_ms = 1000;
+  fail.wall_ms = 2000;
+  fail.trials = {ok, fail, fail};
+  fail.stats = scenario_stats(fail.trials);
+  const auto path = dir_ / "junit.xml";
+  write_junit(r, path.string());
+  const std::string x = slurp(path);
+  // 1 + 2 + 2 s of the repeated scenario, not one trial's 2 s.
+  EXPECT_NE(x.find("name=\"fp16-ffn-overflow\" file=\"scenarios/fp16.toml\" time=\"5.000\""),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("<failure message=\"1/3 trials passed: "), std::string::npos) << x;
+  EXPECT_EQ(count(x, "trials passed"), 1u);  // the one-trial error keeps its plain message
 }
 
 }  // namespace

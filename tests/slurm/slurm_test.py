@@ -11,6 +11,10 @@ nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, an
                     4-rank jobs' steps spread 4 tasks over both nodes; the hung rank's step was
                     cancelled by Slurm; afterwards no step is left (`scontrol show step`), no
                     process of the allocation is left on the machine, and none under a slurmd.
+  --phase campaign  `nanchaos campaign campaigns/mlp-default.toml --faults 200 --slurm-array 4`
+                    (sbatch --wait of a 4-task array, then merge) gives campaign.json rows equal,
+                    fault for fault, to the one-process campaign of the same seed; each task
+                    measured its quarter; both wall times are printed.
   --phase external  tests/slurm/ddp-env.toml (examples/pytorch/train_ddp.py, 4 ranks on 2 nodes,
                     through tests/slurm/torchrun_env.py which records what each rank was given)
                     passes, and every rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -279,12 +283,68 @@ def phase_external(nanchaos: str, conf: Path, work: Path) -> Failures:
     return f
 
 
+CAMPAIGN_FAULTS = 200
+
+
+def campaign_row(fault: dict) -> dict:
+    """A campaign.json row less what differs between two runs of the same draw (times, paths)."""
+    row = {k: v for k, v in fault.items() if k not in ("wall_ms", "latency_ms", "rerun")}
+    if isinstance(row.get("harness_named"), dict):
+        row["harness_named"] = {k: v for k, v in row["harness_named"].items()
+                                if k != "latency_ms"}
+    return row
+
+
+def phase_campaign(nanchaos: str, conf: Path, work: Path) -> Failures:
+    f = Failures()
+    env = dict(os.environ, SLURM_CONF=str(conf), **ONE_HOST_ENV)
+    base = [nanchaos, "campaign", str(SOURCE / "campaigns" / "mlp-default.toml"), "--faults",
+            str(CAMPAIGN_FAULTS), "--seed", "2", "--quiet"]
+    t = time.monotonic()
+    single = subprocess.run(base + ["--jobs", "2", "--out", str(work / "single")], env=env,
+                            capture_output=True, text=True)
+    single_s = time.monotonic() - t
+    t = time.monotonic()
+    array = subprocess.run(base + ["--slurm-array", "4", "--out", str(work / "array")], env=env,
+                           capture_output=True, text=True)
+    array_s = time.monotonic() - t
+    print(f"campaign of {CAMPAIGN_FAULTS} faults: one process --jobs 2 {single_s:.1f} s; "
+          f"--slurm-array 4 (sbatch, 4 tasks on the 2 nodes, merge) {array_s:.1f} s", flush=True)
+    f.check(single.returncode in (0, 1), f"single campaign exit {single.returncode}: "
+            f"{single.stderr[-500:]}")
+    f.check(array.returncode == single.returncode,
+            f"--slurm-array 4 exit {array.returncode} (single {single.returncode}): "
+            f"{array.stderr[-800:]}")
+    one_path, merged_path = work / "single" / "campaign.json", work / "array" / "campaign.json"
+    if not (one_path.exists() and merged_path.exists()):
+        f.check(False, f"both campaign.json written ({one_path}, {merged_path})")
+        return f
+    one, merged = json.loads(one_path.read_text()), json.loads(merged_path.read_text())
+    diff = [a["index"] for a, b in zip(one["faults"], merged["faults"])
+            if campaign_row(a) != campaign_row(b)]
+    f.check(len(merged["faults"]) == len(one["faults"]) == CAMPAIGN_FAULTS and not diff,
+            f"merged rows equal the single run's: {len(merged['faults'])} rows, differing at "
+            f"{diff[:10]}")
+    for i in range(1, 5):
+        part = work / "array" / f"shard-{i}" / "campaign.json"
+        idx = [r["index"] for r in json.loads(part.read_text())["faults"]] if part.exists() else []
+        f.check(idx == list(range(i - 1, CAMPAIGN_FAULTS, 4)),
+                f"array task {i} measured the faults with index mod 4 = {i - 1} ({len(idx)})")
+    f.check(one["summary"]["coverage"] == merged["summary"]["coverage"] and
+            one["thresholds"] == merged["thresholds"],
+            f"summary and thresholds recomputed equal: {merged['summary']['coverage']}")
+    left = scontrol(conf, "show", "job")
+    f.check("nanchaos-campaign" not in left or "JobState=COMPLETED" in left,
+            "no array task left pending or running")
+    return f
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nanchaos", required=True, help="the nanchaos binary")
     ap.add_argument("--slurm-dir", required=True, help="the folder .ci/slurm-up set up")
     ap.add_argument("--work", required=True, help="run folders go here (emptied first)")
-    ap.add_argument("--phase", choices=["faults", "external"], required=True)
+    ap.add_argument("--phase", choices=["faults", "external", "campaign"], required=True)
     args = ap.parse_args()
     slurm_dir = Path(args.slurm_dir)
     if (slurm_dir / "unavailable").exists():
@@ -302,7 +362,8 @@ def main() -> int:
     subprocess.run(["rm", "-rf", str(work)], check=True)
     work.mkdir(parents=True)
     t = time.monotonic()
-    phase = phase_faults if args.phase == "faults" else phase_external
+    phase = {"faults": phase_faults, "external": phase_external,
+             "campaign": phase_campaign}[args.phase]
     f = phase(args.nanchaos, conf, work)
     print(f"slurm {args.phase}: {len(f.items)} failure(s), {time.monotonic() - t:.1f} s",
           flush=True)
