@@ -52,6 +52,9 @@ StragglerTracker::StragglerTracker(StragglerParams p) : p_(p) {
   if (p_.baseline_steps < 1) throw std::invalid_argument("straggler baseline steps must be >= 1");
   if (!(p_.min_excess_us >= 0)) throw std::invalid_argument("straggler min excess must be >= 0");
   if (!(p_.mad_k >= 0)) throw std::invalid_argument("straggler mad_k must be >= 0");
+  if (!(p_.min_excess_steps >= 0)) {
+    throw std::invalid_argument("straggler min_excess_steps must be >= 0");
+  }
 }
 
 void StragglerTracker::reset() {
@@ -82,7 +85,8 @@ std::vector<StragglerFlag> StragglerTracker::observe(const std::vector<PhaseTime
   push_capped(medians_, median, p_.baseline_steps);
   scratch_.assign(medians_.begin(), medians_.end());
   const double typical = median_in_place(scratch_);
-  const double min_excess = std::max(p_.min_excess_us, (p_.factor - 1.0) * typical);
+  const double min_excess =
+      std::max(p_.min_excess_us, std::max(p_.factor - 1.0, p_.min_excess_steps) * typical);
   std::vector<StragglerFlag> flags;
   PhaseTimes phase_median{};
   bool phase_medians = false;  // computed on the first flag only

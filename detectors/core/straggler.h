@@ -24,10 +24,14 @@
 // - a step is slow for a rank when all of:
 //     score > factor x baseline                          (the contract's rule)
 //     score > baseline + mad_k x spread                  (a rank with noisy steps needs more)
-//     own - median > max(min_excess_us, (factor - 1) x typical step)
+//     own - median > max(min_excess_us, max(factor - 1, min_excess_steps) x typical step)
 //   where the typical step is the median over the last baseline_steps steps of the ranks'
 //   median: one step on which the others happened to be fast does not make a rank slow, and
-//   jitter of a few hundred us on millisecond steps is never slowness;
+//   jitter of a few hundred us on millisecond steps is never slowness. With the defaults a rank
+//   must spend at least one more typical step of its own (2x) for straggler_steps steps: on
+//   clean runs of the shipped suite on a 2-core VM loaded with 4 busy loops, a rank's own time
+//   (run delay already out) reached 1.75x the median for 3 steps in a row (CPU and cache
+//   contention that is not run delay), and a 1.5x threshold alone would have flagged it;
 // - `consecutive` slow steps in a row flag the rank; every flagged rank is reported, with the
 //   phase whose own time exceeds the ranks' median for that phase by the most. A flagged rank
 //   stays reported while it stays slow; slow steps never enter its baseline.
@@ -63,6 +67,7 @@ struct StragglerParams {
   int64_t baseline_steps = 20;    ///< window of a rank's baseline (steps, unflagged ones)
   double min_excess_us = 2000.0;  ///< own time must exceed the median by more than this (us)
   double mad_k = 6.0;             ///< robust sigmas of its own scores a slow score must pass
+  double min_excess_steps = 1.0;  ///< own time must exceed the median by this x typical step
 };
 
 /// A flagged rank and the phase that grew.
@@ -75,7 +80,8 @@ struct StragglerFlag {
 class StragglerTracker {
  public:
   /// Throws std::invalid_argument for factor <= 1, consecutive < 1, warmup_steps < 0,
-  /// baseline_steps < 1, min_excess_us < 0 or mad_k < 0 (the message names the key).
+  /// baseline_steps < 1, min_excess_us < 0, mad_k < 0 or min_excess_steps < 0 (the message names
+  /// the key).
   explicit StragglerTracker(StragglerParams p);
 
   /// Feeds one step: `times[r]` is rank r's own time per phase (us, >= 0; world = its size,
