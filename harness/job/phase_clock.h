@@ -20,7 +20,9 @@
 //   comm      the step's collectives' own work: buffer broadcast and replica digests at step
 //             start, the consensus, packing and unpacking of the gradient all-reduce
 // The optimizer update belongs to no phase (as in phases.py).
-// Example: clock.begin(); ...; clock.mark(StepPhase::kData); ...; clock.end() -> StepTimes.
+// Example: clock.begin(); ...; clock.mark(StepPhase::kData); ...; clock.times() -> StepTimes.
+// Cost: per step 6 marks and 2 reads around each collective (3 or 4), each a clock read and a
+// pread of the schedstat file (~1 us on this project's VM): ~15 us a step.
 // Torch-free. Thread-safety: the rank's one thread.
 #pragma once
 
