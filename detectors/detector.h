@@ -19,6 +19,7 @@
 
 #include "detectors/core/consensus.h"
 #include "detectors/core/fused_scan.h"
+#include "detectors/core/straggler.h"
 #include "harness/scenario/detector_registry.h"
 #include "harness/scenario/stack_config.h"
 #include "harness/tensor/batch.h"
@@ -32,6 +33,10 @@ using harness::detector_bit;
 /// state digests (detectors/core/replica.h).
 /// kRecompute: before the consensus, on the steps due() accepts, after the job recomputed the
 /// step's forward and backward on the same batch (ReferenceStack::begin_recompute).
+/// kConsensus: after the consensus summary round, with every rank's own phase times of the
+/// previous step (`rank_phase_us`, which ride on the summary: no extra collective). Every rank
+/// sees the same data, so its Finding (which names `ranks`) is decided without a second round,
+/// as post_reduce's.
 enum class Hook {
   kStepStart,
   kReplica,
@@ -39,14 +44,16 @@ enum class Hook {
   kLoss,
   kGradients,
   kRecompute,
+  kConsensus,
   kPostReduce,
   kCollective
 };
 
 struct Finding {
-  std::string layer;  ///< "" when the detector cannot tell
-  std::string cause;  ///< "" when the detector cannot tell
-  int code = 0;       ///< detector-specific small integer that travels in the consensus
+  std::string layer;           ///< "" when the detector cannot tell
+  std::string cause;           ///< "" when the detector cannot tell
+  int code = 0;                ///< detector-specific small integer that travels in the consensus
+  std::vector<int64_t> ranks;  ///< kConsensus: the ranks it names, ascending (empty otherwise)
 };
 
 /// What a detector may look at. Pointers are null outside their hook.
@@ -84,6 +91,9 @@ struct StepView {
   const std::vector<torch::Tensor>* recomputed_activation_sums = nullptr;
   /// kRecompute: the probed module of each activation sum (probe order).
   const std::vector<std::string>* activation_modules = nullptr;
+  /// kConsensus: every rank's own time per phase at the previous step (us; world entries, rank
+  /// order; all zero before the first step ended). harness/job/phase_clock.h.
+  const std::vector<harness::PhaseTimes>* rank_phase_us = nullptr;
 };
 
 /// The backward op an anomaly-mode message names ("MulBackward0"), or the message itself.

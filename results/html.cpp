@@ -206,6 +206,32 @@ std::string launches_html(const ScenarioResult& s, Render& render, ScriptPath& s
   return h + "</table>\n";
 }
 
+// The job's per-rank step times (JobFacts::step_times; results/markdown.cpp has the same table).
+std::string step_times_html(const ScenarioResult& s) {
+  if (!s.judged || s.judged->step_times.empty()) return "";
+  std::string h =
+      "<table class=\"step-times\"><tr><th>Rank</th><th>Steps</th><th>Data ms</th>"
+      "<th>Compute ms</th><th>Backward ms</th><th>Comm ms</th><th>Own total ms</th>"
+      "<th>Waiting ms</th><th>Run delay ms</th><th>Score p50</th><th>Score max</th>"
+      "<th>Slow steps</th></tr>";
+  for (const RankStepTime& t : s.judged->step_times) {
+    h += fmt::format(
+        "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2f}</td>"
+        "<td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td>"
+        "<td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{:.2f}</td><td class=\"n\">{:.2f}</td><td class=\"n\">{}</td></tr>",
+        t.rank, t.steps, t.own_p50_us[0] / 1e3, t.own_p50_us[1] / 1e3, t.own_p50_us[2] / 1e3,
+        t.own_p50_us[3] / 1e3, t.own_total_p50_us / 1e3, t.wait_p50_us / 1e3,
+        t.run_delay_p50_us ? fmt::format("{:.2f}", *t.run_delay_p50_us / 1e3) : "-", t.score_p50,
+        t.score_max, t.slow_steps);
+  }
+  return h +
+         "</table>\n<p class=\"legend\">Step time per rank: own time per phase (median over the "
+         "steps every rank logged; collective waits and run-queue delay taken out); score = own "
+         "total over the ranks' median at the step (the straggler detector's statistic); slow "
+         "steps: score &gt; 1.5.</p>\n";
+}
+
 }  // namespace
 
 std::string write_html(const SuiteReport& r, const std::string& path, const HtmlOptions& o) {
@@ -289,6 +315,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
       continue;
     }
     if (s.judged && s.judged->launches) h += launches_html(s, render, script_path);
+    h += step_times_html(s);
     const Timeline& t = s.timeline;
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(

@@ -3,7 +3,10 @@
 // reads the same as before these were structs.
 #include "results/job_facts.h"
 
+#include <algorithm>
 #include <string>
+
+#include "harness/common/percentile.h"
 
 namespace nanchaos::results {
 namespace {
@@ -109,6 +112,94 @@ void from_json(const json& j, Memory& v) {
   read(j, "total_mib", v.total_mib);
   read_by_rank(j, "per_rank_mib", v.per_rank_mib);
   read_by_rank(j, "measured_by", v.measured_by);
+}
+
+void to_json(json& j, const RankStepTime& v) {
+  json own = json::object();
+  for (size_t k = 0; k < v.own_p50_us.size(); ++k) own[harness::kPhaseKeys[k]] = v.own_p50_us[k];
+  j = {{"rank", v.rank},
+       {"steps", v.steps},
+       {"own_p50_us", std::move(own)},
+       {"own_total_p50_us", v.own_total_p50_us},
+       {"wait_p50_us", v.wait_p50_us},
+       {"run_delay_p50_us", opt(v.run_delay_p50_us)},
+       {"score_p50", v.score_p50},
+       {"score_max", v.score_max},
+       {"slow_steps", v.slow_steps}};
+}
+void from_json(const json& j, RankStepTime& v) {
+  read(j, "rank", v.rank);
+  read(j, "steps", v.steps);
+  if (auto it = j.find("own_p50_us"); it != j.end() && it->is_object()) {
+    for (size_t k = 0; k < v.own_p50_us.size(); ++k)
+      read(*it, harness::kPhaseKeys[k], v.own_p50_us[k]);
+  }
+  read(j, "own_total_p50_us", v.own_total_p50_us);
+  read(j, "wait_p50_us", v.wait_p50_us);
+  read(j, "run_delay_p50_us", v.run_delay_p50_us);
+  read(j, "score_p50", v.score_p50);
+  read(j, "score_max", v.score_max);
+  read(j, "slow_steps", v.slow_steps);
+}
+
+std::vector<RankStepTime> rank_step_times(
+    const std::vector<std::map<int64_t, harness::StepEndEvent::Phases>>& by_rank) {
+  using Phases = harness::StepEndEvent::Phases;
+  std::vector<size_t> ranks;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (!by_rank[r].empty()) ranks.push_back(r);
+  }
+  if (ranks.empty()) return {};
+  // The steps every reporting rank logged: a score compares ranks at the same step.
+  std::vector<int64_t> steps;
+  for (const auto& [step, p] : by_rank[ranks.front()]) {
+    bool everywhere = true;
+    for (size_t r : ranks) everywhere = everywhere && by_rank[r].count(step);
+    if (everywhere) steps.push_back(step);
+  }
+  auto total = [](const Phases& p) {
+    double t = 0;
+    for (int64_t v : p.own_us) t += double(std::max<int64_t>(v, 0));
+    return t;
+  };
+  std::vector<std::vector<double>> scores(ranks.size());
+  for (int64_t step : steps) {
+    std::vector<double> totals;
+    for (size_t r : ranks) totals.push_back(total(by_rank[r].at(step)));
+    const double median = nanchaos::percentile(totals, 50);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      scores[i].push_back(median > 0 ? totals[i] / median : 1.0);
+    }
+  }
+  std::vector<RankStepTime> out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    RankStepTime row;
+    row.rank = int64_t(ranks[i]);
+    row.steps = int64_t(steps.size());
+    if (steps.empty()) {
+      out.push_back(row);
+      continue;
+    }
+    std::array<std::vector<double>, 4> own;
+    std::vector<double> totals, waits, delays;
+    for (int64_t step : steps) {
+      const Phases& p = by_rank[ranks[i]].at(step);
+      for (size_t k = 0; k < own.size(); ++k) own[k].push_back(double(p.own_us[k]));
+      totals.push_back(total(p));
+      waits.push_back(double(p.wait_us));
+      if (p.run_delay_us) delays.push_back(double(*p.run_delay_us));
+    }
+    for (size_t k = 0; k < own.size(); ++k) row.own_p50_us[k] = nanchaos::percentile(own[k], 50);
+    row.own_total_p50_us = nanchaos::percentile(totals, 50);
+    row.wait_p50_us = nanchaos::percentile(waits, 50);
+    if (!delays.empty()) row.run_delay_p50_us = nanchaos::percentile(delays, 50);
+    row.score_p50 = nanchaos::percentile(scores[i], 50);
+    row.score_max = *std::max_element(scores[i].begin(), scores[i].end());
+    row.slow_steps =
+        std::count_if(scores[i].begin(), scores[i].end(), [](double x) { return x > 1.5; });
+    out.push_back(row);
+  }
+  return out;
 }
 
 void to_json(json& j, const LauncherExitFacts& v) {
@@ -237,6 +328,7 @@ void write_facts(const JobFacts& f, json& s) {
   s["remote_ranks"] = f.remote_ranks;
   if (f.launches) s["launches"] = *f.launches;
   if (f.restarts) s["restarts"] = *f.restarts;
+  if (!f.step_times.empty()) s["step_times"] = f.step_times;
 }
 
 void write_facts(const ControllerFacts& f, json& s) {
@@ -287,6 +379,7 @@ std::optional<JobFacts> read_job_facts(const json& s) {
   read(s, "remote_ranks", f.remote_ranks);
   read(s, "launches", f.launches);
   read(s, "restarts", f.restarts);
+  read(s, "step_times", f.step_times);
   return f;
 }
 

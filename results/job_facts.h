@@ -10,12 +10,15 @@
 // its default). Nothing here includes torch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "harness/evidence/event_types.h"
 
 namespace nanchaos::results {
 
@@ -74,6 +77,29 @@ struct Memory {
   /// Every rank: "exit_event", "controller_sample", "none", "none (remote, no exit event)".
   std::map<int64_t, std::string> measured_by;
 };
+
+/// report.json `step_times`: one row per rank whose job logged its own phase times (the step_end
+/// `own_us` of harness/job/phase_clock.h and of the Python agent's phases.py: each phase's wall
+/// time minus collective waits and run-queue delay), over the steps every such rank logged
+/// (a re-executed step counts once, its last run). Times in us; medians are nearest-rank
+/// (harness/common/percentile.h). The score is the straggler detector's: a step's own total over
+/// the ranks' median own total at that step.
+struct RankStepTime {
+  int64_t rank = 0;
+  int64_t steps = 0;                       ///< steps with times (on every reporting rank)
+  std::array<double, 4> own_p50_us{};      ///< data, compute, backward, comm (kPhaseKeys order)
+  double own_total_p50_us = 0;             ///< median own total
+  double wait_p50_us = 0;                  ///< median time inside collectives
+  std::optional<double> run_delay_p50_us;  ///< median run delay (null: not logged)
+  double score_p50 = 0;
+  double score_max = 0;
+  int64_t slow_steps = 0;  ///< steps with score > 1.5 (the detector's default straggler_factor)
+};
+
+/// The table from every rank's phase times by step (index = rank; a rank with none is left out).
+/// Empty when fewer than one rank logged any.
+std::vector<RankStepTime> rank_step_times(
+    const std::vector<std::map<int64_t, harness::StepEndEvent::Phases>>& by_rank);
 
 /// report.json `launcher_exit`: how the launcher ended (harness/controller/launcher_exit.cpp).
 struct LauncherExitFacts {
@@ -143,6 +169,8 @@ struct JobFacts {
   /// [job] restarts > 0: every launch and every restart (absent from report.json otherwise).
   std::optional<std::vector<Launch>> launches;
   std::optional<std::vector<Restart>> restarts;
+  /// Per-rank step times (empty: no rank logged phase times; absent from report.json then).
+  std::vector<RankStepTime> step_times;
 };
 
 /// The controller's own figures after a job (controller.cpp).

@@ -83,6 +83,34 @@ std::string launches_section(const SuiteReport& r) {
   return m;
 }
 
+// Every job's per-rank step times (JobFacts::step_times): the phase split of each rank's own
+// time and its straggler score, for built-in and external jobs alike. "" when no job logged any.
+std::string step_times_section(const SuiteReport& r) {
+  std::string m;
+  for (const auto& s : r.scenarios) {
+    if (!s.judged || s.judged->step_times.empty()) continue;
+    if (m.empty()) {
+      m = "\n## Step time per rank\n\nOwn time per phase (median ms over the steps every rank "
+          "logged: wall time minus collective waits and run-queue delay); score = the rank's own "
+          "total over the ranks' median at the same step (the `straggler` detector's statistic); "
+          "slow steps: score > 1.5.\n\n| Scenario | Rank | Steps | Data | Compute | Backward | "
+          "Comm | Own total | Waiting | Run delay | Score p50 | Score max | Slow steps |\n"
+          "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+    }
+    for (const RankStepTime& t : s.judged->step_times) {
+      m += fmt::format(
+          "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {} | {:.2f} | "
+          "{:.2f} | {} |\n",
+          md_cell(s.name), t.rank, t.steps, t.own_p50_us[0] / 1e3, t.own_p50_us[1] / 1e3,
+          t.own_p50_us[2] / 1e3, t.own_p50_us[3] / 1e3, t.own_total_p50_us / 1e3,
+          t.wait_p50_us / 1e3,
+          t.run_delay_p50_us ? fmt::format("{:.2f}", *t.run_delay_p50_us / 1e3) : "-", t.score_p50,
+          t.score_max, t.slow_steps);
+    }
+  }
+  return m;
+}
+
 // The scenarios that failed or errored, each with its reason, failed checks and output links,
 // and then the skipped ones in one line each: what a pull-request comment must show first.
 std::string not_passing_section(const SuiteReport& r, const std::string& path) {
@@ -179,6 +207,7 @@ void write_markdown(const SuiteReport& r, const std::string& path) {
         fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} |\n", md_cell(s.name), mem.ranks_measured,
                     mem.per_rank_max_mib, mem.per_rank_mean_mib, mem.total_mib);
   }
+  m += step_times_section(r);
   m += launches_section(r);
   // Every job's output files: the merged view and each rank's own.
   bool out_heading = false;

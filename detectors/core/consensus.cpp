@@ -1,6 +1,7 @@
 #include "detectors/core/consensus.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "harness/scenario/detector_registry.h"
 
@@ -23,7 +24,27 @@ SummaryCounts summary_counts(uint64_t bits) {
 }
 
 bool summary_flagged(const SummaryCounts& counts) {
-  return std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != 0; });
+  const auto end = counts.begin() + ptrdiff_t(std::min(counts.size(), summary_width()));
+  return std::any_of(counts.begin(), end, [](int64_t n) { return n != 0; });
+}
+
+void put_phase_times(SummaryCounts& counts, int rank, int world, const PhaseTimes& mine) {
+  const size_t base = summary_width();
+  counts.resize(base + size_t(world) * kStepPhases, 0);
+  for (size_t k = 0; k < kStepPhases; ++k) {
+    const double us = std::isfinite(mine[k]) && mine[k] > 0 ? mine[k] : 0.0;
+    counts[base + size_t(rank) * kStepPhases + k] = std::llround(std::min(us, 1e15));
+  }
+}
+
+std::vector<PhaseTimes> phase_times(const SummaryCounts& counts, int world) {
+  std::vector<PhaseTimes> out(size_t(world), PhaseTimes{});
+  const size_t base = summary_width();
+  if (counts.size() < base + size_t(world) * kStepPhases) return out;
+  for (size_t r = 0; r < out.size(); ++r) {
+    for (size_t k = 0; k < kStepPhases; ++k) out[r][k] = double(counts[base + r * kStepPhases + k]);
+  }
+  return out;
 }
 
 double LrRaise::note(int64_t step, double lr) {

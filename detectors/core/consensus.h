@@ -3,10 +3,12 @@
 // Two rounds, the second only on flagged steps:
 // 1. the summary (every step): a SUM all-reduce of summary_width() int64 counts, slot b = 1 when
 //    this rank's detector detector_order()[b] flagged (summary_counts()). Its size does not depend
-//    on the world size (8 bytes per registered detector: 96 at any world size), as DeepSpeed's
+//    on the world size (8 bytes per registered detector: 112 at any world size with 14 detectors), as DeepSpeed's
 //    MAX-reduced overflow flag and Megatron's all-reduced found_inf. Integer counts are exact and
 //    carry no float, so no NaN can be lost in a reduction (a float MAX can drop one). Every rank
-//    gets the same counts and so takes the same branch.
+//    gets the same counts and so takes the same branch. With the `straggler` detector enabled,
+//    every rank's own phase times of its last step follow the counts (put_phase_times): 32
+//    bytes a rank, in the same collective.
 // 2. the detail (only when some count is non-zero, summary_flagged()): each rank fills its own
 //    row of a [world x kRowWidth] float64 matrix (zeros elsewhere) and the matrix is
 //    SUM-all-reduced: every rank then holds every rank's detector bits and attribution hints, and
@@ -20,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "detectors/core/straggler.h"
 
 namespace nanchaos::harness {
 
@@ -36,8 +40,17 @@ using SummaryCounts = std::vector<int64_t>;
 /// This rank's summary contribution: slot b = 1 when bit b of `bits` (a row's kBits) is set.
 SummaryCounts summary_counts(uint64_t bits);
 
-/// True when any rank flagged any detector (any slot of the all-reduced summary is non-zero).
+/// True when any rank flagged any detector (any of the first summary_width() slots of the
+/// all-reduced summary is non-zero; slots after them carry the phase times, below).
 bool summary_flagged(const SummaryCounts& counts);
+
+/// With a kConsensus detector enabled (`straggler`), every rank's own phase times of its last
+/// step ride on the summary: kStepPhases int64 slots (us) per rank after the counts, each filled
+/// by its rank only, so the SUM is an exact all-gather (8 x 4 bytes a rank: 2 KiB at 64 ranks).
+/// `mine` into this rank's slots of `counts` (resized to hold them).
+void put_phase_times(SummaryCounts& counts, int rank, int world, const PhaseTimes& mine);
+/// Every rank's phase times from an all-reduced summary that put_phase_times filled.
+std::vector<PhaseTimes> phase_times(const SummaryCounts& counts, int world);
 
 /// Columns of a rank's row.
 enum RowField : int {

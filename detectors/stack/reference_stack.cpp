@@ -96,6 +96,7 @@ ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog&
                                       std::move(write_exit));
   for (const auto& d : detectors_) {
     has_post_reduce_ |= d->hook() == Hook::kPostReduce;
+    has_consensus_hook_ |= d->hook() == Hook::kConsensus;
     // The loss check's attribution gets the module on the step itself (transient faults too).
     localize_ |= consensus_ && info_of(*d).localizes_loss;
     if (d->hook() == Hook::kReplica) replica_ = d.get();
@@ -401,6 +402,8 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   global_max_abs_ = row_[kMaxAbs];
   if (!consensus_) return decision;
   harness::SummaryCounts counts = harness::summary_counts(uint64_t(row_[kBits]));
+  if (has_consensus_hook_)
+    harness::put_phase_times(counts, coll_->rank(), coll_->world(), phase_us_);
   coll_->allreduce_i64(counts.data(), counts.size(), "consensus", step);
   if (harness::summary_flagged(counts)) {
     fill_training_state();
@@ -420,7 +423,40 @@ Decision ReferenceStack::decide(int64_t step, const std::function<ReplayResult(i
   }
   // Training-state drift, or growth under a raised LR (DESIGN.md), named from every rank's row.
   attribute_training_state(rows_, coll_->world(), &decision);
+  if (has_consensus_hook_) consensus_detectors(counts, &decision);
   return decision;
+}
+
+// The kConsensus detectors (straggler) on every rank's phase times: the same data on every
+// rank, so every rank derives the same finding. The flagged ranks write the `detect` event
+// (the rank where the symptom is); a finding leads the step's decision when no detector of the
+// summary flagged anything (those come first: a numerical fault is acted on).
+void ReferenceStack::consensus_detectors(const harness::SummaryCounts& counts, Decision* d) {
+  const std::vector<harness::PhaseTimes> times = harness::phase_times(counts, coll_->world());
+  StepView view;
+  view.step = step_;
+  view.rank = coll_->rank();
+  view.world = coll_->world();
+  view.rank_phase_us = &times;
+  for (auto& det : detectors_) {
+    if (det->hook() != Hook::kConsensus) continue;
+    auto f = det->check(view);
+    if (!f || f->ranks.empty()) continue;
+    if (std::find(f->ranks.begin(), f->ranks.end(), int64_t(coll_->rank())) != f->ranks.end()) {
+      if (!first_local_us_) first_local_us_ = now_us();
+      write_detect(log_, det->name(), step_, *f);
+    }
+    if (d->flagged) continue;
+    d->flagged = true;
+    d->detector = det->name();
+    d->ranks = f->ranks;
+    d->layer = f->layer;
+    d->cause = f->cause;
+    for (int64_t r : f->ranks)
+      d->flagged_detail.push_back(
+          {{"rank", r}, {"detectors", nlohmann::json::array({det->name()})}});
+    decided_us_ = now_us();
+  }
 }
 
 void ReferenceStack::begin_replay(int64_t step) {
@@ -490,8 +526,10 @@ void ReferenceStack::update_scaler(Decision* d, bool* skip) {
 }
 
 void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
+  const harness::DetectorInfo& info = harness::detectors().at(d.detector);
+  // A report-only finding (a straggler) changes no number: nothing to recover.
   const PolicyAction act =
-      choose_action(s_.recovery, harness::detectors().at(d.detector).ranks_by_vote);
+      info.report_only ? PolicyAction{"none"} : choose_action(s_.recovery, info.ranks_by_vote);
   if (act.abort) {
     carry_.aborting = true;
     carry_.abort_cause = d.cause;

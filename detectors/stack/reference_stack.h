@@ -155,6 +155,9 @@ class ReferenceStack {
   /// step. Then call early_return, which writes the rank-local `decision`.
   bool wants_early_return() const;
   void early_return(int64_t step);
+  /// The own time per phase of the step that just ended (harness/job/phase_clock.h, us): the
+  /// next step's consensus summary carries it to every rank's kConsensus detectors.
+  void note_phase_times(const harness::PhaseTimes& own_us) { phase_us_ = own_us; }
   /// The consensus: a fixed-size summary all-reduce every step, the [world x row] detail only
   /// when some rank flagged something, then the replay (`replay(step)`, the job's re-run of the
   /// step between begin_replay and end_replay) to refine attribution. Without consensus: no
@@ -201,6 +204,7 @@ class ReferenceStack {
   void apply_policy(const harness::Decision& d, bool* skip);
   void update_scaler(harness::Decision* d, bool* skip);
   void refine(const ReplayResult& mine, harness::Decision* d);
+  void consensus_detectors(const harness::SummaryCounts& counts, harness::Decision* d);
   ModelState state();          // the job's, with the stack's scaler and lr factor
   void fill_training_state();  // this row's kLossScale and kStepCounter
 
@@ -214,6 +218,8 @@ class ReferenceStack {
   Detector* replica_ = nullptr;  // the `replica` detector, when enabled
   bool consensus_ = true;
   bool has_post_reduce_ = false;
+  bool has_consensus_hook_ = false;  // a kConsensus detector: phase times ride on the summary
+  harness::PhaseTimes phase_us_{};   // this rank's own phase times of its last step (us)
   bool anomaly_mode_ = false;
   bool localize_ = false;
   // this step

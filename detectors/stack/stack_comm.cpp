@@ -33,8 +33,11 @@ StackComm::StackComm(harness::Communicator& comm, harness::EventLog& log, Deadli
 void StackComm::collective(const std::string& name, void* buf, size_t count, DType type,
                            int64_t step) {
   const int64_t seq = seq_++;
+  const int64_t t0 = harness::monotonic_ns(), rd0 = run_delay_.ns();
   const CollStatus st = harness::logged_allreduce(comm_, log_, seq, name, buf, count, type, step,
                                                   deadline_.timeout_ms);
+  waited_.wall_ns += harness::monotonic_ns() - t0;
+  waited_.run_delay_ns += run_delay_.ns() - rd0;
   if (st == CollStatus::kOk) return;
   // Watchdog: name the collective, then take the whole job down (never hang).
   const char* what = st == CollStatus::kTimeout ? "timeout" : "error";

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "harness/comm/communicator.h"
+#include "harness/common/run_delay.h"
 #include "harness/evidence/events.h"
 
 namespace nanchaos::detect {
@@ -31,6 +32,14 @@ namespace nanchaos::detect {
 struct Deadline {
   int64_t timeout_ms = 0;  ///< 0: none (wait forever)
   std::string detector;    ///< the `detect` event's detector on expiry
+};
+
+/// The time this rank spent inside its collectives so far (ns): the wall time, and the part of it
+/// the thread sat runnable off the CPU (run_delay.h). Waiting for a peer is not being slow: the
+/// job's phase clock (harness/job/phase_clock.h) takes both out of its phases.
+struct Waited {
+  int64_t wall_ns = 0;
+  int64_t run_delay_ns = 0;
 };
 
 class StackComm {
@@ -59,6 +68,11 @@ class StackComm {
   std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& mine, const std::string& name,
                                       int64_t step);
 
+  /// Cumulative time inside collective() (every collective above goes through it).
+  const Waited& waited() const { return waited_; }
+  /// The rank thread's run-delay reader, shared with the job's phase clock (one open file).
+  harness::RunDelay& run_delay() { return run_delay_; }
+
  private:
   harness::Communicator& comm_;
   harness::EventLog& log_;
@@ -69,6 +83,8 @@ class StackComm {
   std::function<void(int)> write_exit_;
   int rank_, world_;
   int64_t seq_ = 0;
+  Waited waited_;
+  harness::RunDelay run_delay_;
 };
 
 }  // namespace nanchaos::detect

@@ -571,6 +571,10 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   facts.memory = peak_memory(logs, job);
   facts.clock_offsets = clock_offsets(logs);
   facts.remote_ranks.assign(job.remote_ranks.begin(), job.remote_ranks.end());
+  // The per-rank step-time table (phase split, straggler score), whatever the stack checks.
+  std::vector<std::map<int64_t, StepEndEvent::Phases>> phases;
+  for (const auto& r : logs) phases.push_back(r.phases);
+  facts.step_times = results::rank_step_times(phases);
   res.judged = std::move(facts);
   res.timeline = job_timeline(logs, t0, res.wall_ms);
   // A relaunched job: every launch on the one timeline (ms since the first launch's start).

@@ -59,6 +59,7 @@ struct TypedReader {
     if (!r.first_step_end_t) r.first_step_end_t = e.t_us;
     r.steps_done = std::max(r.steps_done, e.step + 1);
     r.actions[e.step] = e.action;
+    if (e.phases) r.phases[e.step] = *e.phases;
   }
   void operator()(const CollEnterEvent& e) { r.coll_enter[e.seq] = e; }
   void operator()(const CollLeaveEvent& e) {

@@ -87,10 +87,12 @@ struct RankEvidence {
   std::optional<int64_t> first_step_end_t;  ///< when it completed its first step (step_end)
   /// In log order; a save renamed into place (`ckpt_rename`) is listed again under its new path.
   std::vector<CheckpointEvent> ckpt_saves;
-  std::vector<CheckpointEvent> ckpt_loads;       ///< in log order
-  std::vector<CheckpointEvent> ckpt_rejects;     ///< built-in `ckpt_reject`, in log order
-  int64_t steps_done = 0;                        ///< highest step_end step + 1
-  std::map<int64_t, std::string> actions;        ///< step -> update/skip/early_return
+  std::vector<CheckpointEvent> ckpt_loads;    ///< in log order
+  std::vector<CheckpointEvent> ckpt_rejects;  ///< built-in `ckpt_reject`, in log order
+  int64_t steps_done = 0;                     ///< highest step_end step + 1
+  std::map<int64_t, std::string> actions;     ///< step -> update/skip/early_return
+  /// step -> its own phase times (step_end own_us; the last run of a re-executed step)
+  std::map<int64_t, StepEndEvent::Phases> phases;
   std::vector<InjectEvent> injections;           ///< in log order
   std::map<int64_t, CollEnterEvent> coll_enter;  ///< seq -> its last coll_enter
   std::vector<P2pEntry> p2p;                     ///< external: its sends/receives, in log order

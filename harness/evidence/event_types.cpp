@@ -239,6 +239,13 @@ json to_json(const StepEndEvent& e) {
   put(j, "loss_scale", e.loss_scale);
   put(j, "localize_us", e.localize_us);
   put(j, "cpu_us", e.cpu_us);
+  if (e.phases) {
+    json own = json::object();
+    for (size_t k = 0; k < e.phases->own_us.size(); ++k) own[kPhaseKeys[k]] = e.phases->own_us[k];
+    j["own_us"] = std::move(own);
+    j["wait_us"] = e.phases->wait_us;
+    put(j, "run_delay_us", e.phases->run_delay_us);
+  }
   put_time(j, e.t_us);
   return j;
 }
@@ -253,6 +260,13 @@ StepEndEvent parse_step_end(const json& e) {
   x.loss_scale = opt_num(e, "loss_scale");
   x.localize_us = opt_int(e, "localize_us");
   x.cpu_us = opt_int(e, "cpu_us");
+  if (const auto own = e.find("own_us"); own != e.end() && own->is_object()) {
+    StepEndEvent::Phases p;
+    for (size_t k = 0; k < p.own_us.size(); ++k) p.own_us[k] = int_field(*own, kPhaseKeys[k], 0);
+    p.wait_us = int_field(e, "wait_us", 0);
+    p.run_delay_us = opt_int(e, "run_delay_us");
+    x.phases = p;
+  }
   return x;
 }
 

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -145,8 +146,23 @@ struct StepEndEvent {
   std::optional<double> loss_scale;    ///< fp16 loss scaler's scale after the step
   std::optional<int64_t> localize_us;  ///< the step's cost of localizing findings (us)
   std::optional<int64_t> cpu_us;       ///< process CPU time at the end (us, process_cpu_us())
-  int64_t t_us = 0;                    ///< when (us; absent: 0)
+  /// The rank's own time per phase of the step (SCENARIO_FORMAT.md "Slow ranks"; written by
+  /// harness/job/phase_clock.h and the Python agent's phases.py): `own_us` {data, compute,
+  /// backward, comm} (us, each phase's wall time minus collective waits and run delay),
+  /// `wait_us` (us inside collectives), `run_delay_us` (us runnable off the CPU; absent where
+  /// unknown). Absent as a whole when the writer has no phase times (a pipeline job). A field
+  /// of own_us that is missing reads 0.
+  struct Phases {
+    std::array<int64_t, 4> own_us{};  ///< data, compute, backward, comm (StepPhase order)
+    int64_t wait_us = 0;
+    std::optional<int64_t> run_delay_us;
+  };
+  std::optional<Phases> phases;
+  int64_t t_us = 0;  ///< when (us; absent: 0)
 };
+
+/// The `own_us` keys of StepEndEvent::Phases, in its order.
+inline constexpr const char* kPhaseKeys[4] = {"data", "compute", "backward", "comm"};
 
 /// `coll_enter {seq, name, count, dtype, step}`: the rank entered collective #seq.
 struct CollEnterEvent {

@@ -15,6 +15,7 @@
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
 #include "harness/common/rank_host.h"
+#include "harness/common/run_delay.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_paths.h"
 #include "harness/evidence/event_types.h"
@@ -89,6 +90,10 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   stack_ = std::make_unique<detect::ReferenceStack>(
       harness::stack_config(s_), *log_, *comm_, std::move(layout), device_, kRankExitWatchdog,
       [this](int code) { write_exit(code); }, [this] { return model_state(); });
+  detect::StackComm& coll = stack_->comm();
+  phases_ = std::make_unique<PhaseClock>(PhaseClock::Sources{
+      monotonic_ns, [&coll] { return coll.run_delay().ns(); },
+      [&coll] { return coll.waited().wall_ns; }, [&coll] { return coll.waited().run_delay_ns; }});
 }
 
 void RankRunner::install_faults(const Scenario& s) {

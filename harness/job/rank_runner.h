@@ -24,8 +24,10 @@
 
 #include "detectors/stack/reference_stack.h"
 #include "harness/comm/communicator.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/job/grad_bucket.h"
+#include "harness/job/phase_clock.h"
 #include "harness/job/runner.h"
 #include "harness/job/workload.h"
 #include "harness/scenario/scenario.h"
@@ -88,6 +90,11 @@ class RankRunner {
   void recompute(int64_t step, detect::StepView& view);
   bool early_return(int64_t step, double lr);
   void update(bool skip, double lr, const ScanStats& post);
+  /// Ends a stretch of the step (phase_clock.h); nothing during a replay, whose re-run of the
+  /// step's phases is part of the consensus it happens in.
+  void mark(std::optional<StepPhase> phase);
+  /// The step's phase times into `end` and to the stack (the next consensus carries them).
+  void end_phases(StepEndEvent& end);
 
   // ---- set-up, state and records (rank_runner.cpp)
   detect::StepView step_view(int64_t step) const;
@@ -136,6 +143,7 @@ class RankRunner {
   Batch step_batch_;   // the step's batch as the model received it (the recompute's)
   RngState step_rng_;  // the generators before the step's forward (a recompute's steps only)
   double initial_eval_ = 0;
+  std::unique_ptr<PhaseClock> phases_;  // own time per phase of the step (the straggler's input)
 };
 
 }  // namespace nanchaos::harness

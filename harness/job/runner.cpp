@@ -68,6 +68,7 @@ int RankRunner::finish() {
 /// detected something this step.
 bool RankRunner::run_step(int64_t step) {
   log_->write("step_begin", {{"step", step}, {"cpu_us", process_cpu_us()}});
+  phases_->begin();
   stack_->begin_step(step);
   broadcast_buffers(*workload_, rank_, world_, buffer_sum(step));
   buffer_snapshot_ = clone_buffers(*workload_);
@@ -111,7 +112,11 @@ bool RankRunner::run_step(int64_t step) {
     view.reduce_stats = &post;
     view.wire = bucket_->wire();
     detected = stack_->post_reduce(view, step, detected, &skip);
+    mark(StepPhase::kComm);
     update(skip, lr, post);
+    mark(std::nullopt);
+  } else {
+    mark(StepPhase::kComm);
   }
   StepEndEvent end;
   end.step = step;
@@ -121,6 +126,7 @@ bool RankRunner::run_step(int64_t step) {
   end.loss_scale = stack_->scaler() ? stack_->scaler()->scale() : kNoValue;
   end.localize_us = stack_->localize_us();
   end.cpu_us = process_cpu_us();
+  end_phases(end);
   write_event(*log_, end);
   return detected;
 }
@@ -130,6 +136,7 @@ bool RankRunner::run_step(int64_t step) {
 /// replay's (the stack then runs its replay checks). Returns false where the naive stack's
 /// rank returns early from its step (never in a replay: a replay follows a consensus).
 bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_value) {
+  mark(StepPhase::kComm);  // step start: buffer broadcast, parameter checks, replica digests
   Batch batch = workload_->make_batch(step, rank_);
   faults_->batch(batch);
   to_device(batch, device_);
@@ -138,6 +145,7 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   view.batch = &batch;
   stack_->check(Hook::kBatch, view);
   view.batch = nullptr;
+  mark(StepPhase::kData);
   if (stack_->wants_early_return()) return false;
 
   workload_->module().train();
@@ -154,6 +162,7 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   stack_->check(Hook::kLoss, view);
   view.loss = view.logits = nullptr;
   *loss_value = loss.item<double>();
+  mark(StepPhase::kCompute);
   if (stack_->wants_early_return()) return false;
 
   LossScaler* scaler = stack_->scaler();
@@ -171,6 +180,7 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   view.grad_stats = nullptr;
   view.anomaly_message = nullptr;
   stack_->note_gradient_scan(pre, bucket_->pre_scale());
+  mark(StepPhase::kBackward);
   return !stack_->wants_early_return();
 }
 
@@ -294,8 +304,23 @@ bool RankRunner::early_return(int64_t step, double lr) {
   end.action = "early_return";
   end.lr = lr;
   end.cpu_us = process_cpu_us();
+  end_phases(end);
   write_event(*log_, end);
   return false;
+}
+
+void RankRunner::mark(std::optional<StepPhase> phase) {
+  if (!stack_->replaying()) phases_->mark(phase);
+}
+
+void RankRunner::end_phases(StepEndEvent& end) {
+  const StepTimes t = phases_->times();
+  StepEndEvent::Phases p;
+  for (size_t k = 0; k < kStepPhases; ++k) p.own_us[k] = std::llround(t.own_us[k]);
+  p.wait_us = t.wait_us;
+  p.run_delay_us = t.run_delay_us;
+  end.phases = p;
+  stack_->note_phase_times(t.own_us);
 }
 
 int run_rank_on(Scenario s, std::unique_ptr<Communicator> comm, const std::string& run_dir) {

@@ -89,6 +89,10 @@ struct DetectorInfo {
   /// symptom showed: policy resync applies to its decisions, and the training-state vote
   /// (attribution.h drifted_ranks) does not lean against them. replica.
   bool ranks_by_vote = false;
+  /// Its decisions take no recovery action (the `decision` event's action is "none" whatever
+  /// [recovery] policy says): what it finds changes no number, so skipping, rolling back or
+  /// aborting would only cost training. straggler.
+  bool report_only = false;
 };
 
 std::map<std::string, DetectorInfo>& detectors();

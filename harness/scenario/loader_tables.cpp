@@ -305,9 +305,13 @@ void Loader::check_layer_exists(const std::string& layer, const SourcePos& pos,
   if (!model) return;  // an external job's stack names its own layers
   // What a detection can blame: a module, a parameter, the loss or the batch (detectors/*.cpp),
   // or, for the anomaly detector, the autograd op that produced the NaN ("MulBackward0"); the
-  // replica detector also names buffers and "training_state" (detectors/core/replica.h).
+  // replica detector also names buffers and "training_state" (detectors/core/replica.h); the
+  // straggler detector names the phase of a step that grew (the `slow` kind's `where` words).
   static const std::regex backward_op("[A-Za-z0-9_]+Backward[0-9]*");
   if (std::regex_match(layer, backward_op)) return;
+  for (const char* phase : {"data", "compute", "backward", "comm"}) {
+    if (layer == phase) return;
+  }
   std::vector<std::string> names = {"loss", "inputs", "labels", "training_state"};
   names.insert(names.end(), model->modules.begin(), model->modules.end());
   for (const auto& p : model->parameters) names.push_back(p.name);
@@ -317,7 +321,8 @@ void Loader::check_layer_exists(const std::string& layer, const SourcePos& pos,
   }
   names.erase(names.begin(), names.begin() + 4);
   scenario_error(pos, fmt::format("[expect].layer: \"{}\" is no module, parameter or buffer of "
-                                  "the {} workload (nor loss, inputs, labels, training_state){}",
+                                  "the {} workload (nor loss, inputs, labels, training_state, "
+                                  "nor a step phase: data, compute, backward, comm){}",
                                   layer, workload_name(s.job.workload),
                                   name_hint(layer, names, "", "names", s)));
 }

@@ -646,7 +646,8 @@ abort_within_ms = 20000
 }
 
 // Fixed-size consensus (consensus.h): every step sends one summary of summary_width() int64 counts
-// whatever the world size; the [world x 7] detail round runs only on the flagged step.
+// whatever the world size, followed by the straggler detector's phase times (kStepPhases int64 a
+// rank: it is in `default`); the [world x 7] detail round runs only on the flagged step.
 TEST(Consensus, CleanStepsSendOnlyTheFixedSizeSummary) {
   const auto dir = tmpdir("in");
   std::string text = kActivation2;
@@ -660,7 +661,8 @@ TEST(Consensus, CleanStepsSendOnlyTheFixedSizeSummary) {
     if (e["ev"] != "coll_enter") continue;
     if (e["name"] == "consensus") {
       summary_steps.push_back(e["step"].get<int64_t>());
-      EXPECT_EQ(e["count"], nanchaos::harness::summary_width());
+      EXPECT_EQ(e["count"],
+                nanchaos::harness::summary_width() + 4 * nanchaos::harness::kStepPhases);
       EXPECT_EQ(e["dtype"], "int64");
     } else if (e["name"] == "consensus_detail") {
       detail_steps.push_back(e["step"].get<int64_t>());

@@ -185,6 +185,17 @@ TEST(EventTypes, EveryStructSurvivesTheLog) {
   end.action = "skip";
   end.loss = kNoValue;
   expect_round_trip(end, parse_step_end);
+  end.phases = StepEndEvent::Phases{{100, 2000, 3000, 40}, 700, 12};  // phase_clock.h's fields
+  expect_round_trip(end, parse_step_end);
+  // The Python agent's line (phases.py): own_us by phase name; run_delay_us absent where
+  // unknown; a phase it does not write reads 0.
+  const StepEndEvent py = parse_step_end(
+      json::parse(R"({"step": 3, "own_us": {"compute": 5, "comm": 6}, "wait_us": 9})"));
+  ASSERT_TRUE(py.phases);
+  EXPECT_EQ(py.phases->own_us, (std::array<int64_t, 4>{0, 5, 0, 6}));
+  EXPECT_EQ(py.phases->wait_us, 9);
+  EXPECT_FALSE(py.phases->run_delay_us);
+  EXPECT_FALSE(parse_step_end(json{{"step", 1}}).phases);
   CollEnterEvent ce;
   ce.seq = 3;
   ce.name = "consensus";

@@ -335,8 +335,9 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_FALSE(f.in_window(11));
 
   EXPECT_EQ(s.detectors.preset, Preset::kDefault);
-  EXPECT_EQ(s.detectors.enabled, (std::vector<std::string>{"replica", "batch", "loss", "grad",
-                                                           "post_reduce", "watchdog"}));
+  EXPECT_EQ(s.detectors.enabled,
+            (std::vector<std::string>{"replica", "batch", "loss", "grad", "straggler",
+                                      "post_reduce", "watchdog"}));
   EXPECT_FALSE(s.detectors.enabled_given);
   EXPECT_TRUE(s.detectors.consensus);
   EXPECT_TRUE(s.detectors.replay);
@@ -419,11 +420,11 @@ TEST(ScenarioLoader, RankSetForms) {
 }
 
 TEST(ScenarioLoader, PresetDetectors) {
-  EXPECT_EQ(
-      preset_detectors(Preset::kDefault, DType::kFp32),
-      (std::vector<std::string>{"replica", "batch", "loss", "grad", "post_reduce", "watchdog"}));
+  EXPECT_EQ(preset_detectors(Preset::kDefault, DType::kFp32),
+            (std::vector<std::string>{"replica", "batch", "loss", "grad", "straggler",
+                                      "post_reduce", "watchdog"}));
   EXPECT_EQ(preset_detectors(Preset::kDefault, DType::kFp16),
-            (std::vector<std::string>{"replica", "batch", "loss", "grad", "loss_scale",
+            (std::vector<std::string>{"replica", "batch", "loss", "grad", "loss_scale", "straggler",
                                       "post_reduce", "watchdog"}));
   // full: every detector; loss_scale only where a loss scaler exists (fp16).
   EXPECT_EQ(preset_detectors(Preset::kFull, DType::kFp32).size(), detectors().size() - 1);
@@ -513,21 +514,24 @@ TEST(ScenarioLoaderNames, ExpectLayerMustNameSomethingTheStackCanBlame) {
         "layer = \"" +
         layer + "\"\n");  // 7
   };
-  EXPECT_EQ(ErrorOf(with_layer("layers.99")),
-            "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module, parameter or buffer "
-            "of the mlp workload (nor loss, inputs, labels, training_state); [workload].layers = "
-            "3 gives layers.0 .. layers.2");
+  EXPECT_EQ(
+      ErrorOf(with_layer("layers.99")),
+      "x.toml:7:9: error: [expect].layer: \"layers.99\" is no module, parameter or buffer "
+      "of the mlp workload (nor loss, inputs, labels, training_state, nor a step phase: data, "
+      "compute, backward, comm); [workload].layers = 3 gives layers.0 .. layers.2");
   EXPECT_EQ(ErrorOf(with_layer("heads")),
             "x.toml:7:9: error: [expect].layer: \"heads\" is no module, parameter or buffer of "
-            "the mlp workload (nor loss, inputs, labels, training_state); did you mean \"head\"? "
+            "the mlp workload (nor loss, inputs, labels, training_state, nor a step phase: data, "
+            "compute, backward, comm); did you mean \"head\"? "
             "names: "
             "layers.0.linear, layers.0, layers.1.linear, layers.1, layers.2.linear, layers.2, "
             "head, layers.0.linear.weight, layers.0.linear.bias, layers.1.linear.weight, "
             "layers.1.linear.bias, layers.2.linear.weight, layers.2.linear.bias, head.weight, "
             "head.bias");
-  // Prefixes of module or parameter names, the loss, the batch and autograd ops are fine.
+  // Prefixes of module or parameter names, the loss, the batch, autograd ops and the step phases
+  // a straggler is named with are fine.
   for (const char* ok : {"layers.1", "layers.1.linear.weight", "head", "loss", "labels", "inputs",
-                         "LogBackward0", "training_state"}) {
+                         "LogBackward0", "training_state", "compute", "comm"}) {
     EXPECT_EQ(ErrorOf(with_layer(ok)), "no error") << ok;
   }
 }

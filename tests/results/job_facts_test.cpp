@@ -139,5 +139,49 @@ TEST(JobFacts, ReadsTheCommittedBaselineReport) {
   EXPECT_GT(judged, 10);
 }
 
+// The step-time table from hand-made phase times: rank 1 is 3x the others on steps 1 and 2,
+// rank 2 logged no times (left out), step 3 only rank 0 logged (not compared).
+TEST(JobFacts, StepTimesPerRank) {
+  using Phases = harness::StepEndEvent::Phases;
+  auto at = [](int64_t data, int64_t compute) { return Phases{{data, compute, 1000, 100}, 50, 7}; };
+  std::vector<std::map<int64_t, Phases>> by_rank(4);
+  for (int64_t step = 0; step < 3; ++step) {
+    by_rank[0][step] = at(100, 800);
+    by_rank[1][step] = step == 0 ? at(100, 800) : at(100, 4800);  // 2000 -> 6000 us total
+    by_rank[3][step] = at(300, 800);
+  }
+  by_rank[0][3] = at(100, 800);
+  const std::vector<RankStepTime> t = rank_step_times(by_rank);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].rank, 0);
+  EXPECT_EQ(t[1].rank, 1);
+  EXPECT_EQ(t[2].rank, 3);
+  EXPECT_EQ(t[1].steps, 3);
+  EXPECT_DOUBLE_EQ(t[1].own_p50_us[1], 4800);  // nearest rank: the 2nd of 3 sorted
+  EXPECT_DOUBLE_EQ(t[1].own_total_p50_us, 6000);
+  // The ranks' median at steps 1 and 2 is rank 3's 2200 us (nearest rank of 3 totals).
+  EXPECT_DOUBLE_EQ(t[1].score_max, 6000.0 / 2200.0);
+  EXPECT_EQ(t[1].slow_steps, 2);
+  EXPECT_EQ(t[0].slow_steps, 0);
+  ASSERT_TRUE(t[0].run_delay_p50_us);
+  EXPECT_DOUBLE_EQ(*t[0].run_delay_p50_us, 7);
+  // Written as report.json `step_times` and read back; absent when no rank logged times.
+  JobFacts f;
+  f.step_times = t;
+  json s = json::object();
+  write_facts(f, s);
+  ASSERT_TRUE(s.contains("step_times"));
+  EXPECT_EQ(s["step_times"][1]["own_p50_us"]["compute"], 4800);
+  s["memory"] = nullptr;  // read_job_facts needs one of its keys
+  const auto back = read_job_facts(s);
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->step_times.size(), 3u);
+  EXPECT_EQ(back->step_times[1].slow_steps, 2);
+  json none = json::object();
+  write_facts(JobFacts{}, none);
+  EXPECT_FALSE(none.contains("step_times"));
+  EXPECT_TRUE(rank_step_times({{}, {}}).empty());
+}
+
 }  // namespace
 }  // namespace nanchaos::results
