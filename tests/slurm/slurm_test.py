@@ -15,7 +15,7 @@ nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, an
                     (sbatch --wait of a 4-task array, then merge) gives campaign.json rows equal,
                     fault for fault, to the one-process campaign of the same seed; each task
                     measured its quarter; both wall times are printed. F is --campaign-faults
-                    (200 by hand, as issue 35 asks; CTest passes 40 to keep CI short: the
+                    (200 by hand, as issue 35 asks; CTest passes 20 to keep CI short: the
                     200-fault run took 236 s single + 207 s as an array on 2 cores).
   --phase external  tests/slurm/ddp-env.toml (examples/pytorch/train_ddp.py, 4 ranks on 2 nodes,
                     through tests/slurm/torchrun_env.py which records what each rank was given)
