@@ -3,11 +3,11 @@
 // Two rounds, the second only on flagged steps:
 // 1. the summary (every step): a SUM all-reduce of summary_width() int64 counts, slot b = 1 when
 //    this rank's detector detector_order()[b] flagged (summary_counts()). Its size does not depend
-//    on the world size (8 bytes per registered detector: 112 at any world size with 14 detectors), as DeepSpeed's
-//    MAX-reduced overflow flag and Megatron's all-reduced found_inf. Integer counts are exact and
-//    carry no float, so no NaN can be lost in a reduction (a float MAX can drop one). Every rank
-//    gets the same counts and so takes the same branch. With the `straggler` detector enabled,
-//    every rank's own phase times of its last step follow the counts (put_phase_times): 32
+//    on the world size (8 bytes per registered detector: 112 at any world size with 14 detectors),
+//    as DeepSpeed's MAX-reduced overflow flag and Megatron's all-reduced found_inf. Integer counts
+//    are exact and carry no float, so no NaN can be lost in a reduction (a float MAX can drop one).
+//    Every rank gets the same counts and so takes the same branch. With the `straggler` detector
+//    enabled, every rank's own phase times of its last step follow the counts (put_phase_times): 32
 //    bytes a rank, in the same collective.
 // 2. the detail (only when some count is non-zero, summary_flagged()): each rank fills its own
 //    row of a [world x kRowWidth] float64 matrix (zeros elsewhere) and the matrix is

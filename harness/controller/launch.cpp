@@ -287,17 +287,18 @@ JobResult run_external_job(const std::string& launcher, const Scenario& s,
   constexpr int kPortTries = 3;
   for (int attempt = 1;; ++attempt) {
     const int port = free_port();
-    const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(),
-                                     abs_run, port, python, seed);
-    JobResult r = launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id,
-                             events_dir(abs_run), int(s.job.ranks), s.job.attach_timeout_ms,
-                             extra_env);
+    const auto argv = exec_rank_argv(launcher, s, self_exe, fs::absolute(s.file).string(), abs_run,
+                                     port, python, seed);
+    JobResult r =
+        launch_job(argv, abs_run + "/ranks.log", s.job.timeout_ms, job_id, events_dir(abs_run),
+                   int(s.job.ranks), s.job.attach_timeout_ms, extra_env);
     if (attempt == kPortTries || r.interrupted_by || !lost_master_port(abs_run, int(s.job.ranks))) {
       return r;
     }
-    log::warn("{}: MASTER_PORT {} was taken before rank 0 bound it; launching again on a fresh "
-              "port (try {} of {})",
-              abs_run, port, attempt + 1, kPortTries);
+    log::warn(
+        "{}: MASTER_PORT {} was taken before rank 0 bound it; launching again on a fresh "
+        "port (try {} of {})",
+        abs_run, port, attempt + 1, kPortTries);
     fs::rename(abs_run + "/ranks.log", fmt::format("{}/ranks.port-taken-{}.log", abs_run, attempt),
                ec);
     fs::remove_all(events_dir(abs_run), ec);

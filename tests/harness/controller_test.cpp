@@ -134,10 +134,9 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
   }
   auto strip = [](json s) {
     // Measurements, not results: times, clock offsets, the ranks' peak memory and step times.
-    for (const char* k :
-         {"wall_ms", "run_dir", "longest_collective_wait_ms", "abort_latency_ms",
-          "launcher_exit_code", "memory", "job_start_us", "controller", "clock_offsets",
-          "step_times"}) {
+    for (const char* k : {"wall_ms", "run_dir", "longest_collective_wait_ms", "abort_latency_ms",
+                          "launcher_exit_code", "memory", "job_start_us", "controller",
+                          "clock_offsets", "step_times"}) {
       s.erase(k);
     }
     for (const char* k : {"latency_ms", "decision_us", "abort_latency_ms", "wall_ms"}) {
@@ -338,10 +337,11 @@ TEST(Controller, FailOnSkipExitsOneWhenAScenarioIsSkipped) {
   auto r = run_cmd(kBin + " run " + file + " --quiet --fail-on-skip --out " + out + " 2>&1");
   EXPECT_EQ(r.code, 1) << r.output;
   // --quiet leaves the summary line and the refusal.
-  EXPECT_EQ(r.output, "nanchaos run: 1 scenario: 0 passed, 0 failed, 0 errors, 1 skipped; reports: " +
-                          out + "/report.json\n" +
-                          "nanchaos run: error: 1 scenario(s) skipped and --fail-on-skip is set "
-                          "(exit 1)\n");
+  EXPECT_EQ(r.output,
+            "nanchaos run: 1 scenario: 0 passed, 0 failed, 0 errors, 1 skipped; reports: " + out +
+                "/report.json\n" +
+                "nanchaos run: error: 1 scenario(s) skipped and --fail-on-skip is set "
+                "(exit 1)\n");
   const json rep = read_report(out);
   ASSERT_EQ(rep["scenarios"].size(), 1u);
   EXPECT_EQ(rep["scenarios"][0]["verdict"], "skipped");

@@ -115,8 +115,10 @@ TEST(Trials, QuietRunPrintsNoProgressAndZeroTrialsIsAUsageError) {
   auto quiet = run_cmd(kBin + " run " + in + "/a.toml --quiet --out " + out);
   EXPECT_EQ(quiet.code, 0) << quiet.output;
   // No progress lines, no table: the one summary line only.
-  EXPECT_EQ(quiet.output, "nanchaos run: 1 scenario: 1 passed, 0 failed, 0 errors, 0 skipped; "
-                          "reports: " + out + "/report.json\n");
+  EXPECT_EQ(quiet.output,
+            "nanchaos run: 1 scenario: 1 passed, 0 failed, 0 errors, 0 skipped; "
+            "reports: " +
+                out + "/report.json\n");
   // One trial keeps the folder layout of before: <out>/<name>/events.
   EXPECT_TRUE(fs::exists(out + "/trials-nan-activation/events/rank-0.jsonl"));
   std::ifstream rep_in(out + "/report.json");
