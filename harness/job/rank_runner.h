@@ -105,6 +105,8 @@ class RankRunner {
   detect::ModelState model_state();
   AllReduceFloats buffer_sum(int64_t step);
   void autocast(std::optional<compat::CudaAutocast>& ac) const;
+  /// forward + loss + the agent's loss faults (runner.cpp); `logits` gets the model's output.
+  torch::Tensor forward_loss(const Batch& batch, torch::Tensor& logits);
   /// The generators a forward may draw from (dropout): the CPU's and, on CUDA, the device's.
   struct RngState {
     torch::Tensor cpu, cuda;

@@ -148,15 +148,8 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   mark(StepPhase::kData);
   if (stack_->wants_early_return()) return false;
 
-  workload_->module().train();
-  torch::Tensor logits, loss;
-  {
-    std::optional<compat::CudaAutocast> ac;
-    autocast(ac);
-    logits = workload_->forward(batch, probe());
-    loss = workload_->loss(logits, batch);
-  }
-  loss = faults_->loss(loss);
+  torch::Tensor logits;
+  torch::Tensor loss = forward_loss(batch, logits);
   view.loss = &loss;
   view.logits = &logits;
   stack_->check(Hook::kLoss, view);
@@ -184,6 +177,20 @@ bool RankRunner::forward_backward(int64_t step, StepView& view, double* loss_val
   return !stack_->wants_early_return();
 }
 
+/// The step's forward in train mode (under autocast on CUDA), its loss, and the agent's loss
+/// faults: the loss as the backward sees it (0-d float); `logits` gets the model's output.
+torch::Tensor RankRunner::forward_loss(const Batch& batch, torch::Tensor& logits) {
+  workload_->module().train();
+  torch::Tensor loss;
+  {
+    std::optional<compat::CudaAutocast> ac;
+    autocast(ac);
+    logits = workload_->forward(batch, probe());
+    loss = workload_->loss(logits, batch);
+  }
+  return faults_->loss(loss);
+}
+
 /// The recompute detectors' re-run of a due step (`sdc`; reference_stack.h begin_recompute):
 /// the step's forward and backward again on the same batch, from the buffers and RNG state the
 /// step's forward began with, with the agent in re-execution (a transient fault does not fire
@@ -202,15 +209,8 @@ void RankRunner::recompute(int64_t step, StepView& view) {
   const bool reexecution = faults_->reexecution();
   faults_->begin_step(step, /*reexecution=*/true);
 
-  workload_->module().train();
-  torch::Tensor logits, loss;
-  {
-    std::optional<compat::CudaAutocast> ac;
-    autocast(ac);
-    logits = workload_->forward(step_batch_, probe());
-    loss = workload_->loss(logits, step_batch_);
-  }
-  loss = faults_->loss(loss);
+  torch::Tensor logits;
+  torch::Tensor loss = forward_loss(step_batch_, logits);
   LossScaler* scaler = stack_->scaler();
   torch::Tensor scaled_loss = scaler ? loss * scaler->scale() : loss;
   backward(scaled_loss);
