@@ -207,6 +207,7 @@ class CampaignRun {
     c_.name = base_.name;
     c_.seed = o.seed.value_or(base_.seed);
     c_.requested = o.faults;
+    c_.values = to_string(o.values);
     c_.jobs = o.jobs;
     c_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
     c_.nanchaos_version = NANCHAOS_VERSION;
@@ -228,8 +229,8 @@ class CampaignRun {
     const std::string base_text = read_text(o_.scenario);
     try {
       const CampaignTargets targets = targets_of(base_, ctx_);
-      c_.kinds = campaign_kinds(base_, targets, o_.kinds);
-      drawn_ = draw_faults(base_, base_text, targets, c_.kinds, c_.seed, o_.faults);
+      c_.kinds = campaign_kinds(base_, targets, o_.kinds, o_.values);
+      drawn_ = draw_faults(base_, base_text, targets, c_.kinds, c_.seed, o_.faults, o_.values);
     } catch (const CampaignError& e) {
       std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
       return 2;
@@ -426,6 +427,8 @@ class CampaignRun {
     const DrawnFault& d = drawn_[i];
     results::CampaignFault row =
         results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules_);
+    row.finite = d.finite;
+    row.slows = d.slows;
     row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
     row.rerun = "nanchaos run " + files_[i];
     std::lock_guard<std::mutex> lock(mu_);
