@@ -381,7 +381,7 @@ std::string format_text(const CampaignComparison& c) {
   std::string t = fmt::format("campaign compare: A = {}, B = {}\n", c.base_label, c.fresh_label);
   for (const auto& n : c.notes) t += "  note: " + n + "\n";
   for (const auto& r : c.rates) {
-    t += fmt::format("  {:<18} A {:<30} B {:<30} {:<22} {}\n", r.metric,
+    t += fmt::format("  {:<26} A {:<30} B {:<30} {:<22} {}\n", r.metric,
                      rate_text(r.base_k, r.base_n), rate_text(r.fresh_k, r.fresh_n), paired_text(r),
                      !r.compared   ? "not compared"
                      : r.regressed ? "FELL"
