@@ -152,6 +152,11 @@ FaultKindInfo batch_kind() {
   // Campaigns: a variant the job's batch can hold (its inputs, float labels, a feature column,
   // the transformer's mask); its cause is the data, its layer the part of the batch hit.
   info.python_agent = true;
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    if (v != harness::DrawValues::kFinite) return "";
+    return "its corruptions write NaN or Inf into the batch or make 0/0 (constant_column, "
+           "empty_mask); draw it with --values any or nonfinite";
+  };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     const harness::Scenario& s = d.scenario();
     const bool external = s.job.external();
@@ -178,6 +183,10 @@ FaultKindInfo batch_kind() {
   };
   info.fault_class = [](const nlohmann::ordered_json& f) {
     return f.contains("mode") ? f.at("mode").get<std::string>() : f.at("field").get<std::string>();
+  };
+  // The `any` draw's 1e30 is a finite (if huge) number in the batch; the modes make 0/0.
+  info.finite = [](const nlohmann::ordered_json& f, const harness::Scenario&) {
+    return !f.contains("mode") && f.contains("value") && harness::finite_value(f.at("value"));
   };
   info.truth = [](const nlohmann::ordered_json& f) {
     harness::KindTruth t{harness::Cause::kData, std::nullopt};

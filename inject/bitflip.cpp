@@ -72,9 +72,24 @@ FaultKindInfo bitflip_kind() {
   info.refusal = [](const harness::Scenario&, const harness::CampaignTargets& t, bool) {
     return t.modules.empty() && t.parameters.empty() ? "the job lists no module or parameter" : "";
   };
+  // --values finite: a mantissa bit or one of the 4 low exponent bits (23-26: |x| scaled by 2,
+  // 4, 16 or 256); never the top exponent bit 30, whose flip makes Inf of any |x| in [1, 2).
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    if (v != harness::DrawValues::kNonfinite) return "";
+    return "a bit flip makes NaN or Inf only of some values (bit 30 of |x| in [1, 2)); draw it "
+           "with --values any or finite";
+  };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     f["target"] = d.tensor_target();
-    f["bit"] = d.bit(32);
+    if (d.values() == harness::DrawValues::kFinite) {
+      f["bit"] = d.finite_bit(harness::float_word(harness::DType::kFp32));
+    } else {
+      f["bit"] = d.bit(32);
+    }
+  };
+  info.finite = [](const nlohmann::ordered_json& f, const harness::Scenario&) {
+    return harness::finite_flip(f.value("bit", int64_t(30)),
+                                harness::float_word(harness::DType::kFp32));
   };
   info.fault_class = [](const nlohmann::ordered_json& f) { return harness::drawn_target_where(f); };
   info.truth = harness::tensor_target_truth;

@@ -217,9 +217,16 @@ FaultKindInfo checkpoint_kind() {
                                                      "relaunch loads it)";
   };
   // Campaigns: the first save (a crash or hang drawn after it makes a relaunch load it).
+  // --values nonfinite: NaN in the checkpoint only; finite: refused (no finite mode).
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    return v == harness::DrawValues::kFinite
+               ? "its corruptions are NaN, a top exponent bit flip, a truncated or deleted file; "
+                 "draw it with --values any or nonfinite"
+               : "";
+  };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     static const std::vector<std::string> modes = {"nan", "bitflip", "truncate", "delete"};
-    f["mode"] = d.pick(modes);
+    f["mode"] = d.values() == harness::DrawValues::kNonfinite ? modes.front() : d.pick(modes);
     f["step"] = d.scenario().checkpoint.every;
     f["ranks"] = nlohmann::ordered_json::array({0});  // rank 0 writes the checkpoint
   };

@@ -108,14 +108,27 @@ FaultKindInfo comm_kind() {
     return "target = \"" + f.params.get_string("target") + "\" (an FSDP2 collective)";
   };
   // Campaigns: a value or a bit of the wire word (16 bits on a half-precision all-reduce).
+  // --values finite: a finite flip of the wire word (fp32, fp16 or bf16); nonfinite: a value.
+  info.values_refusal = [](harness::DrawValues) { return std::string(); };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     const harness::Scenario& s = d.scenario();
     const bool half_wire = !s.job.external() && s.job.grad_allreduce_dtype != harness::DType::kFp32;
-    if (d.below(2) == 0) {
+    if (d.values() == harness::DrawValues::kFinite) {
+      f["bit"] = d.finite_bit(
+          harness::float_word(half_wire ? s.job.grad_allreduce_dtype : harness::DType::kFp32));
+    } else if (d.values() == harness::DrawValues::kNonfinite || d.below(2) == 0) {
       f["value"] = d.value();
     } else {
       f["bit"] = d.bit(half_wire ? 16 : 32);
     }
+  };
+  info.finite = [](const nlohmann::ordered_json& f, const harness::Scenario& s) {
+    if (f.contains("value")) return harness::finite_value(f.at("value"));
+    const bool half_wire = !s.job.external() && s.job.grad_allreduce_dtype != harness::DType::kFp32;
+    return f.contains("bit") &&
+           harness::finite_flip(
+               f.at("bit").get<int64_t>(),
+               harness::float_word(half_wire ? s.job.grad_allreduce_dtype : harness::DType::kFp32));
   };
   info.truth = [](const nlohmann::ordered_json&) {
     return harness::KindTruth{harness::Cause::kCommCorruption, std::nullopt};

@@ -52,6 +52,15 @@ FaultKindInfo lr_kind() {
     static const std::vector<double> factors = {1e3, 1e4, 1e5};
     f["factor"] = d.pick(factors);
   };
+  // A learning rate 1e3-1e5 times larger is a finite number: drawn as it is under --values
+  // finite (the blow-up it starts is the job's own arithmetic), refused under nonfinite.
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    return v == harness::DrawValues::kNonfinite
+               ? "its factor is a finite number (the job's arithmetic may blow up to Inf later); "
+                 "draw it with --values any or finite"
+               : "";
+  };
+  info.finite = [](const nlohmann::ordered_json&, const harness::Scenario&) { return true; };
   info.truth = [](const nlohmann::ordered_json&) {
     return harness::KindTruth{harness::Cause::kGradientExplosion, std::nullopt};
   };

@@ -67,6 +67,12 @@ FaultKindInfo overflow_kind() {
     }
     return "";
   };
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    return v == harness::DrawValues::kFinite
+               ? "it scales a module's output past the half range (Inf by design); draw it with "
+                 "--values any or nonfinite"
+               : "";
+  };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     f["target"] =
         harness::Target{harness::TargetWhere::kActivation, d.pick(d.targets().modules)}.text();

@@ -113,6 +113,14 @@ FaultKindInfo state_kind() {
   info.fault_class = [](const nlohmann::ordered_json& f) {
     return f.at("field").get<std::string>();
   };
+  // Every state it writes is a finite number (a factor, a step counter).
+  info.values_refusal = [](harness::DrawValues v) -> std::string {
+    return v == harness::DrawValues::kNonfinite
+               ? "it writes a finite training state (a factor of the loss scale or LR, a step "
+                 "counter); draw it with --values any or finite"
+               : "";
+  };
+  info.finite = [](const nlohmann::ordered_json&, const harness::Scenario&) { return true; };
   info.truth = [](const nlohmann::ordered_json&) {
     return harness::KindTruth{harness::Cause::kReplicaDivergence, std::nullopt};
   };

@@ -80,9 +80,18 @@ FaultKindInfo tensor_kind() {
   info.refusal = [](const harness::Scenario&, const harness::CampaignTargets& t, bool) {
     return t.modules.empty() && t.parameters.empty() ? "the job lists no module or parameter" : "";
   };
+  // --values finite: a factor in [1.01, 100] instead of a value (finite SDC: a wrong number).
+  info.values_refusal = [](harness::DrawValues) { return std::string(); };
   info.draw = [](harness::FaultDraw& d, nlohmann::ordered_json& f) {
     f["target"] = d.tensor_target();
-    f["value"] = d.value();
+    if (d.values() == harness::DrawValues::kFinite) {
+      f["factor"] = d.factor();
+    } else {
+      f["value"] = d.value();
+    }
+  };
+  info.finite = [](const nlohmann::ordered_json& f, const harness::Scenario&) {
+    return f.contains("factor") || (f.contains("value") && harness::finite_value(f.at("value")));
   };
   info.fault_class = [](const nlohmann::ordered_json& f) { return harness::drawn_target_where(f); };
   info.truth = harness::tensor_target_truth;

@@ -135,6 +135,11 @@ CampaignFault score_fault(int index, const ojson& fault, const std::string& faul
   row.truth = truth;
   row.wall_ms = judged.wall_ms;
   if (judged.judged) row.false_positives = judged.judged->false_positives;
+  for (const auto& d : judged.detections) {
+    if (d.detector != "collective_mismatch") row.detectors.push_back(d.detector);
+  }
+  std::sort(row.detectors.begin(), row.detectors.end());
+  row.detectors.erase(std::unique(row.detectors.begin(), row.detectors.end()), row.detectors.end());
   // A fault that never fired measured nothing: its row is an error, out of every rate.
   if (judged.injections.empty() || judged.outcome == Outcome::kNone) {
     row.error = judged.reason.empty() ? "the fault never fired" : judged.reason;
@@ -324,6 +329,8 @@ ojson fault_json(const CampaignFault& f) {
   j["index"] = f.index;
   j["class"] = f.fault_class;
   j["fault"] = f.fault;
+  j["finite"] = f.finite;
+  j["slows"] = f.slows;
   j["truth"] = {{"rank", f.truth.ranks},
                 {"step", f.truth.step},
                 {"layer", f.truth.layer ? ojson(*f.truth.layer) : ojson(nullptr)},
@@ -362,6 +369,7 @@ ojson fault_json(const CampaignFault& f) {
     j["attribution_error"] = {{"expected", expected}, {"named", named}};
   }
   j["false_positives"] = f.false_positives;
+  j["detectors"] = f.detectors;
   if (!f.error.empty()) j["error"] = f.error;
   j["wall_ms"] = f.wall_ms;
   j["scenario"] = f.scenario;
@@ -371,16 +379,36 @@ ojson fault_json(const CampaignFault& f) {
 
 }  // namespace
 
+bool straggler_fired(const CampaignFault& f) {
+  if (f.detectors.empty()) return f.named && f.named->detector == kStragglerDetector;
+  return std::binary_search(f.detectors.begin(), f.detectors.end(),
+                            std::string(kStragglerDetector));
+}
+
 CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults) {
   CampaignSummary out;
   Tally all;
   std::map<std::string, Tally> by_class;
   std::vector<double> steps, ms;
+  int64_t finite_k = 0, finite_n = 0, quiet_k = 0, quiet_n = 0;
+  std::map<std::string, int64_t> finite_first;  // detector -> finite faults it named first
   for (const auto& f : faults) {
     all.add(f);
     by_class[f.fault_class].add(f);
     out.false_positives += f.false_positives;
     if (!f.outcome) continue;
+    if (!f.slows) {
+      ++quiet_n;
+      quiet_k += straggler_fired(f) ? 1 : 0;
+    }
+    out.finite_faults += f.finite ? 1 : 0;
+    if (f.finite && *f.outcome != CampaignOutcome::kMasked) {
+      ++finite_n;
+      if (f.named) {
+        ++finite_k;
+        ++finite_first[f.named->detector];
+      }
+    }
     // A masked fault the stack did not name had nothing to name: it is not a miss (coverage leaves
     // it out too), so it stays out of the confusion matrix instead of counting under "-".
     if (*f.outcome == CampaignOutcome::kMasked && !f.named) continue;
@@ -395,6 +423,11 @@ CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults) {
   for (auto& [name, t] : by_class) out.by_class[name] = t.finish();
   out.latency_steps = summarize(steps);
   out.latency_ms = summarize(ms);
+  out.finite_coverage = make_rate(finite_k, finite_n);
+  for (const auto& [detector, k] : finite_first) {
+    out.finite_by_detector[detector] = make_rate(k, finite_n);
+  }
+  out.straggler_false_positives = make_rate(quiet_k, quiet_n);
   return out;
 }
 
@@ -415,6 +448,7 @@ ojson to_json(const Campaign& c) {
   j["seed"] = c.seed;
   j["faults_requested"] = c.requested;
   j["kinds"] = c.kinds;
+  j["values"] = c.values;
   j["jobs"] = c.jobs;
   j["started"] = c.started;
   j["nanchaos_version"] = c.nanchaos_version;
@@ -456,6 +490,20 @@ ojson to_json(const Campaign& c) {
   sum["by_class"] = classes;
   sum["detector_by_class"] = s.detector_by_class;
   sum["confusion"] = s.confusion;
+  // Finite faults apart (rows with `finite`), and the straggler detector on rows that slow no
+  // rank: campaign_compare.h gates on both.
+  ojson by_detector = ojson::object();
+  for (const auto& [detector, r] : s.finite_by_detector) by_detector[detector] = to_json(r);
+  sum["finite"] = {
+      {"faults", s.finite_faults},
+      {"coverage", opt_json(s.finite_coverage.rate)},
+      {"coverage_ci95", s.finite_coverage.ci95
+                            ? ojson::array({s.finite_coverage.ci95->lo, s.finite_coverage.ci95->hi})
+                            : ojson(nullptr)},
+      {"coverage_counts", to_json(s.finite_coverage)},
+      {"by_detector", by_detector}};
+  sum["straggler_false_positives"] = s.straggler_false_positives.k;
+  sum["no_slowness_faults"] = s.straggler_false_positives.n;
   j["summary"] = sum;
   j["thresholds"] = c.thresholds;
   if (c.shard) j["shard"] = {{"index", c.shard->index}, {"count", c.shard->count}};

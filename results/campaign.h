@@ -92,6 +92,15 @@ struct CampaignFault {
   nlohmann::ordered_json fault;  ///< the [[fault]] table as drawn (kind, ranks, step, target, ...)
   std::string fault_class;       ///< kind, or kind:where (tensor:activation, batch:inputs, ...)
   Truth truth;
+  /// Finite by construction (campaign.json `finite`): every number the fault writes is finite
+  /// and bounded (its kind's rule, harness FaultKindInfo::finite: a factor, a finite value, a
+  /// mantissa, low exponent or sign bit flip). Set by the controller from the draw.
+  bool finite = false;
+  /// The fault slows a rank (kind slow; campaign.json `slows`). Set by the controller.
+  bool slows = false;
+  /// Every detector the stack raised a detection with during the fault's run, at any step,
+  /// sorted, each once (campaign.json `detectors`; the harness's collective_mismatch left out).
+  std::vector<std::string> detectors;
   /// The stack's first detection within the window; nullopt: the stack named nothing (in time).
   /// The only thing coverage and attribution count.
   std::optional<Named> named;
@@ -163,6 +172,18 @@ struct CampaignSummary {
   int64_t false_positives = 0;
   /// detector -> fault class -> faults it detected first (the heatmap; the stack's detectors).
   std::map<std::string, std::map<std::string, int64_t>> detector_by_class;
+  /// Finite faults (CampaignFault::finite), measured and not masked: k = the stack named it, n =
+  /// all of them (the coverage rule restricted to finite faults).
+  Rate finite_coverage;
+  int64_t finite_faults = 0;  ///< measured finite faults, the masked ones included
+  /// detector -> the finite, not-masked faults it named first (k) of all of them (n, the same
+  /// for every detector): a detector's share of the finite coverage. Detectors that named none
+  /// are absent.
+  std::map<std::string, Rate> finite_by_detector;
+  /// Measured faults that slow no rank (CampaignFault::slows false): n, and k = those on which
+  /// the `straggler` detector raised a detection (CampaignFault::detectors, or the first named
+  /// detection for a row that has no list): its false positives.
+  Rate straggler_false_positives;
   /// true cause -> cause the stack named ("-" when it named none, the harness's explanation
   /// notwithstanding) -> count (the confusion matrix), over measured faults but the masked ones
   /// the stack did not name.
@@ -175,6 +196,7 @@ struct Campaign {
   uint64_t seed = 0;
   int64_t requested = 0;           ///< --faults N
   std::vector<std::string> kinds;  ///< the kinds drawn from
+  std::string values = "any";      ///< --values: any, finite, nonfinite
   int jobs = 1;
   std::string started;  ///< ISO-8601 UTC
   std::string nanchaos_version;
@@ -199,6 +221,12 @@ CampaignFault score_fault(int index, const nlohmann::ordered_json& fault,
                           const std::string& fault_class, const Truth& truth,
                           const ScenarioResult& judged, const ScoringRules& rules = {});
 
+/// The detector name of the reference stack's straggler check (detectors/straggler.cpp).
+inline constexpr const char* kStragglerDetector = "straggler";
+/// True when the `straggler` detector raised a detection on `f` (its `detectors` list, or the
+/// first named detection when the list is empty: a row read from an older campaign.json).
+bool straggler_fired(const CampaignFault& f);
+
 /// The summary over `faults` (errors excluded from every rate).
 CampaignSummary summarize_campaign(const std::vector<CampaignFault>& faults);
 
@@ -214,6 +242,10 @@ Campaign campaign_from_json(const nlohmann::ordered_json& j);
 /// `thresholds` as campaign.json holds them ({key: {min, actual, pass}}) checked again against
 /// `sum`: the same minima, new actuals (check_thresholds of the controller makes the first).
 nlohmann::json recheck_thresholds(const nlohmann::json& thresholds, const CampaignSummary& sum);
+/// campaign.md's section "Finite faults per detector": per detector, the finite, not-masked
+/// faults it named first (with the Wilson interval), the finite coverage, and the straggler
+/// false positives.
+std::string finite_markdown(const CampaignSummary& s);
 /// campaign.md: summary table, outcomes, per class, attribution errors with their re-run command.
 std::string campaign_markdown(const Campaign& c);
 void write_campaign_markdown(const Campaign& c, const std::string& path);

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "results/campaign.h"
@@ -25,7 +26,8 @@ std::string rate_text(int64_t k, int64_t n) {
 // "3 / 0, p 0.125" for a paired rate, "-" otherwise.
 std::string paired_text(const CampaignRateDiff& r) {
   if (!r.paired || !r.compared) return "-";
-  return fmt::format("{} / {}, p {:.3g}", r.worse, r.better, r.p_value);
+  return fmt::format("{} / {}, p {:.3g}{}", r.worse, r.better, r.p_value,
+                     r.moved > 0 ? fmt::format(", {} moved", r.moved) : "");
 }
 
 // {k, n} of one rate, from summary.coverage_counts or summary.attribution_counts.X.
@@ -57,11 +59,42 @@ bool harness_named(const json& row) {
   return n != row.end() && n->is_object() && n->value("detector", "") == "post-mortem";
 }
 
+constexpr const char* kFinitePrefix = "finite_coverage";
+
+bool finite_row(const json& row) { return row.value("finite", false); }
+
+// The detector the stack named first ("" when the stack named nothing).
+std::string first_detector(const json& row) {
+  return stack_named(row) ? row.at("named").value("detector", "") : "";
+}
+
+// The straggler detector fired on a measured fault that slows no rank (results/campaign.h
+// straggler_fired; a file older than `slows` and `detectors`: kind slow, the first detection).
+std::optional<bool> straggler_false_positive(const json& row) {
+  const auto o = row.find("outcome");
+  if (o == row.end() || !o->is_string()) return std::nullopt;
+  const bool slows = row.contains("slows") ? row["slows"].get<bool>()
+                                           : row.at("fault").value("kind", "") == "slow";
+  if (slows) return std::nullopt;
+  const auto d = row.find("detectors");
+  if (d == row.end() || d->empty()) return first_detector(row) == kStragglerDetector;
+  for (const auto& name : *d) {
+    if (name == kStragglerDetector) return true;
+  }
+  return false;
+}
+
 // Per fault, the metric's value when it is defined: coverage (not masked: did the stack name
-// it), attribution.X (the stack named X: was it right).
+// it), attribution.X (the stack named X: was it right), finite_coverage[.DETECTOR] (a finite
+// fault not masked: did the stack (that detector, first) name it).
 std::optional<bool> metric_of(const json& row, const std::string& metric) {
   const auto o = row.find("outcome");
   if (o == row.end() || !o->is_string()) return std::nullopt;
+  if (metric.rfind(kFinitePrefix, 0) == 0) {
+    if (*o == "masked" || !finite_row(row)) return std::nullopt;
+    if (metric == kFinitePrefix) return stack_named(row);
+    return first_detector(row) == metric.substr(std::string(kFinitePrefix).size() + 1);
+  }
   if (metric == "coverage") {
     if (*o == "masked") return std::nullopt;
     return stack_named(row);
@@ -110,6 +143,16 @@ void check_fields(const json& doc, const std::string& side) {
     if (row.contains("class") && !row["class"].is_string()) {
       fail(fmt::format("faults[{}].class is not a string", i));
     }
+    for (const char* key : {"finite", "slows"}) {
+      if (row.contains(key) && !row[key].is_boolean()) {
+        fail(fmt::format("faults[{}].{} is not a boolean", i, key));
+      }
+    }
+    if (row.contains("detectors")) {
+      bool ok = row["detectors"].is_array();
+      for (const auto& d : ok ? row["detectors"] : json::array()) ok = ok && d.is_string();
+      if (!ok) fail(fmt::format("faults[{}].detectors is not an array of strings", i));
+    }
     const auto o = row.find("outcome");
     if (o == row.end()) fail(fmt::format("faults[{}]: no \"outcome\" (null for an error row)", i));
     if (!o->is_null() && !(o->is_string() && parse_campaign_outcome(o->get<std::string>()))) {
@@ -130,7 +173,7 @@ bool CampaignComparison::regressed() const {
   for (const auto& r : rates) {
     if (r.regressed) return true;
   }
-  return !outcome_regressions.empty();
+  return straggler_fp_rose || !outcome_regressions.empty();
 }
 
 CampaignComparison compare_campaigns(const json& base, const json& fresh,
@@ -173,19 +216,53 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
   }
   for (const auto& row : fa) c.base_harness += harness_named(row) ? 1 : 0;
   for (const auto& row : fb) c.fresh_harness += harness_named(row) ? 1 : 0;
-  for (const char* metric :
-       {"coverage", "attribution.rank", "attribution.layer", "attribution.cause"}) {
+  std::vector<std::string> metrics = {"coverage", "attribution.rank", "attribution.layer",
+                                      "attribution.cause", kFinitePrefix};
+  std::set<std::string> finite_detectors;
+  for (const json* rows : {&fa, &fb}) {
+    for (const auto& row : *rows) {
+      if (metric_of(row, kFinitePrefix).value_or(false)) {
+        finite_detectors.insert(first_detector(row));
+      }
+    }
+  }
+  for (const auto& det : finite_detectors)
+    metrics.push_back(std::string(kFinitePrefix) + "." + det);
+  // The finite rates are counted from the rows (older summaries do not hold them).
+  auto row_counts = [](const json& rows, const std::string& metric) {
+    std::pair<int64_t, int64_t> kn{0, 0};
+    for (const auto& row : rows) {
+      if (const auto m = metric_of(row, metric)) {
+        ++kn.second;
+        kn.first += *m ? 1 : 0;
+      }
+    }
+    return kn;
+  };
+  for (const std::string& metric : metrics) {
     CampaignRateDiff d;
     d.metric = metric;
-    std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
-    std::tie(d.fresh_k, d.fresh_n) = counts(fresh, metric, fresh_label);
+    if (metric.rfind(kFinitePrefix, 0) == 0) {
+      std::tie(d.base_k, d.base_n) = row_counts(fa, metric);
+      std::tie(d.fresh_k, d.fresh_n) = row_counts(fb, metric);
+    } else {
+      std::tie(d.base_k, d.base_n) = counts(base, metric, base_label);
+      std::tie(d.fresh_k, d.fresh_n) = counts(fresh, metric, fresh_label);
+    }
     if (c.same_draws) {
       d.paired = true;
       for (const auto& row : fb) {
-        const auto ma = metric_of(*by_index.at(row.at("index").get<int64_t>()), metric);
+        const json& a = *by_index.at(row.at("index").get<int64_t>());
+        const auto ma = metric_of(a, metric);
         const auto mb = metric_of(row, metric);
         if (!ma || !mb) continue;
         ++d.pairs;
+        // A finite fault another detector named first on the side this one lost it: moved.
+        if (metric.size() > std::string(kFinitePrefix).size() && *ma != *mb &&
+            stack_named(*ma ? row : a)) {
+          ++d.moved;
+          continue;
+        }
         d.worse += *ma && !*mb ? 1 : 0;
         d.better += !*ma && *mb ? 1 : 0;
       }
@@ -211,6 +288,20 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
     }
     c.rates.push_back(d);
   }
+  auto straggler_counts = [](const json& rows, int64_t& k, int64_t& n) {
+    for (const auto& row : rows) {
+      if (const auto fp = straggler_false_positive(row)) {
+        ++n;
+        k += *fp ? 1 : 0;
+      }
+    }
+  };
+  straggler_counts(fa, c.base_straggler_fp, c.base_no_slowness);
+  straggler_counts(fb, c.fresh_straggler_fp, c.fresh_no_slowness);
+  // k_b / n_b > k_a / n_a, in integers.
+  c.straggler_fp_rose =
+      c.base_no_slowness > 0 && c.fresh_no_slowness > 0 &&
+      c.fresh_straggler_fp * c.base_no_slowness > c.base_straggler_fp * c.fresh_no_slowness;
   if (c.same_draws) {
     for (const auto& row : fb) {
       const json& a = *by_index.at(row.at("index").get<int64_t>());
@@ -277,6 +368,11 @@ std::string format_markdown(const CampaignComparison& c) {
   for (const auto& r : c.rates) {
     if (r.regressed) m += fmt::format("- **{}**: {}\n", r.metric, r.detail);
   }
+  m += fmt::format(
+      "\nStraggler false positives (the `straggler` detector on faults that slow no "
+      "rank): A {}/{}, B {}/{}{}.\n",
+      c.base_straggler_fp, c.base_no_slowness, c.fresh_straggler_fp, c.fresh_no_slowness,
+      c.straggler_fp_rose ? " — **rose**" : "");
   for (const auto& o : c.outcome_regressions) m += fmt::format("- **outcome**: {}\n", o);
   return m;
 }
@@ -285,7 +381,7 @@ std::string format_text(const CampaignComparison& c) {
   std::string t = fmt::format("campaign compare: A = {}, B = {}\n", c.base_label, c.fresh_label);
   for (const auto& n : c.notes) t += "  note: " + n + "\n";
   for (const auto& r : c.rates) {
-    t += fmt::format("  {:<18} A {:<30} B {:<30} {:<22} {}\n", r.metric,
+    t += fmt::format("  {:<26} A {:<30} B {:<30} {:<22} {}\n", r.metric,
                      rate_text(r.base_k, r.base_n), rate_text(r.fresh_k, r.fresh_n), paired_text(r),
                      !r.compared   ? "not compared"
                      : r.regressed ? "FELL"
@@ -293,6 +389,9 @@ std::string format_text(const CampaignComparison& c) {
   }
   t += fmt::format("  outcomes compared {}: {}\n", c.same_draws ? "fault by fault" : "per class",
                    c.faults_compared);
+  t += fmt::format("  straggler false positives: A {}/{}, B {}/{}{}\n", c.base_straggler_fp,
+                   c.base_no_slowness, c.fresh_straggler_fp, c.fresh_no_slowness,
+                   c.straggler_fp_rose ? "  ROSE" : "");
   for (const auto& o : c.outcome_regressions) t += "  worse outcome: " + o + "\n";
   t += c.regressed() ? "REGRESSION\n" : "no regression\n";
   return t;
@@ -308,6 +407,7 @@ json format_json(const CampaignComparison& c) {
                      {"paired", r.paired ? json({{"pairs", r.pairs},
                                                  {"worse", r.worse},
                                                  {"better", r.better},
+                                                 {"moved", r.moved},
                                                  {"p_value", r.p_value}})
                                          : json(nullptr)},
                      {"regressed", r.regressed},
@@ -321,6 +421,10 @@ json format_json(const CampaignComparison& c) {
           {"rates", rates},
           {"outcome_regressions", c.outcome_regressions},
           {"harness_explained", {{"base", c.base_harness}, {"new", c.fresh_harness}}},
+          {"straggler_false_positives",
+           {{"base", {{"k", c.base_straggler_fp}, {"n", c.base_no_slowness}}},
+            {"new", {{"k", c.fresh_straggler_fp}, {"n", c.fresh_no_slowness}}},
+            {"rose", c.straggler_fp_rose}}},
           {"regressed", c.regressed()}};
 }
 

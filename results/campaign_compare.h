@@ -17,6 +17,18 @@
 //            - different draws: B's Wilson 95% upper bound is below A's Wilson 95% lower bound
 //              (the intervals do not overlap; conservative, since two seeds of the same stack
 //              differ by chance). A rate with no sample on either side is not compared.
+//            The same two rules gate the finite faults (rows with `finite`: a factor, a finite
+//            value, a mantissa or low exponent bit): `finite_coverage` (the stack named it / not
+//            masked) and, per detector that named some finite fault first on either side,
+//            `finite_coverage.DETECTOR` (that detector named it first / not masked), counted
+//            from the rows (a file without `finite` rows has no sample: not compared). Paired,
+//            a fault one detector named first on one side and another detector on the other
+//            moved between detectors (a new detector that fires earlier shadows an old one): it
+//            is counted in `moved`, not as worse or better; only faults the other side's stack
+//            did not name at all count. Different draws compare shares, shadowing included.
+//   straggler false positives  the share of measured faults that slow no rank (`slows` false)
+//            on which the `straggler` detector fired (row `detectors`, or the first named
+//            detection for a row without the list) rose: any rise is a regression.
 //   outcome  a fault class moved to a worse outcome (severity in results/campaign.h: masked =
 //            detected_recovered < detected_unrecovered < crash < hang < silent_corruption).
 //            Same draws, per fault: fault i's outcome is worse in B. Otherwise per class: the
@@ -40,13 +52,16 @@ bool is_campaign_json(const nlohmann::json& doc);
 inline constexpr double kPairedAlpha = 0.05;
 
 struct CampaignRateDiff {
-  std::string metric;  ///< coverage, attribution.rank, attribution.layer, attribution.cause
+  /// coverage, attribution.rank, attribution.layer, attribution.cause, finite_coverage,
+  /// finite_coverage.DETECTOR
+  std::string metric;
   int64_t base_k = 0, base_n = 0, fresh_k = 0, fresh_n = 0;  ///< the summaries' counts
   bool compared = false;  ///< both sides have samples (paired: some fault defined on both)
   bool paired = false;    ///< same draws: the McNemar test decided
   int64_t pairs = 0;      ///< paired: faults where the metric is defined on both sides
   int64_t worse = 0;      ///< paired: right in A, wrong in B
   int64_t better = 0;     ///< paired: wrong in A, right in B
+  int64_t moved = 0;      ///< paired, finite_coverage.DETECTOR: named first by another detector
   double p_value = 1;     ///< paired: one-sided exact McNemar p
   bool regressed = false;
   std::string detail;  ///< why it regressed, in words
@@ -64,6 +79,11 @@ struct CampaignComparison {
   std::vector<std::string> notes;
   /// Faults only the harness explained (named_by = "harness"), each side: never in the rates.
   int64_t base_harness = 0, fresh_harness = 0;
+  /// Straggler false positives (k of n measured faults that slow no rank), each side.
+  int64_t base_straggler_fp = 0, base_no_slowness = 0;
+  int64_t fresh_straggler_fp = 0, fresh_no_slowness = 0;
+  /// B's share k/n is above A's (a side with n = 0 is not compared).
+  bool straggler_fp_rose = false;
   bool regressed() const;
 };
 

@@ -119,9 +119,10 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
   const ClassSummary& a = c.summary.all;
   std::string h = html_page_head("nanchaos campaign: " + c.name, "");
   h += fmt::format(
-      "<p>Scenario <code>{}</code>, seed {}, {} faults over {}, {:.1f} s, nanchaos {}.</p>\n",
+      "<p>Scenario <code>{}</code>, seed {}, {} faults over {}{}, {:.1f} s, nanchaos {}.</p>\n",
       html_escape(c.scenario), c.seed, a.faults,
-      html_escape(fmt::format("{}", fmt::join(c.kinds, ", "))), c.wall_s,
+      html_escape(fmt::format("{}", fmt::join(c.kinds, ", "))),
+      c.values == "any" ? "" : " with --values " + html_escape(c.values), c.wall_s,
       html_escape(c.nanchaos_version));
   h += "<!--notes-->";
   h += "<h2>Summary</h2>\n<table><tr><th></th><th>rate [95% Wilson]</th><th>k/n</th></tr>\n";
@@ -146,6 +147,27 @@ std::string write_campaign_html(const Campaign& c, const std::string& path) {
     h += fmt::format("<td class=\"n\">{}</td>", a.outcomes.at(to_string(o)));
   }
   h += fmt::format("<td class=\"n\">{}</td></tr></table>\n", a.errors);
+  const CampaignSummary& s = c.summary;
+  h += fmt::format(
+      "<h2>Finite faults per detector</h2>\n<p>{} finite fault(s) (a factor, a finite value, a "
+      "mantissa or low exponent bit), {} not masked.</p>\n",
+      s.finite_faults, s.finite_coverage.n);
+  if (s.finite_coverage.n > 0) {
+    h += "<table><tr><th>detector</th><th>named first [95% Wilson]</th><th>k/n</th></tr>\n";
+    for (const auto& [detector, r] : s.finite_by_detector) {
+      h += fmt::format("<tr><td>{}</td>{}<td class=\"n\">{}/{}</td></tr>\n", html_escape(detector),
+                       shaded(pct(r), r.rate.value_or(0), "60,160,60"), r.k, r.n);
+    }
+    h +=
+        fmt::format("<tr><td><b>any (finite coverage)</b></td>{}<td class=\"n\">{}/{}</td></tr>\n",
+                    shaded(pct(s.finite_coverage), s.finite_coverage.rate.value_or(0), "60,160,60"),
+                    s.finite_coverage.k, s.finite_coverage.n);
+    h += "</table>\n";
+  }
+  h += fmt::format(
+      "<p>Straggler false positives: the <code>straggler</code> detector fired on {} of the {} "
+      "measured faults that slow no rank.</p>\n",
+      s.straggler_false_positives.k, s.straggler_false_positives.n);
   h += "<h2>Coverage per fault class and first detector</h2>\n" + heatmap(c.summary);
   h += "<p class=\"legend\">A cell counts the faults of the class (row) that the detector "
        "(column) caught first; shading is its share of the class's faults that were not "

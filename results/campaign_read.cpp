@@ -33,6 +33,10 @@ CampaignFault fault_from(const ojson& j) {
   f.index = j.at("index").get<int>();
   f.fault_class = j.at("class").get<std::string>();
   f.fault = j.at("fault");
+  f.finite = j.value("finite", false);  // absent from files older than --values: not finite
+  // Files older than the key: a slow fault was the one kind that slows a rank.
+  f.slows = j.value("slows", f.fault.value("kind", std::string()) == "slow");
+  f.detectors = j.value("detectors", std::vector<std::string>());
   const ojson& t = j.at("truth");
   f.truth.ranks = t.at("rank").get<std::vector<int64_t>>();
   f.truth.step = t.at("step").get<int64_t>();
@@ -78,6 +82,7 @@ Campaign campaign_from_json(const ojson& j) {
     c.seed = j.at("seed").get<uint64_t>();
     c.requested = j.at("faults_requested").get<int64_t>();
     c.kinds = j.value("kinds", std::vector<std::string>());
+    c.values = j.value("values", std::string("any"));
     c.jobs = j.value("jobs", 1);
     c.started = j.value("started", std::string());
     c.nanchaos_version = j.value("nanchaos_version", std::string());

@@ -25,14 +25,33 @@ std::string fault_text(const CampaignFault& f) {
 
 }  // namespace
 
+std::string finite_markdown(const CampaignSummary& s) {
+  std::string m = fmt::format(
+      "## Finite faults per detector\n\n{} finite fault(s) (a factor, a finite value, a mantissa "
+      "or low exponent bit: campaign.json `finite`), {} not masked.\n\n",
+      s.finite_faults, s.finite_coverage.n);
+  if (s.finite_coverage.n > 0) {
+    m += "| detector | finite faults it named first (95% Wilson interval, k/n) |\n|---|---|\n";
+    for (const auto& [detector, r] : s.finite_by_detector) {
+      m += fmt::format("| {} | {} |\n", detector, pct(r));
+    }
+    m += fmt::format("| **any (finite coverage)** | {} |\n\n", pct(s.finite_coverage));
+  }
+  m += fmt::format(
+      "Straggler false positives: the `straggler` detector fired on {} of the {} measured faults "
+      "that slow no rank.\n\n",
+      s.straggler_false_positives.k, s.straggler_false_positives.n);
+  return m;
+}
+
 std::string campaign_markdown(const Campaign& c) {
   const ClassSummary& a = c.summary.all;
   std::string m = fmt::format("# nanchaos campaign: {}\n\n", c.name);
   m += fmt::format(
-      "Scenario `{}`, seed {}, {} faults drawn over {} ({} at a time), {:.1f} s, nanchaos "
+      "Scenario `{}`, seed {}, {} faults drawn over {}{} ({} at a time), {:.1f} s, nanchaos "
       "{}.{}\n\n",
-      c.scenario, c.seed, c.requested, fmt::join(c.kinds, ", "), c.jobs, c.wall_s,
-      c.nanchaos_version,
+      c.scenario, c.seed, c.requested, fmt::join(c.kinds, ", "),
+      c.values == "any" ? "" : " with --values " + c.values, c.jobs, c.wall_s, c.nanchaos_version,
       c.interrupted ? fmt::format(" **Interrupted: {} of the {} faults requested were measured; "
                                   "the rows below are those.**",
                                   a.faults, c.requested)
@@ -67,6 +86,7 @@ std::string campaign_markdown(const Campaign& c) {
   }
   m += fmt::format("False positives (detections before the fault): {}.\n\n",
                    c.summary.false_positives);
+  m += finite_markdown(c.summary);
   if (!c.thresholds.empty()) {
     m += "| threshold | min | actual | |\n|---|---|---|---|\n";
     for (const auto& [key, t] : c.thresholds.items()) {

@@ -373,11 +373,13 @@ struct CampaignCommand {
   nanchaos::harness::CampaignOptions opts;
   uint64_t seed = 0;
   std::string kinds;
+  std::string values;
   std::string shard;
   int slurm_array = 0;
   CLI::App* cmd = nullptr;
   CLI::Option* seed_opt = nullptr;
   CLI::Option* kinds_opt = nullptr;
+  CLI::Option* values_opt = nullptr;
 
   void add(CLI::App& app) {
     cmd = app.add_subcommand(
@@ -392,6 +394,11 @@ struct CampaignCommand {
     kinds_opt = cmd->add_option("--kinds", kinds,
                                 "comma-separated fault kinds to draw from (default: every kind "
                                 "valid for the job)");
+    values_opt = cmd->add_option(
+        "--values", values,
+        "what numbers the faults write: any (default; NaN, Inf, 1e30, any bit), finite (tensor: a "
+        "factor in [1.01, 100]; bitflip, comm: a mantissa or low exponent bit; kinds that cannot "
+        "be finite are not drawn) or nonfinite (NaN and Inf only)");
     cmd->add_option("--out", opts.out_dir,
                     "campaign folder (default results/campaigns/<UTC>-<name>)");
     cmd->add_option("--jobs", opts.jobs, "launches at a time")
@@ -421,6 +428,14 @@ struct CampaignCommand {
     if (kinds_opt->count()) {
       try {
         opts.kinds = split_kinds_option(kinds);
+      } catch (const CampaignError& e) {
+        std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
+        return 2;
+      }
+    }
+    if (values_opt->count()) {
+      try {
+        opts.values = parse_values_option(values);
       } catch (const CampaignError& e) {
         std::cerr << "nanchaos campaign: error: " << e.what() << "\n";
         return 2;

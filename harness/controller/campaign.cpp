@@ -61,7 +61,7 @@ std::string percent(const std::optional<double>& r) {
   return r ? fmt::format("{:.1f} %", 100.0 * *r) : "-";
 }
 
-std::string rate_line(const char* what, const results::Rate& r) {
+std::string rate_line(const std::string& what, const results::Rate& r) {
   if (!r.rate) return fmt::format("  {:<18} -  (no sample)\n", what);
   return fmt::format("  {:<18} {:>7}  (95% CI {:.1f}-{:.1f} %, {}/{})\n", what, percent(r.rate),
                      100 * r.ci95->lo, 100 * r.ci95->hi, r.k, r.n);
@@ -87,6 +87,15 @@ std::string console_summary(const results::Campaign& c, const std::string& out) 
       "  beside them: the harness's post-mortem explained {} of the {} not-masked faults the "
       "stack did not name; {} detection(s) after the window\n",
       a.harness_explained.k, a.harness_explained.n, a.late);
+  // Finite faults apart, per first detector (issue 33), when the campaign drew any.
+  if (c.summary.finite_coverage.n > 0) {
+    s += rate_line("finite coverage", c.summary.finite_coverage);
+    for (const auto& [detector, r] : c.summary.finite_by_detector) {
+      s += rate_line("  by " + detector, r);
+    }
+  }
+  s += fmt::format("  straggler false positives: {} of {} faults that slow no rank\n",
+                   c.summary.straggler_false_positives.k, c.summary.straggler_false_positives.n);
   // An interrupted campaign writes no campaign.html.
   s += fmt::format("reports: {}/campaign.json, campaign.md, campaign.xml{}\n", out,
                    c.interrupted ? "" : ", campaign.html");
@@ -207,6 +216,7 @@ class CampaignRun {
     c_.name = base_.name;
     c_.seed = o.seed.value_or(base_.seed);
     c_.requested = o.faults;
+    c_.values = to_string(o.values);
     c_.jobs = o.jobs;
     c_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
     c_.nanchaos_version = NANCHAOS_VERSION;
@@ -228,8 +238,8 @@ class CampaignRun {
     const std::string base_text = read_text(o_.scenario);
     try {
       const CampaignTargets targets = targets_of(base_, ctx_);
-      c_.kinds = campaign_kinds(base_, targets, o_.kinds);
-      drawn_ = draw_faults(base_, base_text, targets, c_.kinds, c_.seed, o_.faults);
+      c_.kinds = campaign_kinds(base_, targets, o_.kinds, o_.values);
+      drawn_ = draw_faults(base_, base_text, targets, c_.kinds, c_.seed, o_.faults, o_.values);
     } catch (const CampaignError& e) {
       std::cerr << fmt::format("nanchaos campaign: error: {}\n", e.what());
       return 2;
@@ -426,6 +436,8 @@ class CampaignRun {
     const DrawnFault& d = drawn_[i];
     results::CampaignFault row =
         results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules_);
+    row.finite = d.finite;
+    row.slows = d.slows;
     row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
     row.rerun = "nanchaos run " + files_[i];
     std::lock_guard<std::mutex> lock(mu_);

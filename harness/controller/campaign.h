@@ -1,4 +1,5 @@
-// `nanchaos campaign SCENARIO.toml --faults N [--seed S] [--kinds K,...] [--out DIR] [--jobs J]`
+// `nanchaos campaign SCENARIO.toml --faults N [--seed S] [--kinds K,...] [--values V] [--out DIR]
+// [--jobs J]`
 // (docs/scenario-format.md "Campaigns"): the scenario is the job and the stack under test (its
 // [[fault]] and [expect] are ignored); N faults are drawn (campaign_draw.h), each is written as a
 // complete scenario to DIR/faults/NNN/scenario.toml and run there as one launch through the same
@@ -26,16 +27,19 @@
 
 #include "harness/controller/host_limits.h"
 #include "harness/controller/shard.h"
+#include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
 #include "results/campaign.h"
 
 namespace nanchaos::harness {
 
 struct CampaignOptions {
-  std::string scenario;               ///< the base scenario file
-  int faults = 0;                     ///< N >= 1
-  std::optional<uint64_t> seed;       ///< nullopt: the scenario's [scenario].seed
-  std::vector<std::string> kinds;     ///< empty: every kind valid for the job
+  std::string scenario;            ///< the base scenario file
+  int faults = 0;                  ///< N >= 1
+  std::optional<uint64_t> seed;    ///< nullopt: the scenario's [scenario].seed
+  std::vector<std::string> kinds;  ///< empty: every kind valid for the job
+  /// --values: what numbers the faults write (kAny: the draws campaigns always made).
+  DrawValues values = DrawValues::kAny;
   std::string out_dir;                ///< "" = results/campaigns/<UTC time>-<name>
   int jobs = 1;                       ///< launches at a time
   std::string launcher;               ///< "" = $NANCHAOS_LAUNCHER or mpirun

@@ -35,9 +35,12 @@ constexpr int kMaxAttempts = 20;
 // Why `info`'s kind cannot be drawn for this job ("" when it can): the generic rule (an
 // external job runs the Python agent), then the kind's own.
 std::string kind_refusal(const FaultKindInfo& info, const Scenario& s, const CampaignTargets& t,
-                         bool requested) {
+                         bool requested, DrawValues values) {
   if (s.job.external() && !info.python_agent) return "not applied by the agent of external jobs";
-  return info.refusal ? info.refusal(s, t, requested) : "";
+  const std::string why = info.refusal ? info.refusal(s, t, requested) : "";
+  if (!why.empty() || !info.values_refusal) return why;
+  const std::string by_values = info.values_refusal(values);
+  return by_values.empty() ? "" : fmt::format("--values {}: {}", to_string(values), by_values);
 }
 
 const FaultKindInfo& kind_of(const ojson& f) {
@@ -53,7 +56,8 @@ const T& pick(SplitMix64& g, const std::vector<T>& items) {
 }
 
 DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
-                    const std::vector<std::string>& kinds, uint64_t seed, int index, int attempt) {
+                    const std::vector<std::string>& kinds, uint64_t seed, int index, int attempt,
+                    DrawValues values) {
   SplitMix64 g(mix(mix(mix(seed, kCampaignSalt), uint64_t(index)), uint64_t(attempt)));
   const auto [first, last] = fault_step_window(s.job.steps);
   DrawnFault d;
@@ -72,9 +76,11 @@ DrawnFault draw_one(const Scenario& s, const CampaignTargets& t,
     f["ranks"] = ojson::array({int64_t(g.below(world))});
   }
   f["step"] = first + int64_t(g.below(uint64_t(last - first + 1)));
-  FaultDraw draw(g, s, t);
+  FaultDraw draw(g, s, t, values);
   info.draw(draw, f);
   d.fault_class = fault_class_of(f);
+  d.finite = info.finite && info.finite(f, s);
+  d.slows = info.slows_rank;
   d.truth = truth_of(f, s.job.ranks);
   if (info.companions) d.companions = info.companions(f, s);
   return d;
@@ -144,8 +150,16 @@ std::vector<std::string> split_kinds_option(const std::string& text) {
   return out;
 }
 
+DrawValues parse_values_option(const std::string& text) {
+  if (const auto v = parse_draw_values(text)) return *v;
+  throw CampaignError(fmt::format(
+      "--values \"{}\": expected finite (a factor in [1.01, 100], a mantissa or low exponent "
+      "bit), nonfinite (NaN and Inf only) or any (the default)",
+      text));
+}
+
 std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
-                                        const std::vector<std::string>& wanted) {
+                                        const std::vector<std::string>& wanted, DrawValues values) {
   std::vector<std::string> out;
   if (!wanted.empty()) {
     std::vector<std::string> known;
@@ -158,17 +172,23 @@ std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets
                                         near.empty() ? ";" : "; did you mean \"" + near + "\"?",
                                         fmt::join(known, ", ")));
       }
-      const std::string why = kind_refusal(it->second, s, t, true);
+      const std::string why = kind_refusal(it->second, s, t, true, values);
       if (!why.empty()) throw CampaignError(fmt::format("--kinds: {}: {}", k, why));
       if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
     }
   } else {
     for (const auto& [name, info] : fault_kinds()) {
-      if (kind_refusal(info, s, t, false).empty()) out.push_back(name);
+      if (kind_refusal(info, s, t, false, values).empty()) out.push_back(name);
     }
   }
   std::sort(out.begin(), out.end());
-  if (out.empty()) throw CampaignError("no fault kind can be drawn for this job");
+  if (out.empty()) {
+    throw CampaignError(
+        values == DrawValues::kAny
+            ? "no fault kind can be drawn for this job"
+            : fmt::format("no fault kind can be drawn for this job with --values {}",
+                          to_string(values)));
+  }
   return out;
 }
 
@@ -252,14 +272,14 @@ std::string fault_scenario_toml(const Scenario& base, const std::string& base_te
 
 std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& base_text,
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
-                                    uint64_t seed, int count) {
+                                    uint64_t seed, int count, DrawValues values) {
   std::vector<DrawnFault> out;
   // Ctrl-C while drawing a large campaign: stop now (the caller sees stop_signal() and exits).
   for (int i = 0; i < count && stop_signal() == 0; ++i) {
     std::string last_error;
     bool kept = false;
     for (int attempt = 0; attempt < kMaxAttempts && !kept; ++attempt) {
-      DrawnFault d = draw_one(base, t, kinds, seed, i, attempt);
+      DrawnFault d = draw_one(base, t, kinds, seed, i, attempt, values);
       try {
         load_scenario_string(fault_scenario_toml(base, base_text, d),
                              fmt::format("{} (fault {})", base.file, i));

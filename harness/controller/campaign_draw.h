@@ -46,7 +46,9 @@ struct DrawnFault {
   results::Truth truth;
   /// Faults run beside it, unscored (FaultKindInfo::companions): [[fault]] #2, #3, ...
   std::vector<nlohmann::ordered_json> companions;
-  int redraws = 0;  ///< draws of this index the loader refused before this one (0 normally)
+  int redraws = 0;      ///< draws of this index the loader refused before this one (0 normally)
+  bool finite = false;  ///< finite by construction (its kind's FaultKindInfo::finite rule)
+  bool slows = false;   ///< it slows a rank (FaultKindInfo::slows_rank: kind slow)
 };
 
 /// The window fault steps are drawn from: [first, last] with first = max(1, steps / 5) (a clean
@@ -59,11 +61,18 @@ std::pair<int64_t, int64_t> fault_step_window(int64_t steps);
 /// typo must not widen the campaign to every kind.
 std::vector<std::string> split_kinds_option(const std::string& text);
 
+/// The `--values` text: "any" (the default: what campaigns always drew), "finite" or
+/// "nonfinite". Throws CampaignError naming the option and the accepted words otherwise.
+DrawValues parse_values_option(const std::string& text);
+
 /// Kinds that can be drawn for this job, sorted; `wanted` empty = every registered, built kind
-/// valid for the job. Throws CampaignError naming a wanted kind that is unknown or invalid here
-/// and why ("overflow: needs [job].precision = \"fp16\" or \"bf16\"").
+/// valid for the job and for `values` (`--values`; FaultKindInfo::values_refusal). Throws
+/// CampaignError naming a wanted kind that is unknown or invalid here and why ("overflow: needs
+/// [job].precision = \"fp16\" or \"bf16\"", "batch: --values finite: its corruptions write
+/// NaN or Inf ..."), or when no kind is left.
 std::vector<std::string> campaign_kinds(const Scenario& s, const CampaignTargets& t,
-                                        const std::vector<std::string>& wanted);
+                                        const std::vector<std::string>& wanted,
+                                        DrawValues values = DrawValues::kAny);
 
 /// The contract's ground truth of a drawn fault (rank = the hit ranks, step, and the layer and
 /// cause of its kind's `truth` rule; SCENARIO_FORMAT.md "Campaigns"). `world` resolves
@@ -82,13 +91,15 @@ std::string fault_class_of(const nlohmann::ordered_json& fault);
 std::string fault_scenario_toml(const Scenario& base, const std::string& base_text,
                                 const DrawnFault& f, const std::string& header = "");
 
-/// Draws `count` faults over `kinds` (from campaign_kinds) and checks each through the scenario
-/// loader (load_scenario_string of fault_scenario_toml); a refused draw is drawn again from the
-/// next attempt. Throws CampaignError when 20 attempts of one index are refused (a bug: the
-/// message carries the loader's last error). Stops early, with fewer faults, once stop_signal()
+/// Draws `count` faults over `kinds` (from campaign_kinds, with the same `values`: each kind's
+/// draw rule writes what FaultDraw::values() allows; kAny is the draw campaigns always made, so
+/// a same-seed campaign without --values draws what it drew before) and checks each through the
+/// scenario loader (load_scenario_string of fault_scenario_toml); a refused draw is drawn again
+/// from the next attempt. Throws CampaignError when 20 attempts of one index are refused (a bug:
+/// the message carries the loader's last error). Stops early, with fewer faults, once stop_signal()
 /// is set (Ctrl-C while a large campaign is drawn).
 std::vector<DrawnFault> draw_faults(const Scenario& base, const std::string& base_text,
                                     const CampaignTargets& t, const std::vector<std::string>& kinds,
-                                    uint64_t seed, int count);
+                                    uint64_t seed, int count, DrawValues values = DrawValues::kAny);
 
 }  // namespace nanchaos::harness

@@ -193,10 +193,12 @@ std::vector<int> check_campaign_parts(const std::vector<std::string>& dirs,
   std::set<int> seen;
   for (size_t k = 0; k < parts.size(); ++k) {
     const results::Campaign& c = parts[k];
-    if (c.name != a.name || c.seed != a.seed || c.requested != a.requested || c.kinds != a.kinds) {
+    if (c.name != a.name || c.seed != a.seed || c.requested != a.requested || c.kinds != a.kinds ||
+        c.values != a.values) {
       throw std::runtime_error(fmt::format(
-          "{}: campaign {} (seed {}, {} faults) is not the first's {} (seed {}, {} faults)",
-          dirs[k], c.name, c.seed, c.requested, a.name, a.seed, a.requested));
+          "{}: campaign {} (seed {}, {} faults, --values {}) is not the first's {} (seed {}, {} "
+          "faults, --values {})",
+          dirs[k], c.name, c.seed, c.requested, c.values, a.name, a.seed, a.requested, a.values));
     }
     if (bool(c.shard) != bool(a.shard) || (c.shard && c.shard->count != a.shard->count)) {
       throw std::runtime_error(dirs[k] + ": split differently from the first run (--shard)");

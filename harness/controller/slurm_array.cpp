@@ -54,6 +54,7 @@ std::vector<std::string> slurm_array_task_argv(const CampaignOptions& o, int tas
                                 std::to_string(o.faults)};
   if (o.seed) a.insert(a.end(), {"--seed", std::to_string(*o.seed)});
   if (!o.kinds.empty()) a.insert(a.end(), {"--kinds", fmt::format("{}", fmt::join(o.kinds, ","))});
+  if (o.values != DrawValues::kAny) a.insert(a.end(), {"--values", to_string(o.values)});
   a.insert(a.end(), {"--jobs", std::to_string(o.jobs)});
   if (!o.launcher.empty()) a.insert(a.end(), {"--launcher", o.launcher});
   if (o.quiet) a.push_back("--quiet");

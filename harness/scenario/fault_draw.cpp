@@ -2,14 +2,56 @@
 // generator's calls is part of the draw: a change here moves every campaign's faults.
 #include "harness/scenario/fault_draw.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "harness/scenario/scenario.h"
 
 namespace nanchaos::harness {
 
+const char* to_string(DrawValues v) {
+  switch (v) {
+    case DrawValues::kAny:
+      return "any";
+    case DrawValues::kFinite:
+      return "finite";
+    case DrawValues::kNonfinite:
+      return "nonfinite";
+  }
+  return "?";
+}
+
+std::optional<DrawValues> parse_draw_values(const std::string& text) {
+  for (DrawValues v : {DrawValues::kAny, DrawValues::kFinite, DrawValues::kNonfinite}) {
+    if (text == to_string(v)) return v;
+  }
+  return std::nullopt;
+}
+
+FloatWord float_word(DType d) {
+  switch (d) {
+    case DType::kFp16:
+      return {10, 5};
+    case DType::kBf16:
+      return {7, 8};
+    default:
+      return {23, 8};  // fp32 (a campaign flips bits of float words only)
+  }
+}
+
+bool finite_flip(int64_t bit, const FloatWord& word) {
+  if (bit < 0 || bit >= word.bits()) return false;
+  return bit < word.mantissa_bits + word.low_exponent_bits() || bit == word.bits() - 1;
+}
+
+bool finite_value(const nlohmann::ordered_json& value) {
+  return value.is_number() && std::isfinite(value.get<double>());
+}
+
 nlohmann::ordered_json FaultDraw::value() {
-  switch (g_.below(4)) {
+  // The non-finite draw takes one value of the stream as the `any` draw does, from three.
+  switch (g_.below(values_ == DrawValues::kNonfinite ? 3 : 4)) {
     case 0:
       return "nan";
     case 1:
@@ -24,6 +66,16 @@ nlohmann::ordered_json FaultDraw::value() {
 int64_t FaultDraw::bit(int bits) {
   const int64_t top_exponent = bits == 32 ? 30 : 14;
   return g_.below(2) == 0 ? top_exponent : int64_t(g_.below(uint64_t(bits)));
+}
+
+double FaultDraw::factor() {
+  const double lo = std::log(kFiniteFactorMin), hi = std::log(kFiniteFactorMax);
+  const double x = std::round(std::exp(lo + g_.uniform01() * (hi - lo)) * 1000.0) / 1000.0;
+  return std::min(kFiniteFactorMax, std::max(kFiniteFactorMin, x));
+}
+
+int64_t FaultDraw::finite_bit(const FloatWord& word) {
+  return int64_t(g_.below(uint64_t(word.mantissa_bits + word.low_exponent_bits())));
 }
 
 std::string FaultDraw::tensor_target() {

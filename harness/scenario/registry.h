@@ -57,6 +57,16 @@ struct CampaignTargets {
   bool optimizer_state = false;  ///< optimizer: targets exist (built-in jobs with adam/adamw)
 };
 
+/// What numbers a campaign's faults write (`nanchaos campaign --values`; docs/generator.md
+/// "Campaign draws"): kAny draws as campaigns always did (NaN, Inf, 1e30, any bit), kFinite only
+/// finite, bounded corruption (a factor in [1.01, 100], a mantissa or low exponent bit), kNonfinite
+/// only NaN and Inf. Kinds that write no number (slow, hang, crash) draw the same in every mode.
+enum class DrawValues { kAny, kFinite, kNonfinite };
+/// "any", "finite", "nonfinite".
+const char* to_string(DrawValues v);
+/// The `--values` text; nullopt for anything else.
+std::optional<DrawValues> parse_draw_values(const std::string& text);
+
 /// The part of a drawn fault's ground truth its kind decides (the ranks and step are the
 /// fault's): the cause the stack should name and, when it can be scored, the layer.
 struct KindTruth {
@@ -123,6 +133,19 @@ struct FaultKindInfo {
       companions;
   /// The cause (and layer) a stack should blame for a drawn fault. Required.
   std::function<KindTruth(const nlohmann::ordered_json& fault)> truth;
+  /// Optional: why the kind cannot be drawn under `--values v` ("" when it can: its `draw` rule
+  /// reads FaultDraw::values()). Empty: the kind writes no number and draws the same in every
+  /// mode (slow, hang, crash).
+  std::function<std::string(DrawValues v)> values_refusal;
+  /// Optional: whether a drawn fault is finite by construction: every number it writes is
+  /// finite and, where it changes a value, the change is bounded (a factor, a finite value, a
+  /// flip of a mantissa, low exponent or sign bit; fault_draw.h finite_flip). Campaign rows say
+  /// so (`finite`) and the summary scores finite faults apart. Empty: never (the kind writes no
+  /// number, or NaN/Inf by design).
+  std::function<bool(const nlohmann::ordered_json& fault, const Scenario& s)> finite;
+  /// It slows a rank and changes no number (slow): campaign rows say so (`slows`), and the
+  /// `straggler` detector's detections on the other rows are its false positives.
+  bool slows_rank = false;
 };
 
 std::map<std::string, FaultKindInfo>& fault_kinds();

@@ -362,5 +362,145 @@ TEST(CampaignOptions, CommandRefusesBadInputsBeforeAnyLaunch) {
   EXPECT_FALSE(fs::exists(dir + "/big/faults"));
 }
 
+// --values finite: tensor scales by a factor in [1.01, 100], bitflip flips a mantissa bit or one
+// of the low exponent bits (0-26 of fp32), comm a finite bit of its wire word; every such fault
+// is marked finite, and the same seed draws the same faults.
+TEST(CampaignValues, FiniteDrawsFactorsInRangeAndBitsInTheFiniteSet) {
+  const Base b = base(kMlp);
+  const std::vector<std::string> wanted = {"tensor", "bitflip", "comm"};
+  const auto kinds = campaign_kinds(b.s, b.t, wanted, DrawValues::kFinite);
+  const auto a = draw_faults(b.s, b.text, b.t, kinds, 7, 120, DrawValues::kFinite);
+  const auto again = draw_faults(b.s, b.text, b.t, kinds, 7, 120, DrawValues::kFinite);
+  ASSERT_EQ(a.size(), 120u);
+  double lo = 1e9, hi = 0;
+  std::set<int64_t> bits;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const ojson& f = a[i].fault;
+    EXPECT_EQ(f, again[i].fault) << i;
+    EXPECT_TRUE(a[i].finite) << f.dump();
+    EXPECT_FALSE(a[i].slows);
+    EXPECT_FALSE(f.contains("value")) << f.dump();
+    if (f["kind"] == "tensor") {
+      const double x = f.at("factor").get<double>();
+      EXPECT_GE(x, 1.01) << f.dump();
+      EXPECT_LE(x, 100.0) << f.dump();
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    } else {
+      const int64_t bit = f.at("bit").get<int64_t>();
+      EXPECT_GE(bit, 0) << f.dump();
+      EXPECT_LE(bit, 26) << f.dump();  // never 27-30 (exponent) nor the sign
+      bits.insert(bit);
+    }
+  }
+  EXPECT_LT(lo, 2.0);  // log-uniform: the whole range is drawn
+  EXPECT_GT(hi, 20.0);
+  EXPECT_TRUE(bits.count(23) + bits.count(24) + bits.count(25) + bits.count(26) > 0);
+  // Same seed without --values: the generic part (kind, ranks, step) is the same, the values not.
+  const auto any = draw_faults(b.s, b.text, b.t, kinds, 7, 120);
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(any[i].fault["kind"], a[i].fault["kind"]) << i;
+    EXPECT_EQ(any[i].fault["step"], a[i].fault["step"]) << i;
+    differ += any[i].fault != a[i].fault;
+  }
+  EXPECT_GT(differ, 100);
+  // A half-precision wire: comm flips a finite bit of the fp16 word (mantissa 0-9, exponent
+  // bits 10-12).
+  const Base h = base(kHalfMse);
+  for (const auto& d : draw_faults(h.s, h.text, h.t, {"comm"}, 3, 40, DrawValues::kFinite)) {
+    EXPECT_LE(d.fault.at("bit").get<int64_t>(), 12) << d.fault.dump();
+    EXPECT_TRUE(d.finite);
+  }
+}
+
+TEST(CampaignValues, DefaultIsTheAnyDrawAndFiniteMarksWhatIsFiniteByConstruction) {
+  const Base b = base(kMlp);
+  const auto kinds = campaign_kinds(b.s, b.t, {});
+  EXPECT_EQ(kinds, campaign_kinds(b.s, b.t, {}, DrawValues::kAny));
+  const auto dflt = draw_faults(b.s, b.text, b.t, kinds, 11, 60);
+  const auto any = draw_faults(b.s, b.text, b.t, kinds, 11, 60, DrawValues::kAny);
+  int finite = 0, nonfinite = 0;
+  for (size_t i = 0; i < dflt.size(); ++i) {
+    EXPECT_EQ(dflt[i].fault, any[i].fault) << i;
+    const ojson& f = dflt[i].fault;
+    const std::string kind = f["kind"];
+    bool expect = false;
+    if (kind == "tensor" || kind == "batch") {
+      expect = f.contains("value") && f["value"].is_number();  // 1e30, not "nan"
+    } else if (kind == "bitflip") {
+      const int64_t bit = f["bit"];
+      expect = bit <= 26 || bit == 31;
+    } else if (kind == "comm") {
+      expect = f.contains("value") ? f["value"].is_number()
+                                   : (f["bit"].get<int64_t>() <= 26 || f["bit"] == 31);
+    } else if (kind == "lr" || kind == "state") {
+      expect = true;
+    }
+    EXPECT_EQ(dflt[i].finite, expect) << f.dump();
+    (dflt[i].finite ? finite : nonfinite) += 1;
+  }
+  EXPECT_GT(finite, 0);
+  EXPECT_GT(nonfinite, 0);
+  EXPECT_EQ(dflt[0].fault.dump(), PINNED_FIRST_DRAW);
+}
+
+TEST(CampaignValues, KindsThatCannotBeFiniteOrNonfiniteAreRefusedWithTheReason) {
+  const Base b = base(kMlp);
+  const auto finite = campaign_kinds(b.s, b.t, {}, DrawValues::kFinite);
+  EXPECT_EQ(finite, (std::vector<std::string>{"bitflip", "comm", "crash", "hang", "lr", "state",
+                                              "tensor"}));
+  const auto nonfinite = campaign_kinds(b.s, b.t, {}, DrawValues::kNonfinite);
+  EXPECT_EQ(nonfinite, (std::vector<std::string>{"batch", "comm", "crash", "hang", "tensor"}));
+  auto error = [&](const std::vector<std::string>& wanted, DrawValues v) {
+    try {
+      campaign_kinds(b.s, b.t, wanted, v);
+    } catch (const CampaignError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({"batch"}, DrawValues::kFinite),
+            "--kinds: batch: --values finite: its corruptions write NaN or Inf into the batch or "
+            "make 0/0 (constant_column, empty_mask); draw it with --values any or nonfinite");
+  EXPECT_EQ(error({"bitflip"}, DrawValues::kNonfinite),
+            "--kinds: bitflip: --values nonfinite: a bit flip makes NaN or Inf only of some "
+            "values (bit 30 of |x| in [1, 2)); draw it with --values any or finite");
+  // Nonfinite tensor values are NaN and Inf only, never 1e30.
+  for (const auto& d : draw_faults(b.s, b.text, b.t, {"tensor"}, 5, 40, DrawValues::kNonfinite)) {
+    EXPECT_TRUE(d.fault.at("value").is_string()) << d.fault.dump();
+    EXPECT_FALSE(d.finite);
+  }
+  // A slow fault slows a rank and is not finite (it writes no number).
+  for (const auto& d : draw_faults(b.s, b.text, b.t, campaign_kinds(b.s, b.t, {"slow"}), 5, 4)) {
+    EXPECT_TRUE(d.slows);
+    EXPECT_FALSE(d.finite);
+  }
+}
+
+TEST(CampaignValues, OptionParsesTheThreeWordsAndTheCommandRefusesAnyOther) {
+  EXPECT_EQ(parse_values_option("finite"), DrawValues::kFinite);
+  EXPECT_EQ(parse_values_option("nonfinite"), DrawValues::kNonfinite);
+  EXPECT_EQ(parse_values_option("any"), DrawValues::kAny);
+  EXPECT_THROW(parse_values_option("Finite"), CampaignError);
+  const std::string bin = NANCHAOS_BINARY;
+  const std::string dir = test_util::scratch_dir("nanchaos-test", "campaign-values");
+  const std::string file = test_util::write_file(dir, "mlp.toml", kMlp);
+  auto bad = test_util::run_cmd(bin + " campaign " + file + " --faults 2 --values finit --out " +
+                                dir + "/v");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("nanchaos campaign: error: --values \"finit\": expected finite (a "
+                            "factor in [1.01, 100], a mantissa or low exponent bit), nonfinite "
+                            "(NaN and Inf only) or any (the default)"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/v"));
+  auto refused = test_util::run_cmd(
+      bin + " campaign " + file + " --faults 2 --values finite --kinds batch --out " + dir + "/b");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--kinds: batch: --values finite: "), std::string::npos)
+      << refused.output;
+}
+
 }  // namespace
 }  // namespace nanchaos::harness

@@ -714,6 +714,192 @@ TEST(CampaignCompare, DamagedFileIsAnErrorNamingTheFileAndField) {
 
 // campaign.json read back (campaign --shard + merge): the committed baseline's 50 real rows come
 // back as written, and the summary and thresholds computed again from them equal the file's.
+// A finite (or not) fault the stack named with `first` ("" = nothing named), outcome by it.
+CampaignFault finite_row(int index, const std::string& first, bool finite = true,
+                         const std::vector<std::string>& also = {}) {
+  ScenarioResult r =
+      judged(first.empty() ? FaultOutcome::kSilentCorruption : FaultOutcome::kDetectedRecovered);
+  if (!first.empty()) {
+    r.first_detection = detection(first, {1}, "layers.1", "activation");
+    r.detections.push_back(*r.first_detection);
+  }
+  for (const auto& d : also) r.detections.push_back(detection(d, {0}, "", "straggler", 2));
+  CampaignFault f = score_fault(index, {{"kind", "tensor"}, {"ranks", {1}}, {"step", 10 + index}},
+                                "tensor:activation", truth({1}, "layers.1", "activation"), r);
+  f.finite = finite;
+  return f;
+}
+
+TEST(CampaignFinite, SummaryPerDetectorAndStragglerFalsePositivesFromHandMadeRows) {
+  std::vector<CampaignFault> rows = {finite_row(0, "loss"), finite_row(1, "sdc"),
+                                     finite_row(2, "loss"), finite_row(3, "")};
+  rows.push_back(score_fault(4, kFault, "tensor:activation", truth({1}, "layers.1", "activation"),
+                             judged(FaultOutcome::kMasked)));
+  rows.back().finite = true;                     // masked: out of the finite coverage
+  rows.push_back(finite_row(5, "grad", false));  // not finite: out of it
+  ScenarioResult err = judged(FaultOutcome::kNone);
+  err.injections.clear();
+  rows.push_back(
+      score_fault(6, kFault, "tensor:activation", truth({1}, "layers.1", "activation"), err));
+  rows.back().finite = true;  // an error: out of every rate
+  // A slow fault the straggler detector named: its job, not a false positive.
+  rows.push_back(finite_row(7, "straggler", false));
+  rows.back().slows = true;
+  rows.back().truth.cause = "straggler";
+  // The straggler detector fired after the loss detector on a tensor fault: a false positive.
+  rows.push_back(finite_row(8, "loss", false, {"straggler"}));
+  // A row read from a file without `detectors`: its first named detection decides.
+  rows.push_back(finite_row(9, "straggler", false));
+  rows.back().detectors.clear();
+  EXPECT_EQ(rows[8].detectors, (std::vector<std::string>{"loss", "straggler"}));
+
+  const CampaignSummary s = summarize_campaign(rows);
+  EXPECT_EQ(s.finite_faults, 5);  // 0-4 (the error row is not measured)
+  EXPECT_EQ(s.finite_coverage.k, 3);
+  EXPECT_EQ(s.finite_coverage.n, 4);
+  ASSERT_EQ(s.finite_by_detector.size(), 2u);  // grad named only a non-finite fault
+  EXPECT_EQ(s.finite_by_detector.at("loss").k, 2);
+  EXPECT_EQ(s.finite_by_detector.at("loss").n, 4);
+  EXPECT_EQ(s.finite_by_detector.at("sdc").k, 1);
+  EXPECT_NEAR(s.finite_by_detector.at("sdc").ci95->lo, wilson95(1, 4).lo, 1e-12);
+  EXPECT_EQ(s.straggler_false_positives.k, 2);  // rows 8 and 9
+  EXPECT_EQ(s.straggler_false_positives.n, 8);  // measured rows but the slow one
+
+  Campaign c;
+  c.name = "finite";
+  c.values = "finite";
+  c.faults = rows;
+  c.summary = s;
+  const ojson j = to_json(c);
+  EXPECT_EQ(j["values"], "finite");
+  EXPECT_EQ(j["faults"][1]["finite"], true);
+  EXPECT_EQ(j["faults"][7]["slows"], true);
+  EXPECT_EQ(j["summary"]["finite"]["faults"], 5);
+  EXPECT_EQ(j["summary"]["finite"]["coverage_counts"]["k"], 3);
+  EXPECT_EQ(j["summary"]["finite"]["by_detector"]["sdc"]["k"], 1);
+  EXPECT_EQ(j["summary"]["finite"]["coverage"], 0.75);
+  EXPECT_EQ(j["summary"]["straggler_false_positives"], 2);
+  EXPECT_EQ(j["summary"]["no_slowness_faults"], 8);
+  // Read back: the same rows, the same summary.
+  const Campaign back = campaign_from_json(j);
+  EXPECT_EQ(to_json(back)["faults"], j["faults"]);
+  EXPECT_EQ(to_json(back)["summary"], j["summary"]);
+  EXPECT_EQ(back.values, "finite");
+
+  const std::string md = campaign_markdown(c);
+  EXPECT_NE(md.find("## Finite faults per detector\n\n5 finite fault(s)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| sdc | 25.0 % ("), std::string::npos) << md;
+  EXPECT_NE(md.find("| loss | 50.0 % ("), std::string::npos) << md;
+  EXPECT_NE(md.find("| **any (finite coverage)** | 75.0 % ("), std::string::npos) << md;
+  EXPECT_NE(md.find("the `straggler` detector fired on 2 of the 8 measured faults"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("with --values finite"), std::string::npos) << md;
+  const std::string dir = test_util::scratch_dir("campaign-html", "finite");
+  write_campaign_html(c, dir + "/campaign.html");
+  std::ifstream in(dir + "/campaign.html");
+  std::stringstream html;
+  html << in.rdbuf();
+  EXPECT_NE(html.str().find("<h2>Finite faults per detector</h2>"), std::string::npos);
+  EXPECT_NE(html.str().find("<tr><td>sdc</td>"), std::string::npos) << html.str();
+  EXPECT_NE(html.str().find("fired on 2 of the 8"), std::string::npos);
+}
+
+json finite_file(uint64_t seed, const std::vector<CampaignFault>& rows) {
+  Campaign c;
+  c.seed = seed;
+  c.faults = rows;
+  c.summary = summarize_campaign(rows);
+  return json::parse(to_json(c).dump());
+}
+
+const CampaignRateDiff& rate_of(const CampaignComparison& c, const std::string& metric) {
+  for (const auto& r : c.rates) {
+    if (r.metric == metric) return r;
+  }
+  throw std::runtime_error("no metric " + metric);
+}
+
+TEST(CampaignFinite, CompareGatesFiniteCoveragePerDetectorBothWays) {
+  // Same draws: 12 finite faults the sdc detector named; B lost 5 of them (named nothing).
+  std::vector<CampaignFault> a, b;
+  for (int i = 0; i < 12; ++i) {
+    a.push_back(finite_row(i, "sdc"));
+    b.push_back(finite_row(i, i % 2 == 0 && i < 10 ? "" : "sdc"));
+  }
+  const auto lost = compare_campaigns(finite_file(7, a), finite_file(7, b));
+  ASSERT_TRUE(lost.same_draws);
+  EXPECT_TRUE(rate_of(lost, "finite_coverage").regressed) << format_text(lost);
+  EXPECT_TRUE(rate_of(lost, "finite_coverage.sdc").regressed) << format_text(lost);
+  EXPECT_EQ(rate_of(lost, "finite_coverage.sdc").worse, 5);
+  EXPECT_TRUE(lost.regressed());
+  EXPECT_NE(format_markdown(lost).find("- **finite_coverage.sdc**: "), std::string::npos);
+  // The other way: B found them again, no regression.
+  const auto gained = compare_campaigns(finite_file(7, b), finite_file(7, a));
+  EXPECT_FALSE(rate_of(gained, "finite_coverage.sdc").regressed);
+  EXPECT_FALSE(gained.regressed()) << format_text(gained);
+  // The loss detector named them in A; sdc, enabled in B, names them first: moved, not lost.
+  std::vector<CampaignFault> by_loss;
+  for (int i = 0; i < 12; ++i) by_loss.push_back(finite_row(i, "loss"));
+  const auto moved = compare_campaigns(finite_file(7, by_loss), finite_file(7, a));
+  EXPECT_EQ(rate_of(moved, "finite_coverage.loss").moved, 12);
+  EXPECT_FALSE(rate_of(moved, "finite_coverage.loss").regressed);
+  EXPECT_FALSE(moved.regressed()) << format_text(moved);
+  // Different draws: the Wilson rule. 30/30 by sdc -> 10/30.
+  std::vector<CampaignFault> many, few;
+  for (int i = 0; i < 30; ++i) {
+    many.push_back(finite_row(i, "sdc"));
+    few.push_back(finite_row(i, i < 10 ? "sdc" : ""));
+  }
+  const auto wilson = compare_campaigns(finite_file(1, many), finite_file(2, few));
+  EXPECT_FALSE(wilson.same_draws);
+  EXPECT_TRUE(rate_of(wilson, "finite_coverage.sdc").regressed) << format_text(wilson);
+  EXPECT_FALSE(compare_campaigns(finite_file(2, few), finite_file(1, many)).regressed());
+  // Rows that are not finite: the finite rates have no sample and are not compared.
+  std::vector<CampaignFault> plain = by_loss;
+  for (auto& f : plain) f.finite = false;
+  const auto none = compare_campaigns(finite_file(7, plain), finite_file(7, plain));
+  EXPECT_FALSE(rate_of(none, "finite_coverage").compared);
+}
+
+TEST(CampaignFinite, CompareFlagsAnyRiseOfStragglerFalsePositives) {
+  std::vector<CampaignFault> a, b;
+  for (int i = 0; i < 16; ++i) {
+    a.push_back(finite_row(i, "loss", false));
+    b.push_back(
+        finite_row(i, "loss", false,
+                   i == 3 ? std::vector<std::string>{"straggler"} : std::vector<std::string>{}));
+  }
+  const auto rose = compare_campaigns(finite_file(7, a), finite_file(7, b));
+  EXPECT_EQ(rose.base_straggler_fp, 0);
+  EXPECT_EQ(rose.fresh_straggler_fp, 1);
+  EXPECT_EQ(rose.fresh_no_slowness, 16);
+  EXPECT_TRUE(rose.straggler_fp_rose);
+  EXPECT_TRUE(rose.regressed()) << format_text(rose);
+  EXPECT_NE(format_text(rose).find("straggler false positives: A 0/16, B 1/16  ROSE"),
+            std::string::npos)
+      << format_text(rose);
+  EXPECT_EQ(format_json(rose)["straggler_false_positives"]["rose"], true);
+  const auto fell = compare_campaigns(finite_file(7, b), finite_file(7, a));
+  EXPECT_FALSE(fell.straggler_fp_rose);
+  EXPECT_FALSE(fell.regressed()) << format_text(fell);
+  // A slow fault the straggler named is its detection, not a false positive.
+  std::vector<CampaignFault> slow = a;
+  slow[5] = finite_row(5, "straggler", false);
+  slow[5].slows = true;
+  const auto own = compare_campaigns(finite_file(7, a), finite_file(7, slow));
+  EXPECT_EQ(own.fresh_straggler_fp, 0);
+  EXPECT_EQ(own.fresh_no_slowness, 15);
+  EXPECT_FALSE(own.straggler_fp_rose);
+  // On files: exit 1 when they rose.
+  const std::string dir = test_util::scratch_dir("campaign-compare", "straggler");
+  const std::string fa = test_util::write_file(dir, "a.json", finite_file(7, a).dump());
+  const std::string fb = test_util::write_file(dir, "b.json", finite_file(7, b).dump());
+  std::ostringstream out, err;
+  EXPECT_EQ(run_campaign_compare(fa, fb, "text", out, err), 1) << out.str() << err.str();
+  EXPECT_EQ(run_campaign_compare(fb, fa, "text", out, err), 0) << out.str() << err.str();
+}
+
 TEST(CampaignRead, TheBaselinesRowsSummaryAndThresholdsComeBack) {
   std::ifstream in(std::string(NANCHAOS_SOURCE_DIR) +
                    "/results/baselines/campaign-mlp-default.json");
@@ -722,10 +908,30 @@ TEST(CampaignRead, TheBaselinesRowsSummaryAndThresholdsComeBack) {
   const Campaign c = campaign_from_json(j);
   ASSERT_EQ(c.faults.size(), j["faults"].size());
   const nlohmann::ordered_json back = to_json(c);
+  // The baseline predates the rows' finite, slows and detectors and the summary's finite and
+  // straggler figures: every key it has comes back equal, the newer ones as a file without
+  // them reads (no finite fault, nothing slowed, no straggler detection).
+  auto same_keys = [](const nlohmann::ordered_json& written, nlohmann::ordered_json read,
+                      const std::vector<std::string>& newer) {
+    for (const auto& key : newer) {
+      EXPECT_FALSE(written.contains(key)) << key;
+      read.erase(key);
+    }
+    return read;
+  };
   for (size_t k = 0; k < c.faults.size(); ++k) {
-    EXPECT_EQ(back["faults"][k], j["faults"][k]) << "fault " << k;
+    EXPECT_EQ(same_keys(j["faults"][k], back["faults"][k], {"finite", "slows", "detectors"}),
+              j["faults"][k])
+        << "fault " << k;
+    EXPECT_EQ(back["faults"][k]["finite"], false);
+    EXPECT_EQ(back["faults"][k]["slows"], false);
   }
-  EXPECT_EQ(back["summary"], j["summary"]);
+  EXPECT_EQ(same_keys(j["summary"], back["summary"],
+                      {"finite", "straggler_false_positives", "no_slowness_faults"}),
+            j["summary"]);
+  EXPECT_EQ(back["summary"]["finite"]["faults"], 0);
+  EXPECT_EQ(back["summary"]["straggler_false_positives"], 0);
+  EXPECT_EQ(back["summary"]["no_slowness_faults"], j["summary"]["faults"]);
   EXPECT_EQ(nlohmann::json::parse(back["thresholds"].dump()),
             recheck_thresholds(c.thresholds, c.summary));
   EXPECT_FALSE(c.shard);
