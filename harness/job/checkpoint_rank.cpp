@@ -27,10 +27,10 @@
 // initial_state) and filled in place; param-group options are the scenario's, as built.
 //
 // Events: `ckpt_save {path, step}` after the manifest (dcp: the .metadata) is in place (rank 0);
-// `ckpt_load {path, step}` when a launch resumed; for a rejected checkpoint `detect` and a local
+// `ckpt_load {path, step}` when a launch resumed; for a rejected checkpoint `detect` and a
 // `decision` (detector "checkpoint", cause checkpoint_corruption, layer = the first bad tensor or
-// "" when the file does not load, action "checkpoint_fallback", ranks = the bad shard's rank for
-// dcp, else the reporting rank), at the rejected checkpoint's step.
+// "" when the file does not load, action "checkpoint_fallback"; torch: local, ranks = the
+// reporting rank; dcp: agreed, ranks = the bad shard's rank), at the rejected checkpoint's step.
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
@@ -509,7 +509,10 @@ int64_t RankRunner::resume() {
     dec.layer = rejected->layer;
     dec.cause = cause;
     dec.action = "checkpoint_fallback";
-    dec.local = true;
+    // torch: each rank's own finding. dcp: every rank read the same shards and made the same
+    // decision, naming the bad shard's rank, so it is written as an agreed one (the judge keeps
+    // one per step instead of merging the reporting ranks).
+    dec.local = rejected->rank < 0;
     write_event(*log_, dec);
     nlohmann::json reject = {{"path", checkpoint_path(dir, step).string()},
                              {"step", step},

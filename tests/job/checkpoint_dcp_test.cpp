@@ -243,6 +243,7 @@ TEST_P(DcpCorruptionTest, ShardOfRank2IsRejectedNamingRank2AndItsFirstTensor) {
     EXPECT_EQ(decisions[0]["detector"], "checkpoint");
     EXPECT_EQ(decisions[0]["cause"], "checkpoint_corruption");
     EXPECT_EQ(decisions[0]["ranks"], nlohmann::json::array({2}));
+    EXPECT_FALSE(decisions[0].value("local", false));  // the same decision on every rank
     EXPECT_EQ(decisions[0]["layer"], layer);
     const auto loads = events(r, "ckpt_load");
     ASSERT_EQ(loads.size(), 1u);
