@@ -238,6 +238,15 @@ TEST_P(DcpCorruptionTest, ShardOfRank2IsRejectedNamingRank2AndItsFirstTensor) {
     EXPECT_EQ(rejects[0]["step"], 9);
     EXPECT_EQ(rejects[0]["shard_rank"], 2) << rejects[0].dump();
     EXPECT_EQ(rejects[0]["layer"], layer) << rejects[0].dump();
+    // Which check caught it: the metadata's shard size, the shard's presence, or the digests.
+    const std::string why = rejects[0]["why"];
+    if (mode == "truncate") {
+      EXPECT_EQ(why.rfind("shard __2_0.distcp holds ", 0), 0u) << why;
+    } else if (mode == "delete") {
+      EXPECT_EQ(why, "shard __2_0.distcp is missing");
+    } else {
+      EXPECT_EQ(why, "digest mismatch");
+    }
     const auto decisions = events(r, "decision");
     ASSERT_FALSE(decisions.empty());
     EXPECT_EQ(decisions[0]["detector"], "checkpoint");
@@ -252,7 +261,8 @@ TEST_P(DcpCorruptionTest, ShardOfRank2IsRejectedNamingRank2AndItsFirstTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DcpCorruptionTest,
-                         ::testing::Values("nan", "inf", "bitflip", "truncate", "delete", "stale"));
+                         ::testing::Values("nan", "inf", "bitflip", "truncate", "delete", "stale"),
+                         [](const auto& info) { return info.param; });
 
 TEST_F(DcpCheckpointTest, TargetIsCorruptedInTheShardThatHoldsIt) {
   ASSERT_TRUE(all_zero(launch(base_toml())));  // learn which shard holds what
