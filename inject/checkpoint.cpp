@@ -14,9 +14,15 @@
 //   truncate            - the archive cut to half its size
 //   delete              - the archive removed
 //   stale               - the archive replaced by the previous save's, under the new name
+// Format "dcp" ([checkpoint] format, harness/job/checkpoint_files.h): every rank is handed its own
+// shard, and `ranks` picks the shards the fault acts on (default [0]); each mode acts on the
+// shard file as above (stale: the same rank's shard of the previous save). nan / inf / bitflip
+// with a `target` hit it in the shard that holds it (the job splits the state round-robin over
+// the ranks): that rank must be in `ranks`, else the fault stops the rank with an error naming
+// the rank to give; without a target, the first float32 parameter of each picked shard.
 // Ground truth: cause checkpoint_corruption, layer = the target's name (head.weight for
 // parameter:head.weight; none for truncate/delete/stale, whose first bad tensor the fault does
-// not choose).
+// not choose), rank = the shard's (dcp; format "torch": none).
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -63,26 +69,44 @@ class CheckpointInjector final : public Injector {
   void on_checkpoint_saved(FaultContext& ctx, const CheckpointWritten& w) override {
     if (w.save != save_ || !spec_.ranks.contains(ctx.rank)) return;
     if (ctx.reexecution && !spec_.persistent) return;
+    const bool into_tensor = mode_ == "nan" || mode_ == "inf" || mode_ == "bitflip";
+    if (w.shard >= 0 && into_tensor && !target_.empty() && !holds_target(w)) return;
     if (mode_ == "truncate") {
       const auto size = fs::file_size(w.archive);
       fs::resize_file(w.archive, size / 2);
-      ctx.fired(spec_.index, "", {{"mode", mode_}, {"bytes", size}, {"kept", size / 2}});
+      ctx.fired(spec_.index, "",
+                with_shard(w, {{"mode", mode_}, {"bytes", size}, {"kept", size / 2}}));
     } else if (mode_ == "delete") {
       fs::remove(w.archive);
-      ctx.fired(spec_.index, "", {{"mode", mode_}});
+      ctx.fired(spec_.index, "", with_shard(w, {{"mode", mode_}}));
     } else if (mode_ == "stale") {
       if (w.previous_archive.empty() || !fs::exists(w.previous_archive)) {
         throw std::runtime_error(fmt::format(
             "fault checkpoint: mode \"stale\" on save {} needs an earlier save on disk", w.save));
       }
       fs::copy_file(w.previous_archive, w.archive, fs::copy_options::overwrite_existing);
-      ctx.fired(spec_.index, "", {{"mode", mode_}, {"from", w.previous_archive}});
+      ctx.fired(spec_.index, "", with_shard(w, {{"mode", mode_}, {"from", w.previous_archive}}));
     } else {
       corrupt_tensor(ctx, w);
     }
   }
 
  private:
+  // Format "dcp": whether this rank's shard holds the target; false when another rank in
+  // `ranks` holds it (that rank corrupts it), an error when no rank in `ranks` does.
+  bool holds_target(const CheckpointWritten& w) const {
+    for (const auto& [name, owner] : w.owners) {
+      if (name != target_) continue;
+      if (owner == w.shard) return true;
+      if (owner >= 0 && spec_.ranks.contains(owner)) return false;
+      throw std::runtime_error(fmt::format(
+          "fault checkpoint: {} is in rank {}'s shard of the dcp checkpoint (save {}), not in "
+          "a shard of `ranks`; give ranks = [{}]",
+          target_, owner, w.save, owner));
+    }
+    throw std::runtime_error("fault checkpoint: no tensor " + target_ + " in the checkpoint");
+  }
+
   // Rewrites the first element of the target tensor where its saved bytes lie in the archive.
   void corrupt_tensor(FaultContext& ctx, const CheckpointWritten& w) {
     const std::pair<std::string, torch::Tensor>* hit = nullptr;
@@ -95,9 +119,10 @@ class CheckpointInjector final : public Injector {
       }
     }
     if (hit == nullptr) {
-      throw std::runtime_error("fault checkpoint: no float32 tensor " +
-                               (target_.empty() ? std::string("parameter") : target_) +
-                               " in the checkpoint");
+      throw std::runtime_error(
+          "fault checkpoint: no float32 tensor " +
+          (target_.empty() ? std::string("parameter") : target_) + " in the checkpoint" +
+          (w.shard >= 0 ? fmt::format(" (rank {}'s dcp shard)", w.shard) : std::string()));
     }
     const torch::Tensor t = hit->second.detach().cpu().contiguous();
     const std::string needle(static_cast<const char*>(t.data_ptr()), size_t(t.nbytes()));
@@ -122,9 +147,19 @@ class CheckpointInjector final : public Injector {
     }
     std::memcpy(bytes.data() + at, &v, sizeof v);
     write_file(w.archive, bytes);
-    ctx.fired(
-        spec_.index, hit->first,
-        {{"mode", mode_}, {"before", fmt::format("{}", before)}, {"after", fmt::format("{}", v)}});
+    ctx.fired(spec_.index, hit->first,
+              with_shard(w, {{"mode", mode_},
+                             {"before", fmt::format("{}", before)},
+                             {"after", fmt::format("{}", v)}}));
+  }
+
+  // The firing's detail, with the file it acted on when that is a dcp shard.
+  static nlohmann::json with_shard(const CheckpointWritten& w, nlohmann::json detail) {
+    if (w.shard >= 0) {
+      detail["shard"] = w.shard;
+      detail["file"] = fs::path(w.archive).filename().string();
+    }
+    return detail;
   }
 
   int64_t save_;
@@ -155,7 +190,8 @@ FaultKindInfo checkpoint_kind() {
           .min(1),
       Key("mode", KeyType::kString,
           "nan / inf / bitflip: one element of `target`'s tensor; truncate: the file cut to "
-          "half; delete: removed; stale: replaced by the previous save")
+          "half; delete: removed; stale: replaced by the previous save (format dcp: in the "
+          "shard of each rank in `ranks`)")
           .required()
           .choices({"nan", "inf", "bitflip", "truncate", "delete", "stale"}),
       Key("target", KeyType::kString,
@@ -228,7 +264,11 @@ FaultKindInfo checkpoint_kind() {
     static const std::vector<std::string> modes = {"nan", "bitflip", "truncate", "delete"};
     f["mode"] = d.values() == harness::DrawValues::kNonfinite ? modes.front() : d.pick(modes);
     f["step"] = d.scenario().checkpoint.every;
-    f["ranks"] = nlohmann::ordered_json::array({0});  // rank 0 writes the checkpoint
+    // format "torch": rank 0 writes the checkpoint; "dcp": a shard, drawn
+    const harness::Scenario& s = d.scenario();
+    const int64_t shard =
+        s.checkpoint.format == "dcp" ? int64_t(d.below(uint64_t(s.job.ranks))) : 0;
+    f["ranks"] = nlohmann::ordered_json::array({shard});
   };
   // A corrupted checkpoint matters when a relaunch loads it: rank 0 crashes at the step the
   // save was made before (the save comes first, harness/job/runner.cpp train), one-shot.

@@ -40,11 +40,17 @@ struct TrainingState {
 /// archive's path, the previous save's ("" for the first save), its 1-based save number, and
 /// the saved tensors by name ("parameter:fc1.weight", "optimizer:fc1.weight.exp_avg"; an
 /// undefined tensor for an unknown name), whose bytes are in the archive as saved.
+/// Format "dcp": every rank gets its own shard: `archive` is that shard (__RANK_0.distcp),
+/// `previous_archive` the same rank's shard of the previous save, `tensors` the ones it holds,
+/// `shard` the rank, and `owners` which rank's shard holds each tensor of the whole state (-1:
+/// every shard, each rank's own copy: "rng:cpu").
 struct CheckpointWritten {
   int64_t save = 0;
   std::string archive;
   std::string previous_archive;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  int shard = -1;  ///< dcp: the rank whose shard `archive` is; -1: format "torch"'s one file
+  std::vector<std::pair<std::string, int>> owners;  ///< dcp only
 };
 
 struct FaultContext {
@@ -93,7 +99,8 @@ class Injector {
   virtual void on_before_collective(FaultContext&, const std::string&) {}
   /// This rank's all-reduce send buffer, after the rank's own checks.
   virtual void on_send_buffer(FaultContext&, void*, size_t, harness::WireType) {}
-  /// A checkpoint was written before step ctx.step (rank 0, format "torch").
+  /// A checkpoint was written before step ctx.step (format "torch": rank 0, its one file;
+  /// "dcp": every rank, its own shard).
   virtual void on_checkpoint_saved(FaultContext&, const CheckpointWritten&) {}
   /// Multiplier of the scheduled learning rate on this step.
   virtual double lr_factor(FaultContext&) { return 1.0; }

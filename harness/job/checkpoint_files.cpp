@@ -25,6 +25,29 @@ fs::path checkpoint_manifest(const fs::path& dir, int64_t step) {
   return dir / fmt::format("step-{:06d}.json", step);
 }
 
+fs::path checkpoint_dcp_folder(const fs::path& dir, int64_t step) {
+  return dir / fmt::format("step-{:06d}", step);
+}
+
+fs::path checkpoint_dcp_metadata(const fs::path& dir, int64_t step) {
+  return checkpoint_dcp_folder(dir, step) / ".metadata";
+}
+
+fs::path checkpoint_dcp_shard(const fs::path& dir, int64_t step, int rank) {
+  return checkpoint_dcp_folder(dir, step) / fmt::format("__{}_0.distcp", rank);
+}
+
+namespace {
+std::function<void(const fs::path&)>& rename_hook() {
+  static std::function<void(const fs::path&)> hook;
+  return hook;
+}
+}  // namespace
+
+void set_checkpoint_rename_hook(std::function<void(const fs::path&)> hook) {
+  rename_hook() = std::move(hook);
+}
+
 void write_file_atomic(const fs::path& path, const std::string& bytes) {
   const fs::path tmp = path.string() + fmt::format(".tmp-{}", getpid());
   const auto fail = [&](const char* what) {
@@ -49,6 +72,7 @@ void write_file_atomic(const fs::path& path, const std::string& bytes) {
     fail("fsync");
   }
   if (::close(fd) != 0) fail("close");
+  if (rename_hook()) rename_hook()(path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
 }
 
@@ -56,11 +80,16 @@ std::vector<int64_t> checkpoint_steps(const fs::path& dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return steps;
-  static const std::regex name(R"(step-(\d{6,})\.json)");
+  static const std::regex manifest(R"(step-(\d{6,})\.json)");
+  static const std::regex folder(R"(step-(\d{6,}))");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, name)) steps.push_back(std::stoll(m[1].str()));
+    if (std::regex_match(file, m, manifest)) {
+      steps.push_back(std::stoll(m[1].str()));
+    } else if (std::regex_match(file, m, folder) && fs::exists(entry.path() / ".metadata", ec)) {
+      steps.push_back(std::stoll(m[1].str()));
+    }
   }
   std::sort(steps.rbegin(), steps.rend());
   return steps;
@@ -72,6 +101,8 @@ void prune_checkpoints(const fs::path& dir, int64_t keep) {
   for (size_t i = size_t(std::max<int64_t>(keep, 0)); i < steps.size(); ++i) {
     fs::remove(checkpoint_manifest(dir, steps[i]), ec);  // the manifest first: never half-listed
     fs::remove(checkpoint_archive(dir, steps[i]), ec);
+    fs::remove(checkpoint_dcp_metadata(dir, steps[i]), ec);
+    fs::remove_all(checkpoint_dcp_folder(dir, steps[i]), ec);
   }
 }
 

@@ -63,18 +63,33 @@ class RankRunner {
   void run_fault_window(const InLaunchFault& f, int64_t step);
 
   // ---- checkpoints on disk ([checkpoint], checkpoint_rank.cpp)
-  /// Why a checkpoint was rejected: the first bad tensor ("parameter:fc1.weight", "" when the
-  /// file itself does not load) and a short reason.
+  /// Why a checkpoint was rejected: the first bad tensor ("fc1.weight", "" when the file itself
+  /// does not load; a "dcp" shard that is missing or does not load: the first tensor it held), a
+  /// short reason, and the rank whose shard holds it (format "dcp"; -1: "torch"'s one file).
   struct CheckpointRejection {
     std::string layer, why;
+    int rank = -1;
   };
   /// The training state by name in the manifest's order (parameters, buffers, optimizer state,
   /// loss scaler, lr_backoff factor, CPU RNG); tensors share storage with the live state.
   std::vector<std::pair<std::string, torch::Tensor>> training_state_tensors();
-  /// Rank 0 writes the checkpoint at `step` (the state before step `step` runs) and prunes.
+  /// Writes the checkpoint at `step` (the state before step `step` runs) and prunes: format
+  /// "torch": rank 0 alone; "dcp": every rank its shard, then rank 0 the metadata (collective).
   void save_checkpoint(int64_t step);
+  void save_checkpoint_dcp(int64_t step);
   std::optional<CheckpointRejection> load_checkpoint(const std::filesystem::path& dir,
                                                      int64_t step);
+  /// Format "dcp": reads every rank's shard (each rank decides alone, on the same files: the
+  /// ranks agree without a collective).
+  std::optional<CheckpointRejection> load_checkpoint_dcp(const std::filesystem::path& dir,
+                                                         int64_t step);
+  /// One tensor of a checkpoint into the live state: parameters and buffers by copy, the loss
+  /// scaler and lr factor into `stack` (taken from the stack on first use), the CPU RNG state;
+  /// optimizer tensors are the caller's.
+  void restore_tensor(const std::string& name, torch::Tensor& live, const torch::Tensor& loaded,
+                      std::optional<detect::StackState>& stack);
+  /// The file ("torch") or folder ("dcp") of the checkpoint at `step`, as events name it.
+  std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step) const;
   /// Loads the newest good checkpoint under RUN/checkpoints; returns its step (0: none, the
   /// state as built).
   int64_t resume();

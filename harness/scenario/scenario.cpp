@@ -215,11 +215,6 @@ void Loader::load_checkpoint(const toml::table& root, Scenario& s) const {
   c.keep = p.get_int("keep");
   c.validate = p.get_bool("validate");
   c.format = p.get_string("format");
-  if (c.format == "dcp") {
-    scenario_error(p.pos("format"),
-                   "[checkpoint].format: \"dcp\" is not implemented yet for built-in jobs (one "
-                   "shard per rank); use \"torch\"");
-  }
   if (c.every >= s.job.steps) {
     scenario_error(p.pos("every"),
                    fmt::format("[checkpoint].every: {} is not below [job].steps = {}: no "

@@ -242,7 +242,8 @@ const std::vector<KeySpec>& checkpoint_keys() {
           .def(true),
       Key("format", K::kString,
           "torch: one file written by rank 0; dcp: one shard per rank "
-          "(torch.distributed.checkpoint's layout)")
+          "(torch.distributed.checkpoint's layout: a folder per save holding `__RANK_0.distcp` "
+          "per rank and `.metadata`, written last)")
           .def("torch")
           .choices({"torch", "dcp"}),
   };

@@ -28,6 +28,31 @@ void set_state_step(torch::optim::OptimizerParamState* st, int64_t step) {
   if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(st)) w->step(step);
 }
 
+std::unique_ptr<torch::optim::OptimizerParamState> initial_state(const torch::optim::Optimizer& opt,
+                                                                 const torch::Tensor& p) {
+  // As Adam::step / AdamW::step create it (torch/csrc/api/src/optim/adam.cpp): zeros in p's
+  // memory format, step 0.
+  const auto zeros = [&] { return torch::zeros_like(p, torch::MemoryFormat::Preserve); };
+  const auto& group = opt.param_groups().front().options();
+  if (dynamic_cast<const torch::optim::Adam*>(&opt) != nullptr) {
+    auto st = std::make_unique<torch::optim::AdamParamState>();
+    st->step(0).exp_avg(zeros()).exp_avg_sq(zeros());
+    if (static_cast<const torch::optim::AdamOptions&>(group).amsgrad()) {
+      st->max_exp_avg_sq(zeros());
+    }
+    return st;
+  }
+  if (dynamic_cast<const torch::optim::AdamW*>(&opt) != nullptr) {
+    auto st = std::make_unique<torch::optim::AdamWParamState>();
+    st->step(0).exp_avg(zeros()).exp_avg_sq(zeros());
+    if (static_cast<const torch::optim::AdamWOptions&>(group).amsgrad()) {
+      st->max_exp_avg_sq(zeros());
+    }
+    return st;
+  }
+  return nullptr;
+}
+
 std::unique_ptr<torch::optim::OptimizerParamState> deep_clone(
     const torch::optim::OptimizerParamState& st) {
   auto c = st.clone();  // copies tensor handles only: clone the tensors too

@@ -31,6 +31,13 @@ int64_t state_step(torch::optim::OptimizerParamState* st);
 /// Sets it (Adam/AdamW); no-op for other states.
 void set_state_step(torch::optim::OptimizerParamState* st, int64_t step);
 
+/// The state `opt` would create for `p` at its first step (Adam/AdamW: zero exp_avg and
+/// exp_avg_sq shaped like `p`, step 0; max_exp_avg_sq too with amsgrad), for a load that fills
+/// it in place (a "dcp" checkpoint's shards); nullptr for optimizers whose state here is empty
+/// (SGD: this job runs it without momentum).
+std::unique_ptr<torch::optim::OptimizerParamState> initial_state(const torch::optim::Optimizer& opt,
+                                                                 const torch::Tensor& p);
+
 /// A copy that shares no tensor with `st` (OptimizerParamState::clone copies handles only).
 std::unique_ptr<torch::optim::OptimizerParamState> deep_clone(
     const torch::optim::OptimizerParamState& st);

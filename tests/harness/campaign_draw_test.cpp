@@ -162,6 +162,29 @@ TEST(CampaignDraw, RestartsDrawCheckpointFaultsWithACrashAndJudgeStopsAgainstThe
   }
 }
 
+// Format "dcp": a checkpoint fault corrupts one rank's shard, drawn over the ranks, and that
+// rank is its truth (format "torch": rank 0, which writes the one file).
+TEST(CampaignDraw, DcpCheckpointFaultsDrawTheShardsRank) {
+  const std::string text =
+      std::string(kRestarts).replace(std::string(kRestarts).find("ranks = 2"), 9, "ranks = 4") +
+      "format = \"dcp\"\n";
+  const Base b = base(text.c_str());
+  ASSERT_EQ(b.s.checkpoint.format, "dcp");
+  std::set<int64_t> shards;
+  for (const auto& d : draw_faults(b.s, b.text, b.t, {"checkpoint"}, 5, 40)) {
+    SCOPED_TRACE(d.fault.dump());
+    ASSERT_EQ(d.fault["ranks"].size(), 1u);
+    const int64_t r = d.fault["ranks"][0];
+    EXPECT_GE(r, 0);
+    EXPECT_LT(r, 4);
+    EXPECT_EQ(d.truth.ranks, std::vector<int64_t>{r});
+    shards.insert(r);
+    const Scenario s = load_scenario_string(fault_scenario_toml(b.s, b.text, d), "f.toml");
+    EXPECT_TRUE(s.faults[0].ranks.contains(r));
+  }
+  EXPECT_GT(shards.size(), 2u);  // not always rank 0
+}
+
 TEST(CampaignDraw, EveryDrawnFaultLoadsAndStaysInTheJobsRules) {
   for (const char* text : {kMlp, kHalfMse, kTransformer}) {
     const Base b = base(text);

@@ -76,9 +76,14 @@ TEST(RestartLoader, CheckpointTableIsCheckedKeyByKey) {
   EXPECT_NE(
       ErrorOf(WithHead("[checkpoint]\nevery = 0\n")).find("x.toml:7:9: error: [checkpoint].every"),
       std::string::npos);
-  EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 2\nformat = \"dcp\"\n")),
-            "x.toml:8:10: error: [checkpoint].format: \"dcp\" is not implemented yet for built-in "
-            "jobs (one shard per rank); use \"torch\"");
+  EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 2\nformat = \"zip\"\n")),
+            "x.toml:8:10: error: [checkpoint].format: \"zip\" is not valid; did you mean \"dcp\"? "
+            "choices: torch, dcp");
+  // Format "dcp" (a shard per rank) is built (tests/job/checkpoint_dcp_test.cpp runs it).
+  const Scenario dcp =
+      load_scenario_string(WithHead("[checkpoint]\nevery = 2\nformat = \"dcp\"\n"), "x.toml");
+  EXPECT_EQ(dcp.checkpoint.format, "dcp");
+  EXPECT_EQ(dcp.checkpoint.every, 2);
   const Scenario s =
       load_scenario_string(WithHead("[checkpoint]\nevery = 2\nkeep = 3\n"), "x.toml");
   EXPECT_EQ(s.checkpoint.every, 2);

@@ -78,5 +78,37 @@ TEST_F(CheckpointFilesTest, PruneKeepsTheNewestAndRemovesBothFilesOfTheOthers) {
   EXPECT_TRUE(fs::exists(checkpoint_archive(dir_, 9)));
 }
 
+// Format "dcp": a folder per save, listed only once its .metadata is in place.
+TEST_F(CheckpointFilesTest, DcpFoldersAreNamedAsDcpAndListedOnlyWithTheirMetadata) {
+  EXPECT_EQ(checkpoint_dcp_folder(dir_, 10).filename(), "step-000010");
+  EXPECT_EQ(checkpoint_dcp_metadata(dir_, 10), dir_ / "step-000010" / ".metadata");
+  EXPECT_EQ(checkpoint_dcp_shard(dir_, 10, 3), dir_ / "step-000010" / "__3_0.distcp");
+  for (int64_t s : {4, 8, 12}) {
+    fs::create_directories(checkpoint_dcp_folder(dir_, s));
+    write_file_atomic(checkpoint_dcp_shard(dir_, s, 0), "shard 0");
+    write_file_atomic(checkpoint_dcp_shard(dir_, s, 1), "shard 1");
+  }
+  write_file_atomic(checkpoint_dcp_metadata(dir_, 4), "{}");
+  write_file_atomic(checkpoint_dcp_metadata(dir_, 8), "{}");
+  EXPECT_EQ(checkpoint_steps(dir_), (std::vector<int64_t>{8, 4}));  // 12: shards, no metadata
+  write_file_atomic(checkpoint_dcp_metadata(dir_, 12), "{}");
+  prune_checkpoints(dir_, 2);
+  EXPECT_EQ(checkpoint_steps(dir_), (std::vector<int64_t>{12, 8}));
+  EXPECT_FALSE(fs::exists(checkpoint_dcp_folder(dir_, 4)));
+  EXPECT_TRUE(fs::exists(checkpoint_dcp_shard(dir_, 8, 1)));
+}
+
+TEST_F(CheckpointFilesTest, WriterKilledBeforeRenameLeavesTheOldFileAndItsTemporary) {
+  const fs::path p = dir_ / "f";
+  write_file_atomic(p, "complete");
+  set_checkpoint_rename_hook([&](const fs::path& final_path) {
+    if (final_path == p) throw std::runtime_error("killed");
+  });
+  EXPECT_THROW(write_file_atomic(p, "new"), std::runtime_error);
+  set_checkpoint_rename_hook(nullptr);
+  EXPECT_EQ(Read(p), "complete");
+  EXPECT_EQ(Read(p.string() + ".tmp-" + std::to_string(getpid())), "new");
+}
+
 }  // namespace
 }  // namespace nanchaos::harness
