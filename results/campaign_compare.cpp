@@ -258,7 +258,7 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
         if (!ma || !mb) continue;
         ++d.pairs;
         // A finite fault another detector named first on the side this one lost it: moved.
-        if (metric.size() > std::string(kFinitePrefix).size() && *ma != *mb &&
+        if (metric.rfind(std::string(kFinitePrefix) + ".", 0) == 0 && *ma != *mb &&
             stack_named(*ma ? row : a)) {
           ++d.moved;
           continue;

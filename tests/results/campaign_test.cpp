@@ -845,6 +845,19 @@ TEST(CampaignFinite, CompareGatesFiniteCoveragePerDetectorBothWays) {
   EXPECT_EQ(rate_of(moved, "finite_coverage.loss").moved, 12);
   EXPECT_FALSE(rate_of(moved, "finite_coverage.loss").regressed);
   EXPECT_FALSE(moved.regressed()) << format_text(moved);
+  // "Moved" is for the per-detector finite rates only: when another detector takes a fault over
+  // and names the wrong cause, attribution.cause is worse, not moved (a bug once let a removed
+  // detector pass the campaign gate this way).
+  std::vector<CampaignFault> wrong_cause;
+  for (int i = 0; i < 12; ++i) {
+    CampaignFault f = finite_row(i, "grad");
+    f.cause_ok = false;  // grad named the fault, with the wrong cause
+    wrong_cause.push_back(f);
+  }
+  const auto worse = compare_campaigns(finite_file(7, by_loss), finite_file(7, wrong_cause));
+  EXPECT_EQ(rate_of(worse, "attribution.cause").moved, 0);
+  EXPECT_EQ(rate_of(worse, "attribution.cause").worse, 12);
+  EXPECT_TRUE(rate_of(worse, "attribution.cause").regressed) << format_text(worse);
   // Different draws: the Wilson rule. 30/30 by sdc -> 10/30.
   std::vector<CampaignFault> many, few;
   for (int i = 0; i < 30; ++i) {
