@@ -258,7 +258,8 @@ TEST_F(Html, StepTimeChartsOnlyWhereTheJobLoggedStepTimes) {
   ASSERT_NE(section, std::string::npos);
   ASSERT_NE(charts, std::string::npos);
   EXPECT_GT(charts, section);
-  EXPECT_EQ(h.find("step-charts", charts + 1), std::string::npos);
+  const std::string tag = "<div class=\"charts step-charts\">";
+  EXPECT_EQ(h.find("step-charts", charts + tag.size()), std::string::npos);
   EXPECT_LT(charts, h.find("<table class=\"step-times\">"));
   EXPECT_NE(h.find("<svg", charts), std::string::npos);
   EXPECT_TRUE(fs::exists(dir_ / "html" / "steps-slow-rank.svg"));
