@@ -8,7 +8,14 @@
 // neighbour's burst on a shared host hits all of them alike:
 //   none     [detectors] preset "none": training and the gradient all-reduce (SUM, divide by the
 //            world size), no detector, no consensus, no watchdog;
-//   default  preset "default" (batch, loss, grad, post_reduce, watchdog + the consensus round);
+//   default  preset "default" (batch, loss, grad, post_reduce, watchdog, replica at
+//            replica_every = 10, straggler + the consensus round);
+//   nostraggler  the default preset's detectors without `straggler` (the list read from the
+//            registry, `nanchaos keys --format json`, so it follows the preset): default against
+//            it is straggler's cost (its phase times in the consensus round, 32 bytes per rank,
+//            and its median per step). Its rows add ratio_default_vs_nostraggler and
+//            ratio_cpu_default_vs_nostraggler (default's mean wall and CPU time per step over
+//            this stack's, same run);
 //   full     preset "full": every detector, which includes always-on anomaly mode;
 //   anomaly  the default detectors plus `anomaly` (LibTorch's autograd anomaly mode, always on):
 //            the usual debugging baseline;
@@ -32,6 +39,7 @@
 // other tenants disturb far less than wall time), localize_ms and localize_share_of_step (the
 // always-on localization's own time per step, timed by the ranks, and its share of the step).
 //
+// NANCHAOS_BENCH_STEP_RANKS=2 (or "1,2,4"): the rank counts to register (default 1 and 4).
 // NANCHAOS_BENCH_DEVICE=cuda: the GPU variant (one rank over NCCL, a larger transformer; see
 // workload_toml), run by .ci/gpu-check on a GPU host.
 // Workload (state it with the figures): transformer, hidden 128, heads 4, layers 2, seq_len 32,
@@ -40,17 +48,20 @@
 // for full/anomaly, which are ~5x slower per step). NANCHAOS_BENCH_QUICK=1: 1 round of 4 steps (3
 // for the slow stacks), 1 warm-up: a smoke run, not figures. NANCHAOS_BENCH_ROUNDS=N sets the
 // rounds and NANCHAOS_BENCH_FIRST_ROUND=k the first round's stack order (bench/run.py: one round
-// per repetition, the repetitions interleaved with the other programs).
+// per repetition, the repetitions interleaved with the other programs); unset, the first round
+// is NANCHAOS_BENCH_REP (which bench/run.py sets for every program, --extra ones too).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -62,7 +73,8 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kStacks[] = {"none", "default", "full", "anomaly", "replica", "sdc"};
+const char* const kStacks[] = {"none",    "default", "nostraggler", "full",
+                               "anomaly", "replica", "sdc"};
 
 struct StackTimes {
   std::vector<double> step_ms, cpu_ms;  // wall and process CPU time per step
@@ -94,10 +106,70 @@ Plan plan() {
 }
 
 // NANCHAOS_BENCH_FIRST_ROUND=k: the stack order of round k first (bench/run.py runs one round per
-// repetition and passes the repetition's index, so the order still rotates across repetitions).
+// repetition and passes the repetition's index, so the order still rotates across repetitions);
+// unset, NANCHAOS_BENCH_REP (bench/run.py's repetition index, set for every program).
 int first_round() {
   const char* r = std::getenv("NANCHAOS_BENCH_FIRST_ROUND");
+  if (!r) r = std::getenv("NANCHAOS_BENCH_REP");
   return r ? std::max(0, std::atoi(r)) : 0;
+}
+
+// NANCHAOS_BENCH_STEP_RANKS: comma-separated rank counts (each >= 1); unset or empty: 1 and 4 on
+// CPU, 1 on the GPU (one GPU per host here). Throws std::invalid_argument on anything else.
+std::vector<int> rank_counts() {
+  const char* e = std::getenv("NANCHAOS_BENCH_STEP_RANKS");
+  if (!e || !*e) return cuda_mode() ? std::vector<int>{1} : std::vector<int>{1, 4};
+  std::vector<int> out;
+  std::string item;
+  for (const char* c = e;; ++c) {
+    if (*c && *c != ',') {
+      item += *c;
+      continue;
+    }
+    const bool digits =
+        !item.empty() && item.size() <= 4 &&
+        std::all_of(item.begin(), item.end(), [](char d) { return d >= '0' && d <= '9'; });
+    if (!digits || std::stoi(item) < 1) {
+      throw std::invalid_argument(
+          "NANCHAOS_BENCH_STEP_RANKS: want rank counts like \"2\" or "
+          "\"1,2,4\", got \"" +
+          std::string(e) + "\"");
+    }
+    out.push_back(std::stoi(item));
+    item.clear();
+    if (!*c) break;
+  }
+  return out;
+}
+
+// The default preset's detectors without `straggler`, from the registry (`nanchaos keys --format
+// json`: each detector's presets; an fp16-only member such as loss_scale is left out, the jobs
+// are fp32). Read once. Throws std::runtime_error when straggler is no longer in the preset (the
+// nostraggler row would then measure nothing).
+const std::vector<std::string>& default_without_straggler(const fs::path& dir) {
+  static std::vector<std::string> names;
+  if (!names.empty()) return names;
+  const fs::path out = dir / "registry.json";
+  fs::remove(out);
+  nb::run_or_throw(std::string(NANCHAOS_BINARY) + " keys --format json", 60, out.string());
+  std::ifstream in(out);
+  const json reg = json::parse(in);
+  bool had_straggler = false;
+  for (const json& d : reg.at("detectors")) {
+    const auto& presets = d.at("presets");
+    if (std::find(presets.begin(), presets.end(), "default") == presets.end()) continue;
+    if (d.value("preset_fp16_only", false)) continue;
+    const std::string name = d.at("name").get<std::string>();
+    if (name == "straggler") {
+      had_straggler = true;
+      continue;
+    }
+    names.push_back(name);
+  }
+  if (!had_straggler) {
+    throw std::runtime_error("stack nostraggler: `straggler` is not in the default preset");
+  }
+  return names;
 }
 
 // CPU: ~200 ms of compute per step on one thread. GPU: hidden 1024, 16 heads, 4 blocks, seq 256,
@@ -112,9 +184,15 @@ std::string workload_toml() {
          "vocab = 512\n";
 }
 
-std::string scenario_toml(const std::string& stack, int ranks, int steps) {
+std::string scenario_toml(const std::string& stack, int ranks, int steps, const fs::path& dir) {
   std::string detectors;
-  if (stack == "anomaly") {
+  if (stack == "nostraggler") {
+    detectors = "enabled = [";
+    for (const std::string& name : default_without_straggler(dir)) {
+      detectors += (detectors.back() == '[' ? "\"" : ", \"") + name + "\"";
+    }
+    detectors += "]\n";
+  } else if (stack == "anomaly") {
     detectors =
         "enabled = [\"batch\", \"loss\", \"grad\", \"post_reduce\", \"watchdog\", "
         "\"anomaly\"]\n";
@@ -141,7 +219,7 @@ std::string scenario_toml(const std::string& stack, int ranks, int steps) {
 StackTimes run_job(const fs::path& dir, const std::string& stack, int ranks, int steps,
                    int warmup) {
   const fs::path toml = dir / (stack + ".toml");
-  std::ofstream(toml) << scenario_toml(stack, ranks, steps);
+  std::ofstream(toml) << scenario_toml(stack, ranks, steps, dir);
   const fs::path out = dir / "out";
   fs::remove_all(out);
   // `nanchaos run` exits 1 when an [expect] check fails; the outcome is checked below instead.
@@ -253,6 +331,14 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
   // step: the cost of the default stack's per-module finiteness, measured in the same steps.
   state.counters["localize_ms"] = nb::mean(t.localize_ms);
   state.counters["localize_share_of_step"] = nb::mean(t.localize_ms) / nb::mean(t.step_ms);
+  if (stack == "nostraggler") {
+    // default against the same stack without straggler, side by side in the same rounds.
+    const StackTimes& d = times->at("default");
+    state.counters["ratio_default_vs_nostraggler"] =
+        nb::mean(t.step_ms) > 0 ? nb::mean(d.step_ms) / nb::mean(t.step_ms) : 0;
+    state.counters["ratio_cpu_default_vs_nostraggler"] =
+        nb::mean(t.cpu_ms) > 0 ? nb::mean(d.cpu_ms) / nb::mean(t.cpu_ms) : 0;
+  }
   if (!t.replica_ms.empty()) {
     const double share = nb::mean(t.replica_ms) / nb::mean(t.step_ms);
     state.counters["replica_check_ms"] = nb::mean(t.replica_ms);
@@ -274,8 +360,14 @@ void BM_StepOverhead(benchmark::State& state, int ranks, std::string stack) {
 
 int main(int argc, char** argv) {
   // On the GPU one rank (one H200 per host here; several ranks would need several GPUs).
-  const std::vector<int> rank_counts = cuda_mode() ? std::vector<int>{1} : std::vector<int>{1, 4};
-  for (int ranks : rank_counts) {
+  std::vector<int> counts;
+  try {
+    counts = rank_counts();
+  } catch (const std::exception& e) {
+    fprintf(stderr, "nanchaos_bench_step: %s\n", e.what());
+    return 2;
+  }
+  for (int ranks : counts) {
     for (const char* stack : kStacks) {
       benchmark::RegisterBenchmark(
           ("BM_StepOverhead/ranks:" + std::to_string(ranks) + "/stack:" + stack).c_str(),

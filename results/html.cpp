@@ -206,14 +206,32 @@ std::string launches_html(const ScenarioResult& s, Render& render, ScriptPath& s
   return h + "</table>\n";
 }
 
-// The job's per-rank step times (JobFacts::step_times; results/markdown.cpp has the same table).
-std::string step_times_html(const ScenarioResult& s) {
+// The job's per-rank step times (JobFacts::step_times; results/markdown.cpp has the same table):
+// the phase split chart and the score-per-step chart (JobFacts::step_scores, absent from a
+// report written before it existed) side by side, then the table (also the fallback without
+// gnuplot).
+template <typename Render, typename ScriptPath>
+std::string step_times_html(const ScenarioResult& s, Render& render, ScriptPath& script_path) {
   if (!s.judged || s.judged->step_times.empty()) return "";
+  std::string charts;
+  const std::string split = file_stem("steps-" + s.name);
+  const std::string svg =
+      render(split, step_split_script(s.judged->step_times, s.name + ": own time per step by rank",
+                                      script_path(split)));
+  if (!svg.empty()) charts += "<div class=\"chart\">" + svg + "</div>\n";
+  if (s.judged->step_scores) {
+    const std::string scores = file_stem("scores-" + s.name);
+    const std::string svg2 = render(
+        scores, step_score_script(*s.judged->step_scores, s.name + ": straggler score per step",
+                                  script_path(scores)));
+    if (!svg2.empty()) charts += "<div class=\"chart\">" + svg2 + "</div>\n";
+  }
   std::string h =
-      "<table class=\"step-times\"><tr><th>Rank</th><th>Steps</th><th>Data ms</th>"
-      "<th>Compute ms</th><th>Backward ms</th><th>Comm ms</th><th>Own total ms</th>"
-      "<th>Waiting ms</th><th>Run delay ms</th><th>Score p50</th><th>Score max</th>"
-      "<th>Slow steps</th></tr>";
+      charts.empty() ? "" : "<div class=\"charts step-charts\">\n" + charts + "</div>\n";
+  h += "<table class=\"step-times\"><tr><th>Rank</th><th>Steps</th><th>Data ms</th>"
+       "<th>Compute ms</th><th>Backward ms</th><th>Comm ms</th><th>Own total ms</th>"
+       "<th>Waiting ms</th><th>Run delay ms</th><th>Score p50</th><th>Score max</th>"
+       "<th>Slow steps</th></tr>";
   for (const RankStepTime& t : s.judged->step_times) {
     h += fmt::format(
         "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.2f}</td>"
@@ -229,7 +247,9 @@ std::string step_times_html(const ScenarioResult& s) {
          "</table>\n<p class=\"legend\">Step time per rank: own time per phase (median over the "
          "steps every rank logged; collective waits and run-queue delay taken out); score = own "
          "total over the ranks' median at the step (the straggler detector's statistic); slow "
-         "steps: score &gt; 1.5.</p>\n";
+         "steps: score &gt; 1.5. Charts: each rank's own time per phase stacked, its waiting in "
+         "collectives apart under it; each rank's score step by step against the 1.5 threshold "
+         "(dashed), so a slow rank's onset is where its line crosses it.</p>\n";
 }
 
 }  // namespace
@@ -315,7 +335,7 @@ std::string write_html(const SuiteReport& r, const std::string& path, const Html
       continue;
     }
     if (s.judged && s.judged->launches) h += launches_html(s, render, script_path);
-    h += step_times_html(s);
+    h += step_times_html(s, render, script_path);
     const Timeline& t = s.timeline;
     const std::string stem = file_stem("timeline-" + s.name);
     const std::string svg = render(

@@ -6,7 +6,9 @@
 // representative trial (ScenarioResult::timeline: the judge's, from the evidence it read; the
 // page opens no event log): ranks as lanes (y), ms since the job started (x), collectives and
 // point-to-point sends/receives as bars (a bar never left is drawn to the rank's last event in a
-// warning colour), and injection, detection, decision, abort and exit as labelled marks.
+// warning colour), and injection, detection, decision, abort and exit as labelled marks; and per
+// scenario whose job logged phase times, its per-rank step-time table and two charts (the phase
+// split per rank, the straggler score per step: JobFacts::step_times and step_scores).
 //
 // Charts are SVG rendered by gnuplot (svg terminal) from data and script files written to a
 // work folder next to the page, then inlined. Without gnuplot the page still gets every table
@@ -36,6 +38,23 @@ std::string timeline_script(const Timeline& t, const std::string& title,
 std::string launches_script(const std::vector<Launch>& launches,
                             const std::vector<Restart>& restarts, const std::string& title,
                             const std::string& svg_path);
+
+/// Gnuplot script (data inline) of a job's per-rank step-time split (report.json `step_times`,
+/// which the judge computes): one lane per rank (in `rows` order, labelled "rank N"), its median
+/// own time per phase (data, compute, backward, comm) as consecutive segments of one bar from 0,
+/// in ms, and under it, apart, a thinner bar of its median time waiting in collectives; each own
+/// bar is labelled with the rank's score p50 and max. An empty `rows` draws "no step times".
+std::string step_split_script(const std::vector<RankStepTime>& rows, const std::string& title,
+                              const std::string& svg_path);
+
+/// Gnuplot script (data inline) of the straggler score per step (report.json `step_scores`):
+/// one line per rank over the steps (x: step; a downsampled series says its stride in the
+/// x label), and the kSlowScore threshold as a dashed line, so a slow rank's onset shows where
+/// its line crosses it. Up to 16 ranks every line is titled "rank N"; with more, only the
+/// ranks whose score ever exceeds the threshold are titled and the others are drawn grey under
+/// one "other ranks" entry.
+std::string step_score_script(const StepScores& scores, const std::string& title,
+                              const std::string& svg_path);
 
 /// One row of a per-detector latency chart: a scenario the detector caught first.
 struct LatencyPoint {

@@ -211,6 +211,120 @@ std::string launches_script(const std::vector<Launch>& launches,
   return s + plot_line(plots);
 }
 
+std::string step_split_script(const std::vector<RankStepTime>& rows, const std::string& title,
+                              const std::string& svg_path) {
+  const int lanes = std::max(int(rows.size()), 1);
+  std::string s = lanes_head(150 + 40 * lanes, svg_path, title,
+                             "ms per step (median over the steps every rank logged)", lanes);
+  s += "set ytics (";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s += fmt::format("{}\"rank {}\" {}", i ? ", " : "", rows[i].rank, i);
+  }
+  s += ")\nset grid xtics\nset key outside bottom center horizontal\n";
+  s += "set style fill solid 0.8 noborder\n";
+  double widest = 0;
+  for (const RankStepTime& t : rows) widest = std::max({widest, t.own_total_p50_us, t.wait_p50_us});
+  // Room on the right for the score labels.
+  s += fmt::format("set xrange [0:{}]\n", std::max(widest / 1e3, 0.001) * 1.4);
+  std::vector<std::string> plots;
+  auto bars = [&](const std::string& name, const std::string& colour, const std::string& label,
+                  const std::string& rows_text, double top, double bottom) {
+    if (rows_text.empty()) return;
+    s += fmt::format("${} << EOD\n{}EOD\n", name, rows_text);
+    plots.push_back(fmt::format(
+        "${} using (($1+$2)/2):3:1:2:($3+({})):($3+({})) with boxxyerror lc rgb '{}' title '{}'",
+        name, top, bottom, colour, label));
+  };
+  // Own time per phase, stacked from 0 (the upper part of the lane), in kPhaseKeys order.
+  const char* colours[] = {"#868e96", "#4a7fb5", "#7950f2", "#20c997"};
+  for (size_t k = 0; k < 4; ++k) {
+    std::string text;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      double at = 0;
+      for (size_t p = 0; p < k; ++p) at += std::max(rows[i].own_p50_us[p], 0.0) / 1e3;
+      const double w = std::max(rows[i].own_p50_us[k], 0.0) / 1e3;
+      if (w > 0) text += fmt::format("{} {} {}\n", at, at + w, i);
+    }
+    bars(harness::kPhaseKeys[k], colours[k], harness::kPhaseKeys[k], text, -0.35, 0.05);
+  }
+  // Waiting in collectives, apart: a thinner bar under the own one.
+  std::string waits, labels;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RankStepTime& t = rows[i];
+    if (t.wait_p50_us > 0) waits += fmt::format("0 {} {}\n", t.wait_p50_us / 1e3, i);
+    labels += fmt::format("{} {} \"score p50 {:.2f}, max {:.2f}{}\"\n", t.own_total_p50_us / 1e3, i,
+                          t.score_p50, t.score_max,
+                          t.slow_steps > 0 ? fmt::format(", {} slow", t.slow_steps) : "");
+  }
+  bars("waiting", "#fab005", "waiting in collectives", waits, 0.12, 0.35);
+  if (!labels.empty()) {
+    s += fmt::format("$scores << EOD\n{}EOD\n", labels);
+    plots.push_back(
+        "$scores using 1:($2-0.15):3 with labels left offset 0.5,0 font 'sans,8' notitle");
+  }
+  if (rows.empty()) s += "set label 1 \"no step times\" at graph 0.5,0.5 center\n";
+  return s + plot_line(plots);
+}
+
+std::string step_score_script(const StepScores& sc, const std::string& title,
+                              const std::string& svg_path) {
+  constexpr size_t kTitledRanks = 16;
+  double top = kSlowScore;
+  std::vector<bool> slow(sc.ranks.size(), false);
+  for (size_t i = 0; i < sc.score.size() && i < slow.size(); ++i) {
+    for (double x : sc.score[i]) {
+      top = std::max(top, x);
+      slow[i] = slow[i] || x > kSlowScore;
+    }
+  }
+  std::string s =
+      "set terminal svg size 1000,360 fixed noenhanced font 'sans,10' background '#ffffff'\n";
+  s += fmt::format("set output \"{}\"\n", gp_str(svg_path));
+  s += fmt::format("set title \"{}\"\n", gp_str(title));
+  s += sc.stride > 1
+           ? fmt::format("set xlabel \"step (each point: the max of {} steps)\"\n", sc.stride)
+           : std::string("set xlabel \"step\"\n");
+  s += "set ylabel \"own time / ranks' median\"\nset grid ytics\n";
+  s += "set key outside right top vertical\n";
+  s += fmt::format("set yrange [0:{}]\n", std::max(2.0, top * 1.1));
+  // One row per point: the step, then every rank's score (column 2 + rank index).
+  std::string rows;
+  for (size_t p = 0; p < sc.steps.size(); ++p) {
+    rows += std::to_string(sc.steps[p]);
+    for (const auto& r : sc.score) rows += p < r.size() ? fmt::format(" {}", r[p]) : " NaN";
+    rows += "\n";
+  }
+  std::vector<std::string> plots;
+  if (!sc.steps.empty()) {
+    s += fmt::format("$score << EOD\n{}EOD\n", rows);
+    if (sc.steps.size() == 1) {
+      s += fmt::format("set xrange [{}:{}]\n", sc.steps[0] - 1, sc.steps[0] + 1);
+    }
+  }
+  const bool all_titled = sc.ranks.size() <= kTitledRanks;
+  bool others_titled = false;
+  // A report edited by hand may hold fewer score rows than ranks: only the rows present.
+  const size_t lines = std::min(sc.ranks.size(), sc.score.size());
+  for (size_t i = 0; i < lines && !sc.steps.empty(); ++i) {
+    const std::string col = std::to_string(i + 2);
+    if (all_titled || slow[i]) {
+      // Line types cycle through gnuplot's default colours.
+      plots.push_back(
+          fmt::format("$score using 1:{} with linespoints lt {} pt 7 ps 0.5 lw 1.5 "
+                      "title 'rank {}'",
+                      col, i + 1, sc.ranks[i]));
+    } else {
+      plots.push_back(fmt::format("$score using 1:{} with lines lc rgb '#adb5bd' lw 1 {}", col,
+                                  others_titled ? "notitle" : "title 'other ranks'"));
+      others_titled = true;
+    }
+  }
+  plots.push_back(fmt::format("{} with lines dt 2 lw 2 lc rgb '#c92a2a' title 'threshold {}'",
+                              kSlowScore, kSlowScore));
+  if (sc.steps.empty()) s += "set xrange [0:1]\nset label 1 \"no steps\" at graph 0.5,0.5 center\n";
+  return s + plot_line(plots);
+}
+
 std::vector<std::pair<std::string, std::vector<LatencyPoint>>> latency_points(
     const SuiteReport& r) {
   std::vector<std::pair<std::string, std::vector<LatencyPoint>>> out;

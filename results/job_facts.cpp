@@ -4,6 +4,9 @@
 #include "results/job_facts.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
 #include <string>
 
 #include "harness/common/percentile.h"
@@ -142,64 +145,115 @@ void from_json(const json& j, RankStepTime& v) {
   read(j, "slow_steps", v.slow_steps);
 }
 
-std::vector<RankStepTime> rank_step_times(
-    const std::vector<std::map<int64_t, harness::StepEndEvent::Phases>>& by_rank) {
-  using Phases = harness::StepEndEvent::Phases;
-  std::vector<size_t> ranks;
+namespace {
+
+using PhasesByStep = std::map<int64_t, harness::StepEndEvent::Phases>;
+
+// The reporting ranks, the steps every one of them logged, and each rank's score at each of
+// those steps: what the table and the per-step series are both made of.
+struct Scored {
+  std::vector<size_t> ranks;                // ranks with any phase times
+  std::vector<int64_t> steps;               // logged by all of them, in step order
+  std::vector<std::vector<double>> scores;  // [index in ranks][index in steps]
+};
+
+double own_total(const harness::StepEndEvent::Phases& p) {
+  double t = 0;
+  for (int64_t v : p.own_us) t += double(std::max<int64_t>(v, 0));
+  return t;
+}
+
+Scored score_steps(const std::vector<PhasesByStep>& by_rank) {
+  Scored s;
   for (size_t r = 0; r < by_rank.size(); ++r) {
-    if (!by_rank[r].empty()) ranks.push_back(r);
+    if (!by_rank[r].empty()) s.ranks.push_back(r);
   }
-  if (ranks.empty()) return {};
+  if (s.ranks.empty()) return s;
   // The steps every reporting rank logged: a score compares ranks at the same step.
-  std::vector<int64_t> steps;
-  for (const auto& [step, p] : by_rank[ranks.front()]) {
+  for (const auto& [step, p] : by_rank[s.ranks.front()]) {
     bool everywhere = true;
-    for (size_t r : ranks) everywhere = everywhere && by_rank[r].count(step);
-    if (everywhere) steps.push_back(step);
+    for (size_t r : s.ranks) everywhere = everywhere && by_rank[r].count(step);
+    if (everywhere) s.steps.push_back(step);
   }
-  auto total = [](const Phases& p) {
-    double t = 0;
-    for (int64_t v : p.own_us) t += double(std::max<int64_t>(v, 0));
-    return t;
-  };
-  std::vector<std::vector<double>> scores(ranks.size());
-  for (int64_t step : steps) {
+  s.scores.resize(s.ranks.size());
+  for (int64_t step : s.steps) {
     std::vector<double> totals;
-    for (size_t r : ranks) totals.push_back(total(by_rank[r].at(step)));
+    for (size_t r : s.ranks) totals.push_back(own_total(by_rank[r].at(step)));
     const double median = nanchaos::percentile(totals, 50);
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      scores[i].push_back(median > 0 ? totals[i] / median : 1.0);
+    for (size_t i = 0; i < s.ranks.size(); ++i) {
+      s.scores[i].push_back(median > 0 ? totals[i] / median : 1.0);
     }
   }
+  return s;
+}
+
+}  // namespace
+
+std::vector<RankStepTime> rank_step_times(const std::vector<PhasesByStep>& by_rank) {
+  using Phases = harness::StepEndEvent::Phases;
+  const Scored sc = score_steps(by_rank);
   std::vector<RankStepTime> out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
+  for (size_t i = 0; i < sc.ranks.size(); ++i) {
     RankStepTime row;
-    row.rank = int64_t(ranks[i]);
-    row.steps = int64_t(steps.size());
-    if (steps.empty()) {
+    row.rank = int64_t(sc.ranks[i]);
+    row.steps = int64_t(sc.steps.size());
+    if (sc.steps.empty()) {
       out.push_back(row);
       continue;
     }
     std::array<std::vector<double>, 4> own;
     std::vector<double> totals, waits, delays;
-    for (int64_t step : steps) {
-      const Phases& p = by_rank[ranks[i]].at(step);
+    for (int64_t step : sc.steps) {
+      const Phases& p = by_rank[sc.ranks[i]].at(step);
       for (size_t k = 0; k < own.size(); ++k) own[k].push_back(double(p.own_us[k]));
-      totals.push_back(total(p));
+      totals.push_back(own_total(p));
       waits.push_back(double(p.wait_us));
       if (p.run_delay_us) delays.push_back(double(*p.run_delay_us));
     }
+    const std::vector<double>& scores = sc.scores[i];
     for (size_t k = 0; k < own.size(); ++k) row.own_p50_us[k] = nanchaos::percentile(own[k], 50);
     row.own_total_p50_us = nanchaos::percentile(totals, 50);
     row.wait_p50_us = nanchaos::percentile(waits, 50);
     if (!delays.empty()) row.run_delay_p50_us = nanchaos::percentile(delays, 50);
-    row.score_p50 = nanchaos::percentile(scores[i], 50);
-    row.score_max = *std::max_element(scores[i].begin(), scores[i].end());
+    row.score_p50 = nanchaos::percentile(scores, 50);
+    row.score_max = *std::max_element(scores.begin(), scores.end());
     row.slow_steps =
-        std::count_if(scores[i].begin(), scores[i].end(), [](double x) { return x > 1.5; });
+        std::count_if(scores.begin(), scores.end(), [](double x) { return x > kSlowScore; });
     out.push_back(row);
   }
   return out;
+}
+
+std::optional<StepScores> step_scores(const std::vector<PhasesByStep>& by_rank, size_t max_points) {
+  if (max_points == 0) throw std::invalid_argument("step_scores: max_points must be >= 1");
+  const Scored sc = score_steps(by_rank);
+  if (sc.steps.empty()) return std::nullopt;
+  StepScores out;
+  const size_t n = sc.steps.size();
+  const size_t stride = (n + max_points - 1) / max_points;
+  out.stride = int64_t(stride);
+  for (size_t b = 0; b < n; b += stride) out.steps.push_back(sc.steps[b]);
+  for (size_t i = 0; i < sc.ranks.size(); ++i) {
+    out.ranks.push_back(int64_t(sc.ranks[i]));
+    std::vector<double> points;
+    for (size_t b = 0; b < n; b += stride) {
+      const auto first = sc.scores[i].begin() + std::ptrdiff_t(b);
+      const double top = *std::max_element(first, first + std::ptrdiff_t(std::min(stride, n - b)));
+      points.push_back(std::round(top * 1000.0) / 1000.0);
+    }
+    out.score.push_back(std::move(points));
+  }
+  return out;
+}
+
+void to_json(json& j, const StepScores& v) {
+  j = {{"stride", v.stride}, {"steps", v.steps}, {"ranks", v.ranks}, {"score", v.score}};
+}
+void from_json(const json& j, StepScores& v) {
+  read(j, "stride", v.stride);
+  read(j, "steps", v.steps);
+  read(j, "ranks", v.ranks);
+  read(j, "score", v.score);
 }
 
 void to_json(json& j, const LauncherExitFacts& v) {
@@ -329,6 +383,7 @@ void write_facts(const JobFacts& f, json& s) {
   if (f.launches) s["launches"] = *f.launches;
   if (f.restarts) s["restarts"] = *f.restarts;
   if (!f.step_times.empty()) s["step_times"] = f.step_times;
+  if (f.step_scores) s["step_scores"] = *f.step_scores;
 }
 
 void write_facts(const ControllerFacts& f, json& s) {
@@ -380,6 +435,7 @@ std::optional<JobFacts> read_job_facts(const json& s) {
   read(s, "launches", f.launches);
   read(s, "restarts", f.restarts);
   read(s, "step_times", f.step_times);
+  read(s, "step_scores", f.step_scores);
   return f;
 }
 

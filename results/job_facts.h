@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -93,13 +94,41 @@ struct RankStepTime {
   std::optional<double> run_delay_p50_us;  ///< median run delay (null: not logged)
   double score_p50 = 0;
   double score_max = 0;
-  int64_t slow_steps = 0;  ///< steps with score > 1.5 (the detector's default straggler_factor)
+  int64_t slow_steps = 0;  ///< steps with score > kSlowScore
+};
+
+/// The score above which a step counts as slow in the table and the chart: the `straggler`
+/// detector's default straggler_factor (SCENARIO_FORMAT.md "Slow ranks and finite silent data
+/// corruption"). The report does not use a scenario's own straggler_factor: the table and chart
+/// are drawn alike whether or not the job's stack has a straggler check.
+inline constexpr double kSlowScore = 1.5;
+
+/// The most points per rank in report.json `step_scores` (a long run is downsampled to it).
+inline constexpr size_t kStepScorePoints = 200;
+
+/// report.json `step_scores`: every rank's straggler score step by step, for report.html's
+/// step-time chart (a slow rank's onset shows as its line crossing kSlowScore). Over the same
+/// steps as `step_times` (those every reporting rank logged, in step order). A run of more than
+/// `max_points` such steps is cut into consecutive groups of `stride` steps (stride =
+/// ceil(steps / max_points)) and each group keeps its largest score per rank, so a short slow
+/// spell is never averaged away. Scores are rounded to 0.001.
+struct StepScores {
+  int64_t stride = 1;                      ///< steps per point (1: one point per step)
+  std::vector<int64_t> steps;              ///< each point's first step
+  std::vector<int64_t> ranks;              ///< the ranks, in `step_times` order
+  std::vector<std::vector<double>> score;  ///< [index in `ranks`][point]: the max over its steps
 };
 
 /// The table from every rank's phase times by step (index = rank; a rank with none is left out).
 /// Empty when fewer than one rank logged any.
 std::vector<RankStepTime> rank_step_times(
     const std::vector<std::map<int64_t, harness::StepEndEvent::Phases>>& by_rank);
+
+/// The per-step score series from the same phase times (see StepScores); nullopt when no step
+/// was logged by every reporting rank. Throws std::invalid_argument when max_points is 0.
+std::optional<StepScores> step_scores(
+    const std::vector<std::map<int64_t, harness::StepEndEvent::Phases>>& by_rank,
+    size_t max_points = kStepScorePoints);
 
 /// report.json `launcher_exit`: how the launcher ended (harness/controller/launcher_exit.cpp).
 struct LauncherExitFacts {
@@ -171,6 +200,8 @@ struct JobFacts {
   std::optional<std::vector<Restart>> restarts;
   /// Per-rank step times (empty: no rank logged phase times; absent from report.json then).
   std::vector<RankStepTime> step_times;
+  /// Their scores step by step (absent from report.json when nullopt).
+  std::optional<StepScores> step_scores;
 };
 
 /// The controller's own figures after a job (controller.cpp).
@@ -205,12 +236,14 @@ void to_json(nlohmann::json& j, const Launch& v);
 void from_json(const nlohmann::json& j, Launch& v);
 void to_json(nlohmann::json& j, const Restart& v);
 void from_json(const nlohmann::json& j, Restart& v);
+void to_json(nlohmann::json& j, const StepScores& v);
+void from_json(const nlohmann::json& j, StepScores& v);
 
 /// JobFacts as report.json's top-level keys of a scenario, added to `scenario` (an object):
 /// postmortem, last_collective, collective_mismatch, absent_ranks, first_gap_collective,
 /// dead_ranks, deadlock, longest_collective_wait_ms, abort_latency_ms, false_positives,
 /// consistent, recovered, launcher_exit_code, launcher_exit, orphans_killed, memory,
-/// clock_offsets, remote_ranks, and launches/restarts when set.
+/// clock_offsets, remote_ranks, and launches/restarts, step_times and step_scores when set.
 void write_facts(const JobFacts& f, nlohmann::json& scenario);
 /// job_start_us, orphans_left, controller {vm_rss_kib, vm_hwm_kib, fds}.
 void write_facts(const ControllerFacts& f, nlohmann::json& scenario);

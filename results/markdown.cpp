@@ -3,7 +3,10 @@
 // its reason and failed checks, and every job's output files (links).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "results/columns.h"
+#include "results/text.h"
 
 namespace nanchaos::results {
 namespace {
@@ -93,19 +96,32 @@ std::string step_times_section(const SuiteReport& r) {
       m = "\n## Step time per rank\n\nOwn time per phase (median ms over the steps every rank "
           "logged: wall time minus collective waits and run-queue delay); score = the rank's own "
           "total over the ranks' median at the same step (the `straggler` detector's statistic); "
-          "slow steps: score > 1.5.\n\n| Scenario | Rank | Steps | Data | Compute | Backward | "
-          "Comm | Own total | Waiting | Run delay | Score p50 | Score max | Slow steps |\n"
-          "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+          "slow steps: score > 1.5; score by step: the score step by step (a long run's steps "
+          "merged by their max, 40 characters at most), ▁▂▃▄ up to 1.5 and ▅▆▇█ above it (█: 3 and "
+          "more).\n\n"
+          "| Scenario | Rank | Steps | Data | Compute | Backward | Comm | Own total | Waiting | "
+          "Run delay | Score p50 | Score max | Slow steps | Score by step |\n"
+          "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n";
     }
+    const auto& series = s.judged->step_scores;
     for (const RankStepTime& t : s.judged->step_times) {
+      std::string line = "-";
+      if (series) {
+        const auto it = std::find(series->ranks.begin(), series->ranks.end(), t.rank);
+        const size_t i = size_t(it - series->ranks.begin());
+        const std::string spark = it != series->ranks.end() && i < series->score.size()
+                                      ? score_sparkline(series->score[i])
+                                      : "";
+        if (!spark.empty()) line = "`" + spark + "`";
+      }
       m += fmt::format(
           "| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {} | {:.2f} | "
-          "{:.2f} | {} |\n",
+          "{:.2f} | {} | {} |\n",
           md_cell(s.name), t.rank, t.steps, t.own_p50_us[0] / 1e3, t.own_p50_us[1] / 1e3,
           t.own_p50_us[2] / 1e3, t.own_p50_us[3] / 1e3, t.own_total_p50_us / 1e3,
           t.wait_p50_us / 1e3,
           t.run_delay_p50_us ? fmt::format("{:.2f}", *t.run_delay_p50_us / 1e3) : "-", t.score_p50,
-          t.score_max, t.slow_steps);
+          t.score_max, t.slow_steps, line);
     }
   }
   return m;

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace nanchaos::results {
@@ -158,6 +159,21 @@ std::string md_cell(const std::string& raw) {
   for (char c : s) {
     if (c == '|') out += '\\';
     out += c;
+  }
+  return out;
+}
+
+std::string score_sparkline(const std::vector<double>& scores, size_t max_chars) {
+  static const char* const kLevels[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  if (scores.empty() || max_chars == 0) return "";
+  const size_t group = (scores.size() + max_chars - 1) / max_chars;
+  std::string out;
+  for (size_t b = 0; b < scores.size(); b += group) {
+    double top = scores[b];
+    for (size_t k = b; k < std::min(b + group, scores.size()); ++k) top = std::max(top, scores[k]);
+    // ceil(score / 0.375) - 1: (1.125, 1.5] -> level 3, anything above 1.5 -> 4 or more.
+    const double level = std::ceil(top / (kSlowScore / 4)) - 1;
+    out += kLevels[size_t(std::clamp(std::isfinite(level) ? level : 7.0, 0.0, 7.0))];
   }
   return out;
 }

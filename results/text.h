@@ -100,6 +100,12 @@ std::string summary_text(const SuiteReport& r);
 std::string value_text(const nlohmann::json& v);
 std::vector<const Check*> failed_checks(const ScenarioResult& r);
 
+/// One rank's straggler scores (StepScores::score[i]) as a text sparkline of at most
+/// `max_chars` characters (consecutive points merged by their max when there are more), one of
+/// "▁▂▃▄" for a score up to kSlowScore (1.5) in steps of 0.375 and one of "▅▆▇█" above it
+/// (█: 3 and more), so a character from ▅ up is a slow step. "" for no points.
+std::string score_sparkline(const std::vector<double>& scores, size_t max_chars = 40);
+
 /// One link to a job's output file (JobLogs), as report.md and report.html show it.
 struct LogLink {
   std::string label;  ///< "ranks.log", "launcher.log", "rank 0 out", "rank 0 err", "ranks/"

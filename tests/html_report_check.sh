@@ -2,7 +2,8 @@
 # report.html in a real browser: loads the shipped suite's report.html (written by CTest's
 # shipped_suite_passes; nothing runs here) in headless Chromium, checks the DOM names every
 # scenario of its report.json and carries the inline SVG charts (a timeline per scenario that ran
-# a job, a latency chart per detector), and that a screenshot is not blank.
+# a job, a latency chart per detector, the step-time charts of each job that logged phase times),
+# and that a screenshot is not blank.
 # Usage: html_report_check.sh SOURCE_DIR SHIPPED_RUN_DIR OUT_DIR
 set -euo pipefail
 src=$1 run=$2 out=$3
@@ -40,8 +41,16 @@ done
 svgs=$(grep -o '<svg' "$out/dom.html" | wc -l)
 want=$((ran + 1))
 if [ "$svgs" -lt "$want" ]; then echo "FAIL: $svgs inline SVGs in the DOM, want >= $want"; fail=1; fi
+# The step-time charts: one pair per scenario whose job logged phase times (step_times).
+timed=$(python3 -c 'import json, sys
+print(sum(1 for s in json.load(open(sys.argv[1]))["scenarios"] if s.get("step_times")))' \
+  "$run/report.json")
+charts=$(grep -o '<div class="charts step-charts">' "$out/dom.html" | wc -l)
+[ "$charts" -eq "$timed" ] ||
+  { echo "FAIL: $charts step-time chart blocks in the DOM, want $timed (scenarios with step_times)"; fail=1; }
 grep -q 'class="note"' "$out/dom.html" && { echo "FAIL: the page carries a note (charts missing?)"; fail=1; }
 test -s "$out/report.png" || { echo "FAIL: no screenshot"; exit 1; }
 python3 "$src/tests/png_check.py" "$out/report.png" 20000 8 || fail=1
-echo "DOM: ${#scenarios[@]} scenarios ($ran ran a job), $svgs inline SVGs; screenshot: $out/report.png"
+echo "DOM: ${#scenarios[@]} scenarios ($ran ran a job, $timed with step times), $svgs inline SVGs;" \
+  "screenshot: $out/report.png"
 exit $fail

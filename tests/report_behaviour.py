@@ -6,11 +6,11 @@ Usage: report_behaviour.py REPORT.json > behaviour.json
 Two runs of the same scenarios with the same seeds must print the same text whenever the code's
 behaviour did not change (a refactor): verdicts, checks, detections (detector, rank, step, layer,
 cause, transient, action), injections (kind, rank, step, target), steps completed, final loss and
-digests, outcomes. Dropped: every field measured in ms or us, step_times, wall/clock/memory/host/pid facts,
-paths of the run folder, the suite's start time, and the measured value of a check on a time
-bound (its pass/fail stays). Injections and detections are sorted: between ranks their order is
-the order in which events arrived. `diff` of two outputs is then empty for an unchanged behaviour
-(the redesign issue's acceptance).
+digests, outcomes. Dropped: every field measured in ms or us, step_times, step_scores,
+wall/clock/memory/host/pid facts, paths of the run folder, the suite's start time, and the
+measured value of a check on a time bound (its pass/fail stays). Injections and detections are
+sorted: between ranks their order is the order in which events arrived. `diff` of two outputs is
+then empty for an unchanged behaviour (the redesign issue's acceptance).
 """
 import json
 import re
@@ -19,7 +19,8 @@ import sys
 # Keys whose values are measurements of time or of the host, not behaviour.
 DROP = re.compile(
     r"(_ms|_us|_mib|_kib)$|^(t_ms|wall_ms|started|host|hosts|run_dir|clock_offsets|controller|"
-    r"memory|job_start_us|pid|pids|fds|nanchaos_version|longest_collective_wait_ms|step_times)$")
+    r"memory|job_start_us|pid|pids|fds|nanchaos_version|longest_collective_wait_ms|step_times|"
+    r"step_scores)$")
 # Sub-objects that only summarise measured times (stats of ms/us over trials).
 DROP_STATS = {"latency_ms", "decision_us", "wall_ms", "abort_latency_ms"}
 

@@ -575,6 +575,7 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
   std::vector<std::map<int64_t, StepEndEvent::Phases>> phases;
   for (const auto& r : logs) phases.push_back(r.phases);
   facts.step_times = results::rank_step_times(phases);
+  facts.step_scores = results::step_scores(phases);  // report.html's per-step score chart
   res.judged = std::move(facts);
   res.timeline = job_timeline(logs, t0, res.wall_ms);
   // A relaunched job: every launch on the one timeline (ms since the first launch's start).

@@ -136,7 +136,7 @@ TEST(Controller, SameSeedSameReportApartFromTimings) {
     // Measurements, not results: times, clock offsets, the ranks' peak memory and step times.
     for (const char* k : {"wall_ms", "run_dir", "longest_collective_wait_ms", "abort_latency_ms",
                           "launcher_exit_code", "memory", "job_start_us", "controller",
-                          "clock_offsets", "step_times"}) {
+                          "clock_offsets", "step_times", "step_scores"}) {
       s.erase(k);
     }
     for (const char* k : {"latency_ms", "decision_us", "abort_latency_ms", "wall_ms"}) {

@@ -792,6 +792,52 @@ TEST(JudgeMemory, NullWhenNoRankWasMeasured) {
       << nanchaos::results::to_json(r)["memory"].dump();
 }
 
+// Phase times in step_end (the agent's and the runner's `own_us`): the judge hands the table and
+// the per-step score series to the writers (report.html's charts read only these); rank 1's
+// compute triples from step 2, so its score crosses 1.5 there. No phase times: neither key.
+TEST(JudgeStepTimes, PhaseTimesGiveTheTableAndTheScoreSeries) {
+  RunDir d("step_times");
+  for (int r = 0; r < 2; ++r) {
+    d.start(r, 2);
+    int64_t seq = 0;
+    for (int64_t s = 0; s < 4; ++s) {
+      const int64_t t = 1000 + s * 1000;
+      const int64_t compute = r == 1 && s >= 2 ? 600 : 200;
+      d.ev(r, "step_begin", t, {{"step", s}});
+      d.coll(r, seq++, "consensus", s, t + 10, true);
+      d.coll(r, seq++, "grad_allreduce", s, t + 20, true);
+      d.ev(r, "step_end", t + 30,
+           {{"step", s},
+            {"loss", 2.0},
+            {"lr", 1e-3},
+            {"action", "update"},
+            {"own_us", {{"data", 10}, {"compute", compute}, {"backward", 300}, {"comm", 40}}},
+            {"wait_us", 5}});
+    }
+    d.final_ok(r, 4, 5000);
+  }
+  const auto r = judge_logs(Load("[expect]\ndetected = false\n"), d, Job());
+  ASSERT_TRUE(r.judged);
+  ASSERT_EQ(r.judged->step_times.size(), 2u);
+  EXPECT_EQ(r.judged->step_times[1].slow_steps, 2);
+  ASSERT_TRUE(r.judged->step_scores);
+  const results::StepScores& sc = *r.judged->step_scores;
+  EXPECT_EQ(sc.stride, 1);
+  EXPECT_EQ(sc.steps, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(sc.ranks, (std::vector<int64_t>{0, 1}));
+  // Own totals 550 us, then 950 us on rank 1; the median of two is the lower (nearest rank).
+  EXPECT_EQ(sc.score[1], (std::vector<double>{1, 1, 1.727, 1.727}));
+  EXPECT_EQ(sc.score[0], (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(nanchaos::results::to_json(r)["step_scores"]["score"][1][2], 1.727);
+
+  RunDir clean("step_times_none");
+  CleanRun(clean, 2, 2);
+  const auto c = judge_logs(Load("", 2), clean, Job());
+  ASSERT_TRUE(c.judged);
+  EXPECT_FALSE(c.judged->step_scores);
+  EXPECT_FALSE(nanchaos::results::to_json(c).contains("step_scores"));
+}
+
 // A rank whose log could not grow (events.h log_error / log_dropped).
 TEST(JudgeEvidence, ALogThatCouldNotGrowIsAnErrorNamingPathAndErrno) {
   RunDir d("evidence_lost");

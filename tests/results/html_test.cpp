@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <vector>
 
 #include "results/stats.h"
 
@@ -71,6 +73,36 @@ class Html : public ::testing::Test {
                {1, 1.6, "decision", "decision skip_step"},
                {1, 1.7, "exit", "exit 4"}};
     return t;
+  }
+  // Phase times of 4 ranks over 12 steps (us); rank 2's compute triples from step 5 on: a
+  // persistent straggler (own total 7800 against the others' 3800).
+  static std::vector<std::map<int64_t, harness::StepEndEvent::Phases>> slow_rank_phases() {
+    using Phases = harness::StepEndEvent::Phases;
+    std::vector<std::map<int64_t, Phases>> by_rank(4);
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t step = 0; step < 12; ++step) {
+        const int64_t compute = r == 2 && step >= 5 ? 6000 : 2000;
+        by_rank[size_t(r)][step] = Phases{{100, compute, 1500, 200}, 300, std::nullopt};
+      }
+    }
+    return by_rank;
+  }
+  // suite() plus a scenario whose job logged phase times (what the judge hands over).
+  SuiteReport suite_with_step_times() {
+    SuiteReport s = suite();
+    ScenarioResult r;
+    r.name = "slow-rank";
+    r.verdict = results::Verdict::kPass;
+    r.outcome = results::Outcome::kCompleted;
+    r.ranks = 4;
+    r.run_dir = (dir_ / "run-slow").string();
+    r.trial_count = 1;
+    JobFacts f;
+    f.step_times = rank_step_times(slow_rank_phases());
+    f.step_scores = step_scores(slow_rank_phases());
+    r.judged = f;
+    s.scenarios.push_back(r);
+    return s;
   }
   static std::string read(const fs::path& p) {
     std::ifstream in(p);
@@ -158,6 +190,84 @@ TEST_F(Html, WithoutGnuplotThePageKeepsItsTablesAndSaysWhy) {
   EXPECT_NE(h.find("<td class=\"n\">2/2</td>"), std::string::npos) << h;
   EXPECT_NE(h.find("<td class=\"n\">2000.00</td>"), std::string::npos) << h;
   EXPECT_NE(h.find("<td>hang-&lt;b&gt;</td><td class=\"n\">2000.00</td>"), std::string::npos);
+}
+
+TEST_F(Html, StepChartsNameEveryRankAndTheThreshold) {
+  const auto rows = rank_step_times(slow_rank_phases());
+  const auto scores = step_scores(slow_rank_phases());
+  ASSERT_EQ(rows.size(), 4u);
+  ASSERT_TRUE(scores);
+  const std::string split = step_split_script(rows, "slow \"x\"", "/tmp/split.svg");
+  EXPECT_NE(split.find("set output \"/tmp/split.svg\""), std::string::npos);
+  EXPECT_NE(split.find("set title \"slow 'x'\""), std::string::npos) << split;
+  EXPECT_NE(split.find("(\"rank 0\" 0, \"rank 1\" 1, \"rank 2\" 2, \"rank 3\" 3)"),
+            std::string::npos)
+      << split;
+  // Stacked from 0 in ms: data 0.1, then compute up to 2.1 (rank 2: its median compute, 6 ms).
+  EXPECT_NE(split.find("$data << EOD\n0 0.1 0\n"), std::string::npos) << split;
+  EXPECT_NE(split.find("$compute << EOD\n0.1 2.1 0\n0.1 2.1 1\n0.1 6.1 2\n0.1 2.1 3\n"),
+            std::string::npos)
+      << split;
+  EXPECT_NE(split.find("$backward << EOD\n2.1 3.6 0\n"), std::string::npos) << split;
+  // Waiting apart, from 0; the score labels at the end of each own bar.
+  EXPECT_NE(split.find("$waiting << EOD\n0 0.3 0\n"), std::string::npos) << split;
+  EXPECT_NE(split.find("title 'waiting in collectives'"), std::string::npos);
+  EXPECT_NE(split.find("7.8 2 \"score p50 2.05, max 2.05, 7 slow\"\n"), std::string::npos) << split;
+  EXPECT_NE(split.find("3.8 0 \"score p50 1.00, max 1.00\"\n"), std::string::npos) << split;
+
+  const std::string sc = step_score_script(*scores, "scores", "/tmp/scores.svg");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(sc.find("title 'rank " + std::to_string(r) + "'"), std::string::npos) << sc;
+  }
+  EXPECT_NE(sc.find("1.5 with lines dt 2"), std::string::npos) << sc;
+  EXPECT_NE(sc.find("title 'threshold 1.5'"), std::string::npos) << sc;
+  EXPECT_NE(sc.find("set xlabel \"step\"\n"), std::string::npos) << sc;
+  // The onset: rank 2 (column 4) crosses the threshold at step 5.
+  EXPECT_NE(sc.find("\n4 1 1 1 1\n5 1 1 2.053 1\n"), std::string::npos) << sc;
+}
+
+TEST_F(Html, StepScoreChartTitlesOnlySlowRanksBeyondSixteen) {
+  StepScores sc;
+  sc.steps = {0, 1, 2};
+  for (int64_t r = 0; r < 20; ++r) {
+    sc.ranks.push_back(r);
+    sc.score.push_back(r == 7 ? std::vector<double>{1, 2.5, 3} : std::vector<double>{1, 1, 1});
+  }
+  const std::string s = step_score_script(sc, "many", "/tmp/m.svg");
+  EXPECT_NE(s.find("title 'rank 7'"), std::string::npos) << s;
+  EXPECT_EQ(s.find("title 'rank 6'"), std::string::npos) << s;
+  EXPECT_NE(s.find("title 'other ranks'"), std::string::npos) << s;
+  EXPECT_NE(s.find("threshold 1.5"), std::string::npos);
+}
+
+TEST_F(Html, StepTimeChartsOnlyWhereTheJobLoggedStepTimes) {
+  const std::string page = (dir_ / "report.html").string();
+  // Without gnuplot: the table stays, no chart.
+  HtmlOptions none;
+  none.gnuplot = "nanchaos-no-such-gnuplot";
+  write_html(suite_with_step_times(), page, none);
+  std::string h = read(page);
+  EXPECT_NE(h.find("<table class=\"step-times\">"), std::string::npos);
+  EXPECT_EQ(h.find("step-charts"), std::string::npos);
+  if (system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot not installed";
+  EXPECT_EQ(write_html(suite_with_step_times(), page), "");
+  h = read(page);
+  // One pair of charts, in the section of the scenario with step times, before its table.
+  const auto section = h.find("id=\"s-slow-rank\"");
+  const auto charts = h.find("<div class=\"charts step-charts\">");
+  ASSERT_NE(section, std::string::npos);
+  ASSERT_NE(charts, std::string::npos);
+  EXPECT_GT(charts, section);
+  const std::string tag = "<div class=\"charts step-charts\">";
+  EXPECT_EQ(h.find("step-charts", charts + tag.size()), std::string::npos);
+  EXPECT_LT(charts, h.find("<table class=\"step-times\">"));
+  EXPECT_NE(h.find("<svg", charts), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "html" / "steps-slow-rank.svg"));
+  EXPECT_TRUE(fs::exists(dir_ / "html" / "scores-slow-rank.svg"));
+  EXPECT_NE(read(dir_ / "html" / "scores-slow-rank.gp").find("title 'rank 2'"), std::string::npos);
+  // The scenario without step times has none.
+  EXPECT_FALSE(fs::exists(dir_ / "html" / "steps-hang-_b_.gp"));
+  EXPECT_FALSE(fs::exists(dir_ / "html" / "scores-hang-_b_.gp"));
 }
 
 TEST(HtmlEscape, EscapesMarkupCharacters) {

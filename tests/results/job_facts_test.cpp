@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <stdexcept>
 
 #include "results/report.h"
 
@@ -181,6 +183,58 @@ TEST(JobFacts, StepTimesPerRank) {
   write_facts(JobFacts{}, none);
   EXPECT_FALSE(none.contains("step_times"));
   EXPECT_TRUE(rank_step_times({{}, {}}).empty());
+}
+
+// The per-step series: 450 steps on 2 ranks, rank 1 three times as slow at step 301 only. Cut to
+// at most 200 points, the steps go in groups of 3 and each group keeps its max, so the one slow
+// step survives; report.json carries it as `step_scores` and reads it back.
+TEST(JobFacts, StepScoresDownsampleByTheMax) {
+  using Phases = harness::StepEndEvent::Phases;
+  std::vector<std::map<int64_t, Phases>> by_rank(2);
+  for (int64_t step = 0; step < 450; ++step) {
+    by_rank[0][step] = Phases{{0, 1000, 0, 0}, 10, std::nullopt};
+    by_rank[1][step] = Phases{{0, step == 301 ? 3000 : 1000, 0, 0}, 10, std::nullopt};
+  }
+  const auto full = step_scores(by_rank, 1000);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->stride, 1);
+  EXPECT_EQ(full->steps.size(), 450u);
+  const auto sc = step_scores(by_rank);  // kStepScorePoints = 200
+  ASSERT_TRUE(sc);
+  EXPECT_EQ(sc->stride, 3);
+  ASSERT_EQ(sc->steps.size(), 150u);
+  EXPECT_EQ(sc->steps[0], 0);
+  EXPECT_EQ(sc->steps[100], 300);
+  EXPECT_EQ(sc->ranks, (std::vector<int64_t>{0, 1}));
+  ASSERT_EQ(sc->score.size(), 2u);
+  // Nearest-rank median of two totals is the lower one: rank 1 scores 3, rank 0 scores 1.
+  EXPECT_DOUBLE_EQ(sc->score[1][100], 3.0);
+  EXPECT_DOUBLE_EQ(sc->score[1][99], 1.0);
+  EXPECT_DOUBLE_EQ(sc->score[0][100], 1.0);
+  EXPECT_EQ(std::count_if(sc->score[1].begin(), sc->score[1].end(),
+                          [](double x) { return x > kSlowScore; }),
+            1);
+  JobFacts f;
+  f.step_scores = sc;
+  json s = json::object();
+  write_facts(f, s);
+  ASSERT_TRUE(s.contains("step_scores"));
+  EXPECT_EQ(s["step_scores"]["stride"], 3);
+  EXPECT_EQ(s["step_scores"]["score"][1][100], 3.0);
+  s["memory"] = nullptr;
+  const auto back = read_job_facts(s);
+  ASSERT_TRUE(back && back->step_scores);
+  EXPECT_EQ(back->step_scores->steps, sc->steps);
+  EXPECT_EQ(back->step_scores->score, sc->score);
+  // No step logged by every rank: no series (and no key); 0 points is a caller's error.
+  std::vector<std::map<int64_t, Phases>> apart(2);
+  apart[0][0] = by_rank[0][0];
+  apart[1][1] = by_rank[1][1];
+  EXPECT_FALSE(step_scores(apart));
+  json none = json::object();
+  write_facts(JobFacts{}, none);
+  EXPECT_FALSE(none.contains("step_scores"));
+  EXPECT_THROW(step_scores(by_rank, 0), std::invalid_argument);
 }
 
 }  // namespace

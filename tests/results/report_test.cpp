@@ -326,6 +326,35 @@ TEST_F(ReportWriters, Markdown) {
   EXPECT_EQ(g.find("## Failed or errored"), std::string::npos);
 }
 
+// report.md's step-time table: one sparkline of the score per rank, from the judge's per-step
+// series; "-" where a report has no series (written before it existed).
+TEST_F(ReportWriters, MarkdownStepTimesCarryAScoreSparkline) {
+  SuiteReport r = make_suite();
+  JobFacts f;
+  f.step_times.resize(2);
+  f.step_times[0].rank = 0;
+  f.step_times[1].rank = 1;
+  StepScores sc;
+  sc.steps = {0, 1, 2, 3, 4};
+  sc.ranks = {0, 1};
+  sc.score = {{1, 1, 1, 1, 1}, {1.0, 1.5, 1.51, 3.0, 0.2}};
+  f.step_scores = sc;
+  r.scenarios.at(0).judged = f;
+  const auto path = dir_ / "report.md";
+  write_markdown(r, path.string());
+  std::string m = slurp(path);
+  EXPECT_NE(m.find("## Step time per rank"), std::string::npos) << m;
+  EXPECT_NE(m.find("| Slow steps | Score by step |"), std::string::npos) << m;
+  // Up to 1.5 one of ▁▂▃▄; above it ▅ and up (█ from 3).
+  EXPECT_NE(m.find("| 0 | `▃▃▃▃▃` |\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("| 0 | `▃▄▅█▁` |\n"), std::string::npos) << m;
+  r.scenarios.at(0).judged->step_scores.reset();
+  write_markdown(r, path.string());
+  m = slurp(path);
+  EXPECT_NE(m.find("| 0 | - |\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("`▃"), std::string::npos) << m;
+}
+
 TEST(ReportConsole, ColumnsLineUp) {
   const auto suite = make_suite();
   const std::string header = console_header();
