@@ -142,9 +142,10 @@ struct JobEvidence {
   std::string ranks_log_last_line;    ///< its last non-blank line ("": none)
   /// Slurm ended srun's step from outside (scancel of the step or the job, a node set down or
   /// failed, the time limit): slurmstepd's "*** STEP 7.0 ON n1 CANCELLED AT <time> [DUE TO ...]
-  /// ***" from the launcher's output, when srun said "Job step aborted" or the line came before
-  /// srun reported any task of its own failing ("srun: error: n2: task 1: Killed", after which
-  /// --kill-on-bad-exit cancels the step itself: a rank's end, not Slurm's). "": not so.
+  /// ***" from the launcher's output, when it came before srun reported any task failing and no
+  /// task exited by itself ("srun: error: n2: task 1: Killed" first: --kill-on-bad-exit cancelled
+  /// the step for that task; "task 3: Exited with exit code 4": a watchdog's MPI_Abort; both a
+  /// rank's end, not Slurm's). "": not so.
   /// Measured on slurm-wlm 22.05 (tests/slurm/slurm_test.py --phase failures).
   std::string slurm_cancelled;
   /// Free bytes (statvfs f_bavail x f_frsize) of the run folder's filesystem, sampled when the

@@ -136,6 +136,14 @@ const char* kKillOnBadExitLog =
     "[launcher] srun: launch/slurm: _step_signal: Terminating StepId=7.1\n"
     "[launcher] slurmstepd-n1: error: *** STEP 7.1 ON n1 CANCELLED AT 2026-12-06T10:40:00 ***\n"
     "[launcher] srun: error: n1: tasks 0,2-3: Killed\n";
+// A hung rank: the others' watchdog aborted (exit code 4) and srun ended the step; "Job step
+// aborted" and the cancellation come first in srun's output (tests/slurm --phase faults).
+const char* kWatchdogAbortLog =
+    "[launcher] srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+    "[launcher] slurmstepd-n1: error: *** STEP 8.2 ON n1 CANCELLED AT 2026-12-06T10:37:07 ***\n"
+    "[launcher] srun: error: n2: task 3: Exited with exit code 4\n"
+    "[launcher] srun: error: n1: tasks 0-1: Exited with exit code 4\n"
+    "[launcher] srun: error: n2: task 2: Killed\n";
 
 TEST(LauncherExit, ASlurmCancellationFromOutsideLeadsTheReason) {
   test_util::EventLogDir d("nanchaos_launcher_exit", "slurm_cancelled");
@@ -155,10 +163,12 @@ TEST(LauncherExit, ASlurmCancellationFromOutsideLeadsTheReason) {
 TEST(LauncherExit, KillOnBadExitAfterATaskFailedIsNotSlurmsDoing) {
   test_util::EventLogDir d("nanchaos_launcher_exit", "kill_on_bad_exit");
   clean_run(d, false);
-  d.ranks_log(kKillOnBadExitLog);
-  const auto r = judge_logs(scenario(), d, reaped(137));
-  EXPECT_EQ(r.verdict, results::Verdict::kFail);
-  EXPECT_EQ(r.reason.find("Slurm"), std::string::npos) << r.reason;
+  for (const char* log : {kKillOnBadExitLog, kWatchdogAbortLog}) {
+    d.ranks_log(log);
+    const auto r = judge_logs(scenario(), d, reaped(137));
+    EXPECT_EQ(r.verdict, results::Verdict::kFail);
+    EXPECT_EQ(r.reason.find("Slurm"), std::string::npos) << r.reason;
+  }
   // A job that completed says nothing of Slurm whatever srun printed.
   test_util::EventLogDir ok("nanchaos_launcher_exit", "slurm_completed");
   clean_run(ok, true);

@@ -22,6 +22,15 @@ nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, an
                     passes, and every rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                     MASTER_ADDR, MASTER_PORT follow from Slurm's SLURM_PROCID, SLURM_NTASKS,
                     SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST.
+  --phase failures  tests/slurm/long-mlp.toml (4 ranks, ~0.1 s a step) in `salloc -N2 -n4`, ended
+                    from outside once every rank did 3 steps: `scancel J.0` (the step), `scancel
+                    J` (the allocation), `scontrol update nodename=n2 state=down` (then resumed),
+                    and with --time-limit (or NANCHAOS_SLURM_TIME_LIMIT=1; 60-100 s more)
+                    `salloc --time=1`. Each: report.json and junit.xml written, verdict fail,
+                    the reason led by slurmstepd's "*** STEP J.0 ON n1 CANCELLED AT ... ***"
+                    (with "DUE TO NODE FAILURE" / "DUE TO TIME LIMIT"), salloc's exit 1, the
+                    allocation's end state, nothing of the job left; prints the seconds from the
+                    action to report.json and to salloc's end.
 
 Exits 77 (CTest SKIP_RETURN_CODE) with the reason when .ci/slurm-up found that Slurm cannot run
 on this machine (it wrote <slurm-dir>/unavailable). Standard library only.
