@@ -586,6 +586,14 @@ results::ScenarioResult judge_evidence(const Scenario& s, const JobEvidence& ev,
 
   add_checks(s, logs, job, j, res);
   decide_verdict(s, ev, job, fired.faults, res);
+  if (!ev.slurm_cancelled.empty() && res.outcome != Outcome::kCompleted && !res.reason.empty()) {
+    // The ranks with no exit record and the launcher's SIGKILL/SIGTERM are Slurm's doing: say
+    // so first, or the reason reads as a crash of every rank.
+    res.reason = fmt::format(
+        "Slurm cancelled the job step from outside ({} in ranks/launcher.log: scancel, the "
+        "job's time limit, or a node set down or failed), not a fault or a rank; {}",
+        ev.slurm_cancelled, res.reason);
+  }
   return res;
 }
 

@@ -198,12 +198,32 @@ RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobR
 }
 
 void read_ranks_log(std::istream& in, JobEvidence& ev) {
+  // srun's output (JobEvidence::slurm_cancelled): a task it saw fail before the cancellation, or
+  // a task that exited by itself with a code, means a rank ended the step (--kill-on-bad-exit, a
+  // watchdog's MPI_Abort), not Slurm; Slurm's own cancel comes first and kills every task.
+  bool rank_ended_it = false;
+  std::string cancelled;
   for (std::string line; std::getline(in, line);) {
     if (ev.ranks_log_first_error.empty() && line.find("error:") != std::string::npos) {
       ev.ranks_log_first_error = line;
     }
     if (line.find_first_not_of(" \t\r") != std::string::npos) ev.ranks_log_last_line = line;
+    const size_t open = line.find("*** ");
+    if (cancelled.empty() && open != std::string::npos &&
+        line.find(" CANCELLED AT ", open) != std::string::npos) {
+      const size_t close = line.rfind(" ***");
+      cancelled = line.substr(open, close > open ? close + 4 - open : std::string::npos);
+      continue;
+    }
+    const bool task_line =
+        line.find("srun: error: ") != std::string::npos &&
+        (line.find(": task ") != std::string::npos || line.find(": tasks ") != std::string::npos);
+    if (task_line &&
+        (cancelled.empty() || line.find("Exited with exit code") != std::string::npos)) {
+      rank_ended_it = true;
+    }
   }
+  if (!cancelled.empty() && !rank_ended_it) ev.slurm_cancelled = cancelled;
 }
 
 std::string launch_dir(const std::string& run_dir, size_t launch) {

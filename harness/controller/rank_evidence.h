@@ -140,6 +140,14 @@ struct JobEvidence {
   std::vector<RankEvidence> ranks;    ///< one per rank of [job].ranks, in rank order
   std::string ranks_log_first_error;  ///< RUN/ranks.log's first line containing "error:"
   std::string ranks_log_last_line;    ///< its last non-blank line ("": none)
+  /// Slurm ended srun's step from outside (scancel of the step or the job, a node set down or
+  /// failed, the time limit): slurmstepd's "*** STEP 7.0 ON n1 CANCELLED AT <time> [DUE TO ...]
+  /// ***" from the launcher's output, when it came before srun reported any task failing and no
+  /// task exited by itself ("srun: error: n2: task 1: Killed" first: --kill-on-bad-exit cancelled
+  /// the step for that task; "task 3: Exited with exit code 4": a watchdog's MPI_Abort; both a
+  /// rank's end, not Slurm's). "": not so.
+  /// Measured on slurm-wlm 22.05 (tests/slurm/slurm_test.py --phase failures).
+  std::string slurm_cancelled;
   /// Free bytes (statvfs f_bavail x f_frsize) of the run folder's filesystem, sampled when the
   /// evidence was read, right after the job ended; nullopt when statvfs failed or nobody sampled.
   std::optional<uint64_t> free_bytes;
@@ -151,7 +159,8 @@ struct JobEvidence {
   std::optional<CleanReference> clean;
 };
 
-/// RUN/ranks.log's facts (its first "error:" line, its last non-blank line) into `ev`.
+/// RUN/ranks.log's facts (its first "error:" line, its last non-blank line, Slurm's
+/// cancellation of the step) into `ev`.
 void read_ranks_log(std::istream& in, JobEvidence& ev);
 
 /// Gathers a finished job's evidence from `run_dir`: RUN/events/rank-R.jsonl and the gone records

@@ -1,4 +1,4 @@
-// A controller that dies (SIGKILL) or is stopped (SIGINT, SIGTERM)
+// A controller that dies (SIGKILL) or is stopped (SIGINT, SIGTERM, SIGHUP)
 // during a hung job leaves no process of the job behind; a stopped one writes reports that say
 // "interrupted". Real `nanchaos run` processes, real mpirun jobs; processes are found by their
 // job id (tests/harness/job_processes.h), never by name.
@@ -74,7 +74,7 @@ bool wait_hung(const std::string& run_dir) {
   return true;
 }
 
-// SIGINT or SIGTERM on `nanchaos run` while the second of three scenarios hangs.
+// SIGINT, SIGTERM or SIGHUP on `nanchaos run` while the second of three scenarios hangs.
 void stop_during_hang(int sig) {
   const auto dir = tmpdir("in");
   const auto out = tmpdir("out");
@@ -98,7 +98,7 @@ void stop_during_hang(int sig) {
   EXPECT_FALSE(st->exited) << st->describe() << "\n" << read_text(out + "/console.log");
   EXPECT_EQ(st->signal, sig);
   EXPECT_EQ(st->code(), 128 + sig);
-  const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
   EXPECT_EQ(read_text(out + "/console.log"), "nanchaos run: interrupted by " + name +
                                                  ": 2 scenario(s) judged, 1 not run; reports: " +
                                                  out + "/report.json, junit.xml, report.md\n");
@@ -265,4 +265,10 @@ TEST(Interrupt, SigintEndsTheJobWritesInterruptedReportsAndDiesOfSigint) {
 
 TEST(Interrupt, SigtermEndsTheJobWritesInterruptedReportsAndDiesOfSigterm) {
   stop_during_hang(SIGTERM);
+}
+
+// salloc sends its command SIGHUP when the job's allocation is revoked (scancel of the job, its
+// time limit, a node set down; tests/slurm/slurm_test.py --phase failures runs the real thing).
+TEST(Interrupt, SighupEndsTheJobWritesInterruptedReportsAndDiesOfSighup) {
+  stop_during_hang(SIGHUP);
 }

@@ -121,6 +121,63 @@ TEST(LauncherExit, OnlyACrashSignalAfterTheRanksIsForgiven) {
             false);
 }
 
+// srun's output when Slurm cancelled the step from outside (scancel of the step; a node set down
+// gives "... DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"), as slurm-wlm 22.05 wrote
+// it in tests/slurm/slurm_test.py --phase failures, and when srun's --kill-on-bad-exit cancelled
+// it after a task died (the task's failure first).
+const char* kSlurmCancelledLog =
+    "[launcher] srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+    "[launcher] slurmstepd-n1: error: *** STEP 4.0 ON n1 CANCELLED AT 2026-12-06T10:35:05 ***\n"
+    "[launcher] srun: error: n2: tasks 2-3: Killed\n"
+    "[launcher] srun: launch/slurm: _step_signal: Terminating StepId=4.0\n"
+    "[launcher] srun: error: n1: tasks 0-1: Killed\n";
+const char* kKillOnBadExitLog =
+    "[launcher] srun: error: n2: task 1: Killed\n"
+    "[launcher] srun: launch/slurm: _step_signal: Terminating StepId=7.1\n"
+    "[launcher] slurmstepd-n1: error: *** STEP 7.1 ON n1 CANCELLED AT 2026-12-06T10:40:00 ***\n"
+    "[launcher] srun: error: n1: tasks 0,2-3: Killed\n";
+// A hung rank: the others' watchdog aborted (exit code 4) and srun ended the step; "Job step
+// aborted" and the cancellation come first in srun's output (tests/slurm --phase faults).
+const char* kWatchdogAbortLog =
+    "[launcher] srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+    "[launcher] slurmstepd-n1: error: *** STEP 8.2 ON n1 CANCELLED AT 2026-12-06T10:37:07 ***\n"
+    "[launcher] srun: error: n2: task 3: Exited with exit code 4\n"
+    "[launcher] srun: error: n1: tasks 0-1: Exited with exit code 4\n"
+    "[launcher] srun: error: n2: task 2: Killed\n";
+
+TEST(LauncherExit, ASlurmCancellationFromOutsideLeadsTheReason) {
+  test_util::EventLogDir d("nanchaos_launcher_exit", "slurm_cancelled");
+  clean_run(d, false);  // no exit record: Slurm killed every rank
+  d.ranks_log(kSlurmCancelledLog);
+  const auto r = judge_logs(scenario(), d, reaped(137));
+  EXPECT_EQ(r.outcome, results::Outcome::kCrashed);
+  EXPECT_EQ(r.verdict, results::Verdict::kFail);
+  EXPECT_EQ(r.reason.rfind("Slurm cancelled the job step from outside (*** STEP 4.0 ON n1 "
+                           "CANCELLED AT 2026-12-06T10:35:05 *** in ranks/launcher.log",
+                           0),
+            0u)
+      << r.reason;
+  EXPECT_NE(r.reason.find("launcher exit status 137"), std::string::npos) << r.reason;
+}
+
+TEST(LauncherExit, KillOnBadExitAfterATaskFailedIsNotSlurmsDoing) {
+  test_util::EventLogDir d("nanchaos_launcher_exit", "kill_on_bad_exit");
+  clean_run(d, false);
+  for (const char* log : {kKillOnBadExitLog, kWatchdogAbortLog}) {
+    d.ranks_log(log);
+    const auto r = judge_logs(scenario(), d, reaped(137));
+    EXPECT_EQ(r.verdict, results::Verdict::kFail);
+    EXPECT_EQ(r.reason.find("Slurm"), std::string::npos) << r.reason;
+  }
+  // A job that completed says nothing of Slurm whatever srun printed.
+  test_util::EventLogDir ok("nanchaos_launcher_exit", "slurm_completed");
+  clean_run(ok, true);
+  ok.ranks_log(kSlurmCancelledLog);
+  const auto done = judge_logs(scenario(), ok, reaped(0));
+  EXPECT_EQ(done.verdict, results::Verdict::kPass) << done.reason;
+  EXPECT_EQ(done.reason, "");
+}
+
 // Plays the agent: a clean run of $NANCHAOS_STEPS iterations, after $SLOW seconds.
 const char* kFakeAgent = R"(#!/bin/sh
 e="$NANCHAOS_EVENTS"

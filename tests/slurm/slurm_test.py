@@ -22,6 +22,15 @@ nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, an
                     passes, and every rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                     MASTER_ADDR, MASTER_PORT follow from Slurm's SLURM_PROCID, SLURM_NTASKS,
                     SLURM_LOCALID, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST.
+  --phase failures  tests/slurm/long-mlp.toml (4 ranks, ~0.1 s a step) in `salloc -N2 -n4`, ended
+                    from outside once every rank did 3 steps: `scancel J.0` (the step), `scancel
+                    J` (the allocation), `scontrol update nodename=n2 state=down` (then resumed),
+                    and with --time-limit (or NANCHAOS_SLURM_TIME_LIMIT=1; 60-100 s more)
+                    `salloc --time=1`. Each: report.json and junit.xml written, verdict fail,
+                    the reason led by slurmstepd's "*** STEP J.0 ON n1 CANCELLED AT ... ***"
+                    (with "DUE TO NODE FAILURE" / "DUE TO TIME LIMIT"), salloc's exit 1, the
+                    allocation's end state, nothing of the job left; prints the seconds from the
+                    action to report.json and to salloc's end.
 
 Exits 77 (CTest SKIP_RETURN_CODE) with the reason when .ci/slurm-up found that Slurm cannot run
 on this machine (it wrote <slurm-dir>/unavailable). Standard library only.
@@ -187,13 +196,15 @@ def mpirun_reference(nanchaos: str, names: list[str], files: list[Path],
     return {s["name"]: s for s in json.loads((out / "report.json").read_text())["scenarios"]}
 
 
-def check_clean_after(f: Failures, conf: Path, job_id: str) -> None:
+def check_clean_after(f: Failures, conf: Path, job_id: str,
+                      end_states: tuple[str, ...] = ("COMPLETED", "CANCELLED", "FAILED")) -> None:
     steps = scontrol(conf, "show", "step").strip()
     f.check(steps == "No job steps in the system", f"no step left: `scontrol show step`: {steps!r}")
     job = scontrol(conf, "show", "job", job_id) if job_id else ""
     state = re.search(r"JobState=(\S+)", job)
-    f.check(bool(job_id) and (not state or state.group(1) in ("COMPLETED", "CANCELLED", "FAILED")),
-            f"allocation {job_id or '(none seen)'} ended: {state.group(1) if state else 'purged'}")
+    f.check(bool(job_id) and (not state or state.group(1) in end_states),
+            f"allocation {job_id or '(none seen)'} ended ({'/'.join(end_states)}): "
+            f"{state.group(1) if state else 'purged'}")
     deadline = time.monotonic() + 10  # slurmstepd ends a moment after the step completes
     while True:
         left, below = processes_of_job(job_id), under_slurmd(conf)
@@ -285,6 +296,214 @@ def phase_external(nanchaos: str, conf: Path, work: Path) -> Failures:
     return f
 
 
+LONG_JOB = HERE / "long-mlp.toml"  # scenario "slurm-long-mlp": 4 ranks, ~0.1 s a step
+
+
+class Background:
+    """A command in the background (here `salloc ... nanchaos run`): its output lines as they
+    come, each with the monotonic time it was read, and the job id salloc was granted."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[tuple[float, str]] = []
+        self.job_id = ""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+            m = re.search(r"Granted job allocation (\d+)", line)
+            if m:
+                self.job_id = m.group(1)
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit status, or None (and it is killed) when it did not end within `timeout` s."""
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            rc = None
+        self.reader.join(5)
+        return rc
+
+
+def steps_done(run_dir: Path, ranks: int) -> int:
+    """The fewest `step_end` events any rank of the run folder has logged so far."""
+    counts = []
+    for r in range(ranks):
+        try:
+            counts.append((run_dir / "events" / f"rank-{r}.jsonl").read_bytes()
+                          .count(b'"ev":"step_end"'))
+        except OSError:
+            counts.append(0)
+    return min(counts)
+
+
+def job_steps(conf: Path, job_id: str) -> list[str]:
+    """The job's running steps ("7.0"), from `scontrol show step -o`."""
+    found = []
+    for line in scontrol(conf, "show", "step", "-o").splitlines():
+        m = re.search(r"StepId=(\d+)\.(\d+)\b", line)
+        if m and m.group(1) == job_id:
+            found.append(f"{m.group(1)}.{m.group(2)}")
+    return found
+
+
+def node_states(conf: Path) -> dict[str, str]:
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
+                         env=dict(os.environ, SLURM_CONF=str(conf)), timeout=20).stdout
+    return dict(line.split(None, 1) for line in out.splitlines() if " " in line)
+
+
+def slurm_cmd(conf: Path, *cmd: str) -> str:
+    """Runs a Slurm command against the test cluster; what it printed, for the log."""
+    p = subprocess.run(list(cmd), env=dict(os.environ, SLURM_CONF=str(conf)),
+                       capture_output=True, text=True, timeout=30)
+    print(f"      $ {' '.join(cmd)}: exit {p.returncode} {(p.stdout + p.stderr).strip()}",
+          flush=True)
+    return p.stdout + p.stderr
+
+
+def failure_case(f: Failures, nanchaos: str, conf: Path, work: Path, name: str,
+                 salloc_time: str, act, want: dict) -> None:
+    """One failure mode: `salloc -N2 -n4 --time=<salloc_time> nanchaos run long-mlp.toml` with
+    srun as the launcher; once every rank has done 3 steps, act(conf, job_id) (returns what it
+    did, for the log; a time limit does nothing); then checks what nanchaos wrote against `want`:
+    verdict, a regex the reason must match, interrupted_by, the allocation's end states, and that
+    nothing of the job is left. Prints the times from the action to the report and to salloc's
+    end."""
+    out = work / name
+    env = dict(os.environ, SLURM_CONF=str(conf), **ONE_HOST_ENV)
+    cmd = ["salloc", "-N2", "-n4", "--oversubscribe", f"--time={salloc_time}", nanchaos, "run",
+           str(LONG_JOB), "--launcher", LAUNCHER, "--out", str(out), "--quiet"]
+    print(f"---- {name}\n$ " + " ".join(cmd), flush=True)
+    t_start = time.monotonic()
+    run = Background(cmd, env)
+    run_dir = out / "slurm-long-mlp"
+    deadline = time.monotonic() + 120
+    while steps_done(run_dir, 4) < 3 and run.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    running = steps_done(run_dir, 4) >= 3 and run.proc.poll() is None
+    f.check(running, f"{name}: the job ran (every rank did 3 steps) after "
+            f"{time.monotonic() - t_start:.1f} s, job {run.job_id or '(no allocation seen)'}")
+    if not running:
+        run.wait(30)
+        print("\n".join(line for _, line in run.lines), flush=True)
+        return
+    wall_act = time.time()
+    m_act = time.monotonic()
+    did = act(conf, run.job_id)
+    rc = run.wait(240)
+    m_end = time.monotonic()
+    for t, line in run.lines:
+        print(f"      [{t - m_act:+7.1f} s] {line}", flush=True)
+    f.check(rc is not None, f"{name}: salloc ended (exit {rc}) {m_end - m_act:.1f} s after: {did}")
+    report_file, junit_file = out / "report.json", out / "junit.xml"
+    report = json.loads(report_file.read_text()) if report_file.exists() else {}
+    sc = (report.get("scenarios") or [{}])[0]
+    after = report_file.stat().st_mtime - wall_act if report_file.exists() else float("nan")
+    print(f"      {name}: {did}; report.json written {after:.1f} s later, salloc exit {rc} "
+          f"{m_end - m_act:.1f} s later; steps done {sc.get('steps_completed')}; verdict "
+          f"{sc.get('verdict')}, outcome {sc.get('outcome')}, interrupted_by "
+          f"{sc.get('interrupted_by')}, launcher_exit {sc.get('launcher_exit')}\n"
+          f"      reason: {sc.get('reason')}", flush=True)
+    f.check(report_file.exists() and junit_file.exists(),
+            f"{name}: report.json and junit.xml written ({out})")
+    f.check(sc.get("verdict") == want["verdict"],
+            f"{name}: verdict {sc.get('verdict')} (want {want['verdict']})")
+    f.check(bool(re.search(want["reason"], str(sc.get("reason")))),
+            f"{name}: the reason says what Slurm did (/{want['reason']}/): {sc.get('reason')!r}")
+    f.check(sc.get("interrupted_by") == want.get("interrupted_by"),
+            f"{name}: interrupted_by {sc.get('interrupted_by')} (want "
+            f"{want.get('interrupted_by')})")
+    if junit_file.exists():
+        junit = junit_file.read_text()
+        f.check('name="slurm-long-mlp"' in junit and ("<failure" in junit or "<error" in junit),
+                f"{name}: junit.xml has the scenario as a failure or error")
+    if "rc" in want:
+        f.check(rc == want["rc"], f"{name}: salloc's exit status {rc} (want {want['rc']})")
+    check_clean_after(f, conf, run.job_id, want["end_states"])
+
+
+def act_cancel_step(conf: Path, job_id: str) -> str:
+    steps = job_steps(conf, job_id)
+    if not steps:
+        return f"no step of job {job_id} to cancel"
+    slurm_cmd(conf, "scancel", steps[0])
+    return f"scancel {steps[0]} (the step srun runs)"
+
+
+def act_cancel_job(conf: Path, job_id: str) -> str:
+    slurm_cmd(conf, "scancel", job_id)
+    return f"scancel {job_id} (the allocation)"
+
+
+def act_node_down(conf: Path, job_id: str) -> str:
+    nodes = re.search(r"\bNodeList=(\S+)", scontrol(conf, "show", "job", job_id))
+    node = "n2" if nodes and "2" in nodes.group(1) else "n1"
+    slurm_cmd(conf, "scontrol", "update", f"nodename={node}", "state=down",
+              "reason=nanchaos-failures-test")
+    return f"scontrol update nodename={node} state=down (a node of job {job_id})"
+
+
+def act_wait(conf: Path, job_id: str) -> str:
+    return f"nothing (job {job_id} runs into its time limit)"
+
+
+def restore_nodes(f: Failures, conf: Path) -> None:
+    """Every node back to idle after a case set one down."""
+    for node, state in node_states(conf).items():
+        if not state.startswith("idle"):
+            slurm_cmd(conf, "scontrol", "update", f"nodename={node}", "state=resume")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = node_states(conf)
+        if states.get("n1") == "idle" and states.get("n2") == "idle":
+            break
+        time.sleep(0.5)
+    f.check(states.get("n1") == "idle" and states.get("n2") == "idle",
+            f"both nodes idle again for the next phases: {states}")
+
+
+def phase_failures(nanchaos: str, conf: Path, work: Path, time_limit: bool) -> Failures:
+    f = Failures()
+    # What slurm-wlm 22.05 did (docs/multi-node.md "Failure modes under Slurm"): in each case
+    # srun's step was cancelled at once (slurmstepd: "*** STEP J.0 ON n1 CANCELLED AT ... ***"),
+    # srun exited 137 or 143 within a second, and nanchaos judged the job before salloc's SIGHUP
+    # (allocation revoked) could reach it: verdict fail, its reason naming Slurm's cancellation
+    # (not "rank(s) 0, 1, 2, 3 ended with no exit record" alone), and exit 1, which salloc passes
+    # on. The allocation then ends FAILED (salloc gives Slurm the command's status), CANCELLED,
+    # NODE_FAIL or TIMEOUT.
+    cancelled = r"^Slurm cancelled the job step from outside \(\*\*\* STEP \d+\.0 ON n1 CANCELLED AT "
+    cases = [
+        ("step-cancelled", "10", act_cancel_step,
+         {"verdict": "fail", "reason": cancelled + r"\S+ \*\*\*", "rc": 1,
+          "end_states": ("FAILED",)}),
+        ("allocation-cancelled", "10", act_cancel_job,
+         {"verdict": "fail", "reason": cancelled + r"\S+ \*\*\*", "rc": 1,
+          "end_states": ("CANCELLED",)}),
+        ("node-down", "10", act_node_down,
+         {"verdict": "fail", "reason": cancelled + r"\S+ DUE TO NODE FAILURE", "rc": 1,
+          "end_states": ("NODE_FAIL",)}),
+    ]
+    if time_limit:
+        cases.append(("time-limit", "1", act_wait,
+                      {"verdict": "fail", "reason": cancelled + r"\S+ DUE TO TIME LIMIT",
+                       "rc": 1, "end_states": ("TIMEOUT",)}))
+    for name, salloc_time, act, want in cases:
+        t = time.monotonic()
+        try:
+            failure_case(f, nanchaos, conf, work, name, salloc_time, act, want)
+        finally:
+            restore_nodes(f, conf)
+        print(f"      {name}: {time.monotonic() - t:.1f} s in all", flush=True)
+    return f
+
+
 def campaign_row(fault: dict) -> dict:
     """A campaign.json row less what differs between two runs of the same draw (times, paths)."""
     row = {k: v for k, v in fault.items() if k not in ("wall_ms", "latency_ms", "rerun")}
@@ -343,9 +562,14 @@ def main() -> int:
     ap.add_argument("--nanchaos", required=True, help="the nanchaos binary")
     ap.add_argument("--slurm-dir", required=True, help="the folder .ci/slurm-up set up")
     ap.add_argument("--work", required=True, help="run folders go here (emptied first)")
-    ap.add_argument("--phase", choices=["faults", "external", "campaign"], required=True)
+    ap.add_argument("--phase", choices=["faults", "external", "campaign", "failures"],
+                    required=True)
     ap.add_argument("--campaign-faults", type=int, default=200,
                     help="faults of --phase campaign (default 200)")
+    ap.add_argument("--time-limit", action="store_true",
+                    help="--phase failures: also the allocation's time limit (salloc --time=1; "
+                         "costs 60-100 s more, so not in CTest's slurm.failures unless "
+                         "NANCHAOS_SLURM_TIME_LIMIT=1)")
     args = ap.parse_args()
     slurm_dir = Path(args.slurm_dir)
     if (slurm_dir / "unavailable").exists():
@@ -365,6 +589,9 @@ def main() -> int:
     t = time.monotonic()
     if args.phase == "campaign":
         f = phase_campaign(args.nanchaos, conf, work, args.campaign_faults)
+    elif args.phase == "failures":
+        f = phase_failures(args.nanchaos, conf, work,
+                           args.time_limit or os.environ.get("NANCHAOS_SLURM_TIME_LIMIT") == "1")
     else:
         phase = phase_faults if args.phase == "faults" else phase_external
         f = phase(args.nanchaos, conf, work)
