@@ -441,8 +441,9 @@ def resume_dcp(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer
         state = {"model": model_sd, "optimizer": optim_sd, "step": 0}
         try:
             dcp.load(state, checkpoint_id=path)
-        except Exception as e:  # DCP raises on every rank when one shard cannot be read
-            print(f"train_ddp: skipping checkpoint {path}: {str(e).splitlines()[0]}",
+        except (Exception, dcp.CheckpointException) as e:  # DCP's is a BaseException, raised
+            # on every rank when one shard cannot be read
+            print(f"train_ddp: skipping checkpoint {path}: {type(e).__name__}",
                   file=sys.stderr, flush=True)
             continue
         bad_tensor = first_nonfinite(state)

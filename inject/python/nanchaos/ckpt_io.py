@@ -13,9 +13,10 @@ in the job. ``patch`` wraps ``torch.save``, ``torch.load``, ``os.replace`` and `
   save: write a temporary file, then rename it) writes ``ckpt_rename {from, path}``.
 
 ``path``: the file name as the job gave it (``os.fspath``, or a file object's ``name``; "" for a
-buffer). ``tensors``: how many tensors the object holds at those two levels (and an optimizer
-state dict's per-parameter state, three down). ``digests``: ``{NAME: crc}`` for each of those
-tensors, NAME its keys joined by ``.`` (``model.head.weight``, ``optimizer.state.0.exp_avg``),
+buffer). ``tensors``: how many tensors the object holds down to four levels of dicts (an
+optimizer state dict's per-parameter state, ``{"optimizer": {"state": {0: {"exp_avg": t}}}}``).
+``digests``: ``{NAME: crc}`` for each of those tensors, NAME its keys joined by ``.``
+(``model.head.weight``, ``optimizer.state.0.exp_avg``),
 crc ``tensor_digest``'s 8 hex digits: the judge and a reader of the log can tell whether a
 launch loaded the very bytes an earlier one saved. ``torch.distributed.checkpoint`` saves and
 loads are observed by dcp_io.py, which writes the same events with ``format: "dcp"``; inside
@@ -108,23 +109,21 @@ def _join(prefix: str, key: Any) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
-def _named_tensors(obj: Any) -> List[Tuple[str, Any]]:
-    """(NAME, tensor) of the tensors ``_tensor_count`` counts, in its order."""
+def _named_tensors(obj: Any, prefix: str = "", depth: int = 1) -> List[Tuple[str, Any]]:
+    """(NAME, tensor) of the tensors of a dict down to four levels (an optimizer state dict
+    one level down holds its per-parameter state at the fourth: ``optimizer.state.0.exp_avg``),
+    in order; NAME the keys joined by ``.``."""
     import torch
 
     out: List[Tuple[str, Any]] = []
     if not isinstance(obj, dict):
         return out
     for k, v in obj.items():
+        name = _join(prefix, k)
         if isinstance(v, torch.Tensor):
-            out.append((str(k), v))
-        elif isinstance(v, dict):
-            for k2, w in v.items():
-                if isinstance(w, torch.Tensor):
-                    out.append((_join(str(k), k2), w))
-                elif isinstance(w, dict):
-                    out.extend((_join(_join(str(k), k2), k3), x) for k3, x in w.items()
-                               if isinstance(x, torch.Tensor))
+            out.append((name, v))
+        elif isinstance(v, dict) and depth < 4:
+            out.extend(_named_tensors(v, name, depth + 1))
     return out
 
 
@@ -185,8 +184,11 @@ def state_digests(obj: Any) -> Dict[str, str]:
 
 
 def training_state(obj: Any) -> Tuple[int, Optional[int]]:
-    """(tensors, step) of ``obj``; tensors 0 when it is not training state."""
-    return _tensor_count(obj), step_of(obj)
+    """(tensors, step) of ``obj``: tensors 0 when it is not training state, else how many it
+    holds down to an optimizer's per-parameter state (``_named_tensors``)."""
+    if not _tensor_count(obj):
+        return 0, step_of(obj)
+    return len(_named_tensors(obj)), step_of(obj)
 
 
 def patch(agent) -> None:

@@ -12,7 +12,7 @@ names), the functions
   {path, step, agent_step, tensors, format: "dcp", rank, shard, shard_bytes, digests}``;
 * ``load`` / ``load_state_dict``: once the load returned, ``ckpt_load {path, step, tensors,
   format: "dcp", rank, digests}``; a load that raised (a truncated, missing or unreadable shard:
-  DCP raises ``CheckpointException`` on every rank) writes ``ckpt_reject {path, step: null, why,
+  DCP raises ``CheckpointException``, a ``BaseException``, on every rank) writes ``ckpt_reject {path, step: null, why,
   format: "dcp", rank}`` and the exception goes on to the job.
 
 Fields: ``path`` is the checkpoint's folder, ``checkpoint_id`` as the job gave it, else its
@@ -223,7 +223,9 @@ def _wrap_load(agent: Any, orig):
         try:
             with ckpt_io.quiet():
                 out = orig(state_dict, *args, **kwargs)
-        except Exception as e:
+        except BaseException as e:  # DCP's CheckpointException derives from BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
             try:
                 path, _, group = _call_parts(args, kwargs, "storage_reader")
                 agent.on_checkpoint_reject(path, f"{type(e).__name__}: {e}",

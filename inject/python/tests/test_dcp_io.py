@@ -57,7 +57,7 @@ SCRIPT = HEADER + textwrap.dedent('''
         sd["step"] = 0
         try:
             load(sd, os.path.join(DIR, "step-" + os.environ["LOAD"]))
-        except Exception as e:
+        except (Exception, dcp.CheckpointException) as e:  # the latter is a BaseException
             print("load-failed", type(e).__name__, flush=True)
             sys.exit(3)
         w = sd["head.weight"].flatten()
