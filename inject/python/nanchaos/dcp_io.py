@@ -11,9 +11,10 @@ names), the functions
   written ``.metadata``: DCP's last collective waits for it), every rank writes ``ckpt_save
   {path, step, agent_step, tensors, format: "dcp", rank, shard, shard_bytes, digests}``;
 * ``load`` / ``load_state_dict``: once the load returned, ``ckpt_load {path, step, tensors,
-  format: "dcp", rank, digests}``; a load that raised (a truncated, missing or unreadable shard:
-  DCP raises ``CheckpointException``, a ``BaseException``, on every rank) writes ``ckpt_reject {path, step: null, why,
-  format: "dcp", rank}`` and the exception goes on to the job.
+  format: "dcp", rank, digests}``; a load that raised (a truncated, missing or unreadable
+  shard: DCP raises ``CheckpointException``, a ``BaseException``, on every rank) writes
+  ``ckpt_reject {path, step: null, why, format: "dcp", rank}`` and the exception goes on to
+  the job.
 
 Fields: ``path`` is the checkpoint's folder, ``checkpoint_id`` as the job gave it, else its
 storage writer's or reader's ``checkpoint_id`` / ``path`` (``os.fspath``, normalised:
@@ -40,8 +41,11 @@ executor the save runs in another process, which the agent does not observe.
 
 Cost: nothing on the training path; a save or load pays one walk of the state dict, one CRC-32
 pass over this rank's tensors (a CUDA tensor copied to the host, as DCP's own writer does) and a
-directory listing. Checked on torch 1.13 (``_shard.checkpoint``, FileSystemWriter/Reader) and
-2.15 (``save``/``load`` with ``checkpoint_id``, and the deprecated ``*_state_dict`` names).
+directory listing. Checked on torch 2.15 (``save``/``load`` with ``checkpoint_id``, and the
+deprecated ``*_state_dict`` names). Torch 1.13's ``_shard.checkpoint`` (``save_state_dict`` /
+``load_state_dict`` with a FileSystemWriter/Reader) is wrapped the same way, but Debian's torch
+1.13 under Python 3.11 cannot import it (a dataclass field with a mutable default): there, no
+job can use DCP, and nothing is observed.
 """
 
 from __future__ import annotations

@@ -365,6 +365,9 @@ class CheckpointFault(Fault):
         except RuntimeError as e:
             raise RuntimeError(f"nanchaos: [[fault]] #{self.index + 1} (checkpoint): {e} "
                                f"{saved.path} (save {saved.index})") from None
+        if saved.resave is None:
+            raise RuntimeError(f"nanchaos: [[fault]] #{self.index + 1} (checkpoint): save "
+                               f"{saved.index} cannot be written again")
         bad = t.detach().clone()
         detail = edit_elements(bad, [0], self._edit)
         saved.resave(_replaced(saved.obj, path, bad))
