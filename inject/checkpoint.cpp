@@ -177,7 +177,8 @@ FaultKindInfo checkpoint_kind() {
   info.name = "checkpoint";
   info.doc =
       "corrupts a checkpoint the job wrote (built-in: [checkpoint]; external: the agent's "
-      "observed torch.save), after the save and before any load";
+      "observed torch.save, or its rank's shard of an observed torch.distributed.checkpoint "
+      "save), after the save and before any load";
   info.keys = {
       Key("step", KeyType::kInt,
           "the save made before this step (built-in: a multiple of [checkpoint].every; "

@@ -30,6 +30,17 @@ tensor of the checkpoint is finite; one that is not is reported
 and skipped for the next older one. nanchaos relaunches such a job with ``[job] restarts`` and
 gives it its own folder through ``{run_dir}`` in ``command``.
 
+``--ckpt-format dcp`` (torch >= 2.2) checkpoints with ``torch.distributed.checkpoint`` instead,
+as a sharded job would: every rank calls ``dcp.save`` of ``{"model", "optimizer", "step"}``
+(``get_state_dict`` of the model and optimizer) into ``DIR/step-<s>/``; each rank writes its
+shard (``__R_0.distcp``: DCP gives each replicated tensor to one rank) and rank 0 the
+``.metadata``, last. The loader tries the folders newest first, ``dcp.load`` into
+``get_state_dict``'s tensors and ``set_state_dict``; a load that raises (a truncated or missing
+shard) is skipped for the next older folder. With ``--validate-ckpt`` every rank first checks its
+own shard files against ``.metadata`` (each chunk DCP recorded lies inside its file) and the ranks
+agree to skip a folder whose shard is short on any rank; the rank whose shard is bad reports it
+(``ckpt_validate``, cause ``checkpoint_corruption``), and the loaded tensors are checked finite.
+
 Model module names (``named_modules()`` of the unwrapped model, the names fault targets use)::
 
     layers, layers.0, layers.0.linear, layers.0.act, layers.1, layers.1.linear, layers.1.act,
@@ -44,6 +55,7 @@ import argparse
 import contextlib
 import glob
 import os
+import shutil
 import sys
 import time
 from typing import Iterator, List, Optional, Tuple
@@ -359,6 +371,94 @@ def resume(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
     return 0
 
 
+def _dcp():
+    """``(torch.distributed.checkpoint, get_state_dict, set_state_dict)``; SystemExit naming the
+    version on a torch without ``dcp.save(..., checkpoint_id=...)`` and ``get_state_dict``."""
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    except ImportError as e:
+        raise SystemExit(f"train_ddp: --ckpt-format dcp needs torch >= 2.2 "
+                         f"(this is {torch.__version__}: {e})") from None
+    return dcp, get_state_dict, set_state_dict
+
+
+def save_checkpoint_dcp(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        next_step: int, keep: int) -> str:
+    """Every rank: ``dcp.save`` into ``ckpt_dir/step-<next_step>/`` (a shard per rank, the
+    ``.metadata`` last); then rank 0 removes all but the newest ``keep`` folders."""
+    dcp, get_state_dict, _ = _dcp()
+    path = os.path.join(ckpt_dir, f"step-{next_step:06d}")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optimizer": optim_sd, "step": next_step}, checkpoint_id=path)
+    if dist.get_rank() == 0:  # the save is collective: every shard is in place
+        for old in sorted(glob.glob(os.path.join(ckpt_dir, "step-*")))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def short_shard(path: str, rank: int) -> Optional[str]:
+    """This rank's shard files of the DCP checkpoint ``path`` checked against its
+    ``.metadata``: the first file that is missing or shorter than a chunk DCP recorded in it
+    (``"__1_0.distcp"``), else None."""
+    dcp, _, _ = _dcp()
+    metadata = dcp.FileSystemReader(path).read_metadata()
+    need = {}
+    for info in (metadata.storage_data or {}).values():
+        if info.relative_path.startswith(f"__{rank}_"):
+            need[info.relative_path] = max(need.get(info.relative_path, 0),
+                                           info.offset + info.length)
+    for name, end in sorted(need.items()):
+        f = os.path.join(path, name)
+        if not os.path.exists(f) or os.path.getsize(f) < end:
+            return name
+    return None
+
+
+def resume_dcp(ckpt_dir: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+               validate: bool = False) -> int:
+    """Every rank: loads the newest DCP checkpoint folder of ``ckpt_dir`` that loads (and, with
+    ``validate``, whose shards match their metadata on every rank and whose tensors are all
+    finite); returns its step (0: none)."""
+    dcp, get_state_dict, set_state_dict = _dcp()
+    rank = dist.get_rank()
+    for path in sorted(glob.glob(os.path.join(ckpt_dir, "step-*")), reverse=True):
+        if not os.path.exists(os.path.join(path, ".metadata")):
+            continue  # a save that did not complete
+        step = int(os.path.basename(path).split("-")[1])
+        if validate:
+            bad = short_shard(path, rank)
+            if bad is not None:
+                print(f"train_ddp: rank {rank}: checkpoint {path}: shard {bad} is shorter than "
+                      f"its metadata says", file=sys.stderr, flush=True)
+                nanchaos.report_detection("ckpt_validate", cause="checkpoint_corruption",
+                                          step=step)
+            flag = torch.tensor([1.0 if bad is not None else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # skip it on every rank, or on none
+            if flag.item() > 0:
+                continue
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optimizer": optim_sd, "step": 0}
+        try:
+            dcp.load(state, checkpoint_id=path)
+        except (Exception, dcp.CheckpointException) as e:  # DCP's is a BaseException, raised
+            # on every rank when one shard cannot be read
+            print(f"train_ddp: skipping checkpoint {path}: {type(e).__name__}",
+                  file=sys.stderr, flush=True)
+            continue
+        bad_tensor = first_nonfinite(state)
+        if validate and bad_tensor is not None:
+            print(f"train_ddp: skipping checkpoint {path}: {bad_tensor} is not finite",
+                  file=sys.stderr, flush=True)
+            nanchaos.report_detection("ckpt_validate", cause="checkpoint_corruption",
+                                      layer=bad_tensor, step=int(state["step"]))
+            continue
+        set_state_dict(model, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        return int(state["step"])
+    return 0
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stack", choices=sorted(STACKS), default="none",
@@ -378,8 +478,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0,
                    help="save a checkpoint after every N-th step (0: never)")
     p.add_argument("--keep", type=int, default=2, help="checkpoints kept (newest)")
+    p.add_argument("--ckpt-format", choices=("torch", "dcp"), default="torch",
+                   help="torch: rank 0 torch.save's one file; dcp: torch.distributed.checkpoint, "
+                        "a folder with a shard per rank (torch >= 2.2)")
     p.add_argument("--validate-ckpt", action="store_true",
-                   help="skip a checkpoint holding a non-finite tensor for the next older one")
+                   help="skip a checkpoint holding a non-finite tensor (dcp: or a shard shorter "
+                        "than its metadata) for the next older one")
     p.add_argument("--print-digest", action="store_true",
                    help="print each rank's parameter digest at the end")
     return p.parse_args(argv)
@@ -397,8 +501,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
     stack = STACKS[args.stack](ddp_model, optimizer, device)
 
-    start = (resume(args.ckpt_dir, model, optimizer, device, args.validate_ckpt)
-             if args.ckpt_dir else 0)
+    dcp_format = args.ckpt_format == "dcp"
+    if not args.ckpt_dir:
+        start = 0
+    elif dcp_format:
+        start = resume_dcp(args.ckpt_dir, model, optimizer, args.validate_ckpt)
+    else:
+        start = resume(args.ckpt_dir, model, optimizer, device, args.validate_ckpt)
     data = SyntheticClassification(args.features, args.classes, args.seed, rank, device)
     heldout_x, heldout_y = data.heldout(256)
     batches = data.batches(args.batch_size)
@@ -421,8 +530,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             skipped += 1
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"step {step:4d} | loss {loss_value:.4f} | skipped {skipped}", flush=True)
-        if args.save_every and args.ckpt_dir and (step + 1) % args.save_every == 0 and rank == 0:
-            save_checkpoint(args.ckpt_dir, model, optimizer, step + 1, args.keep)
+        if args.save_every and args.ckpt_dir and (step + 1) % args.save_every == 0:
+            if dcp_format:  # collective: every rank saves its shard
+                save_checkpoint_dcp(args.ckpt_dir, model, optimizer, step + 1, args.keep)
+            elif rank == 0:
+                save_checkpoint(args.ckpt_dir, model, optimizer, step + 1, args.keep)
         if args.eval_every and step % args.eval_every == args.eval_every - 1 and rank == 0:
             print(f"step {step:4d} | heldout loss {evaluate(model, heldout_x, heldout_y)[0]:.4f}",
                   flush=True)

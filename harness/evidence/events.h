@@ -22,9 +22,13 @@
 //   abort {step, reason, cause}           exit {code, vm_hwm_kib (peak RSS, KiB)}
 // Written by the Python agent when an external job saves or loads its own training state
 // (inject/python/nanchaos/ckpt_io.py; [job] restarts):
-//   ckpt_save {path, step, agent_step, tensors}   ckpt_load {path, step, tensors}
+//   ckpt_save {path, step, agent_step, tensors, format, digests}
+//   ckpt_load {path, step, tensors, format, digests}
 //   ckpt_rename {from, path}   (an atomic save's temporary file renamed into place)
-//   (step: the object's own "step"/"global_step"/"iteration", or null; agent_step: steps)
+//   (step: the object's own "step"/"global_step"/"iteration", or null; agent_step: steps;
+//   format: "torch" (torch.save) or "dcp" (torch.distributed.checkpoint, dcp_io.py: path is the
+//   folder, plus rank, shard [file names], shard_bytes); digests: {NAME: CRC-32 hex})
+//   ckpt_reject {path, step: null, why, format: "dcp", rank}   (a DCP load that raised)
 // Beside the log, by the rank's own process watch when its process ended (proc_watch.h):
 //   RUN/events/rank-R.gone.json  {"ev":"gone", rank, pid, t_us}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into

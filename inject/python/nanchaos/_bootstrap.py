@@ -168,6 +168,10 @@ def _patch(a) -> None:
     from . import ckpt_io
 
     ckpt_io.patch(a)
+    # ... and its torch.distributed.checkpoint save/load, when the job imports DCP (dcp_io.py).
+    from . import dcp_io
+
+    dcp_io.patch(a)
     # torch.compile: hooks run by dynamo rather than traced, inductor's compiler (compiled.py).
     from . import compiled
 

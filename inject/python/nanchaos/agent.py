@@ -701,20 +701,24 @@ class Agent:
     # ------------------------------------------------------------------------------------------
     # the job's own checkpoints (ckpt_io.py)
     def on_checkpoint_save(self, path: str, step: Optional[int], tensors: int, obj: Any = None,
-                           resave=None) -> None:
-        """The job saved training state: ``ckpt_save {path, step, agent_step, tensors}``;
-        ``agent_step`` is the step a resume from it would run first: the open iteration's step
-        + 1 (a job saves after its update; the iteration's ``step_end`` comes at the next
-        forward), else the iterations completed. Then ``checkpoint`` faults on the file
-        (``obj``: what was saved; ``resave(obj)``: the job's save call again)."""
+                           resave=None, fields: Optional[Dict[str, Any]] = None,
+                           dcp: Any = None) -> None:
+        """The job saved training state: ``ckpt_save {path, step, agent_step, tensors,
+        **fields}`` (``fields``: ``format``, ``digests`` and, for DCP, the shard: ckpt_io.py,
+        dcp_io.py); ``agent_step`` is the step a resume from it would run first: the open
+        iteration's step + 1 (a job saves after its update; the iteration's ``step_end`` comes at
+        the next forward), else the iterations completed. Then ``checkpoint`` faults on the file
+        (``obj``: what was saved; ``resave(obj)``: the job's save call again; ``dcp``: this
+        rank's shard of a DCP checkpoint, faults/checkpoint.py ``DcpShard``)."""
         agent_step = self.step + 1 if self._open else self.steps_done
-        self.log.write("ckpt_save", path=path, step=step, agent_step=agent_step, tensors=tensors)
+        self.log.write("ckpt_save", path=path, step=step, agent_step=agent_step, tensors=tensors,
+                       **(fields or {}))
         self._saves += 1
         if "checkpoint" in self.needs:
             from .faults.checkpoint import SavedCheckpoint
 
             saved = SavedCheckpoint(path, agent_step if step is None else step, self._saves, obj,
-                                    resave)
+                                    resave, dcp)
             for f in self.faults:
                 f.on_checkpoint_saved(self, saved)
 
@@ -727,12 +731,21 @@ class Agent:
             f.on_checkpoint_renamed(self, src, dst)
         return True
 
-    def on_checkpoint_load(self, path: str, step: Optional[int], tensors: int) -> None:
-        """The job loaded training state: ``ckpt_load {path, step, tensors}``, and, before the
-        first iteration, ``resume_at(step)``."""
-        self.log.write("ckpt_load", path=path, step=step, tensors=tensors)
+    def on_checkpoint_load(self, path: str, step: Optional[int], tensors: int,
+                           fields: Optional[Dict[str, Any]] = None) -> None:
+        """The job loaded training state: ``ckpt_load {path, step, tensors, **fields}``, and,
+        before the first iteration, ``resume_at(step)``."""
+        self.log.write("ckpt_load", path=path, step=step, tensors=tensors, **(fields or {}))
         if step is not None:
             self.resume_at(step)
+
+    def on_checkpoint_reject(self, path: str, why: str,
+                             fields: Optional[Dict[str, Any]] = None) -> None:
+        """The job's load of the checkpoint at ``path`` raised (a DCP load of a truncated or
+        missing shard, dcp_io.py): ``ckpt_reject {path, step: null, why, **fields}``, the event a
+        built-in loader writes for a checkpoint it refused; the judge lists it among the launch's
+        rejected checkpoints."""
+        self.log.write("ckpt_reject", path=path, step=None, why=why[:500], **(fields or {}))
 
     def resume_at(self, step: int) -> None:
         """Numbers the first iteration ``step`` (steps, 0-based): a job that resumed from a

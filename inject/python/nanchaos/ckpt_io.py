@@ -6,13 +6,21 @@ in the job. ``patch`` wraps ``torch.save``, ``torch.load``, ``os.replace`` and `
 
 * ``torch.save(obj, f)`` of *training state* -- a ``dict`` (a state dict, or a dict of state
   dicts) holding a tensor at its top level or one level down -- writes, once the save returned,
-  ``ckpt_save {path, step, agent_step, tensors}``;
-* ``torch.load(f)`` that returns training state writes ``ckpt_load {path, step, tensors}``;
+  ``ckpt_save {path, step, agent_step, tensors, format: "torch", digests}``;
+* ``torch.load(f)`` that returns training state writes ``ckpt_load {path, step, tensors,
+  format: "torch", digests}``;
 * ``os.replace(src, dst)`` / ``os.rename`` of a path the job saved in this process (the atomic
   save: write a temporary file, then rename it) writes ``ckpt_rename {from, path}``.
 
 ``path``: the file name as the job gave it (``os.fspath``, or a file object's ``name``; "" for a
-buffer). ``tensors``: how many tensors the object holds at those two levels.
+buffer). ``tensors``: how many tensors the object holds down to four levels of dicts (an
+optimizer state dict's per-parameter state, ``{"optimizer": {"state": {0: {"exp_avg": t}}}}``).
+``digests``: ``{NAME: crc}`` for each of those tensors, NAME its keys joined by ``.``
+(``model.head.weight``, ``optimizer.state.0.exp_avg``),
+crc ``tensor_digest``'s 8 hex digits: the judge and a reader of the log can tell whether a
+launch loaded the very bytes an earlier one saved. ``torch.distributed.checkpoint`` saves and
+loads are observed by dcp_io.py, which writes the same events with ``format: "dcp"``; inside
+one, the ``torch.save``/``torch.load`` calls DCP makes itself (one per tensor) are not events.
 
 The step rule: ``step`` is the object's own record, the first of the top-level keys ``step``,
 ``global_step``, ``iteration`` that holds an ``int`` (or a one-element integer tensor); ``null``
@@ -26,19 +34,102 @@ step the agent's first iteration (``Agent.resume_at``), so the relaunched launch
 from where the checkpoint left off: fault steps, ``step_end`` records and ``[job] steps`` mean
 the same in every launch. A load after training began changes no step.
 
-Cost: nothing on the training path; a save or load pays one walk of the object's top two levels.
+Cost: nothing on the training path; a save or load pays one walk of the object's top two levels
+and one CRC-32 pass over the bytes of its tensors (zlib, measured in docs/external-jobs.md
+"Checkpoints and restarts"; a CUDA tensor is copied to the host first, as the save itself does).
 Checked on torch 1.13 and 2.15 (``torch.load``'s ``weights_only`` and ``mmap`` arguments are
 passed through untouched).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from typing import Any, Optional, Tuple, cast
+import threading
+import zlib
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 #: Top-level keys whose integer value is the checkpoint's step, in the order they are tried.
 STEP_KEYS = ("step", "global_step", "iteration")
+
+
+_quiet = threading.local()  # depth of torch.distributed.checkpoint calls on this thread
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Inside: this thread's ``torch.save``/``torch.load`` calls are not observed (dcp_io.py: the
+    per-tensor saves and loads DCP makes itself)."""
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _quiet.depth -= 1
+
+
+def is_quiet() -> bool:
+    """True inside ``quiet()`` on this thread."""
+    return getattr(_quiet, "depth", 0) > 0
+
+
+def local_parts(t: Any) -> List[Any]:
+    """The tensors this rank holds of ``t``: a DTensor's local shard (``to_local()``), a
+    ShardedTensor's local shards in order, else ``[t]``."""
+    if callable(getattr(t, "to_local", None)):
+        return [t.to_local()]
+    if callable(getattr(t, "local_shards", None)):
+        return [s.tensor for s in t.local_shards()]
+    return [t]
+
+
+def tensor_digest(t: Any) -> str:
+    """CRC-32 (zlib's, of the IEEE polynomial) of the bytes this rank holds of tensor ``t``, as
+    8 lowercase hex digits: its local parts (``local_parts``) in order, each copied to the host,
+    made contiguous and read as raw bytes in its own dtype (row-major). Bit-exact: a changed
+    bit changes it (up to CRC-32's 2^-32 collisions); shape and dtype are not part of it. Any
+    dtype and device; ``""`` for a tensor whose bytes cannot be read (a meta or quantized one)."""
+    import torch
+
+    crc = 0
+    try:
+        for part in local_parts(t):
+            p = part.detach()
+            if p.device.type != "cpu":
+                p = p.cpu()
+            p = p.contiguous().reshape(-1)
+            if p.numel():
+                crc = zlib.crc32(p.view(torch.uint8).numpy(), crc)
+    except Exception:
+        return ""
+    return f"{crc:08x}"
+
+
+def _join(prefix: str, key: Any) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _named_tensors(obj: Any, prefix: str = "", depth: int = 1) -> List[Tuple[str, Any]]:
+    """(NAME, tensor) of the tensors of a dict down to four levels (an optimizer state dict
+    one level down holds its per-parameter state at the fourth: ``optimizer.state.0.exp_avg``),
+    in order; NAME the keys joined by ``.``."""
+    import torch
+
+    out: List[Tuple[str, Any]] = []
+    if not isinstance(obj, dict):
+        return out
+    for k, v in obj.items():
+        name = _join(prefix, k)
+        if isinstance(v, torch.Tensor):
+            out.append((name, v))
+        elif isinstance(v, dict) and depth < 4:
+            out.extend(_named_tensors(v, name, depth + 1))
+    return out
+
+
+def digests(named: List[Tuple[str, Any]]) -> Dict[str, str]:
+    """``{NAME: tensor_digest}`` of (NAME, tensor) pairs, in order."""
+    return {name: tensor_digest(t) for name, t in named}
 
 
 def _path_of(f: Any) -> str:
@@ -87,9 +178,17 @@ def step_of(obj: Any) -> Optional[int]:
     return None
 
 
+def state_digests(obj: Any) -> Dict[str, str]:
+    """``{NAME: crc}`` of the tensors of a training-state object (see the module docstring)."""
+    return digests(_named_tensors(obj))
+
+
 def training_state(obj: Any) -> Tuple[int, Optional[int]]:
-    """(tensors, step) of ``obj``; tensors 0 when it is not training state."""
-    return _tensor_count(obj), step_of(obj)
+    """(tensors, step) of ``obj``: tensors 0 when it is not training state, else how many it
+    holds down to an optimizer's per-parameter state (``_named_tensors``)."""
+    if not _tensor_count(obj):
+        return 0, step_of(obj)
+    return len(_named_tensors(obj)), step_of(obj)
 
 
 def patch(agent) -> None:
@@ -104,25 +203,32 @@ def patch(agent) -> None:
     @functools.wraps(orig_save)
     def save(obj, f, *args, **kwargs):
         out = orig_save(obj, f, *args, **kwargs)
+        if is_quiet():
+            return out
         try:
             tensors, step = training_state(obj)
             path = _path_of(f) if tensors else ""
             if path:
                 saved.add(os.path.abspath(path))
+            fields = {"format": "torch", "digests": state_digests(obj)} if tensors else {}
         except Exception:  # never fail the job's save over the evidence
             return out
         if tensors:  # a checkpoint fault that cannot do what it must raises into the job
             agent.on_checkpoint_save(path, step, tensors, obj,
-                                     lambda o: orig_save(o, f, *args, **kwargs))
+                                     lambda o: orig_save(o, f, *args, **kwargs), fields=fields)
         return out
 
     @functools.wraps(orig_load)
     def load(f, *args, **kwargs):
         obj = orig_load(f, *args, **kwargs)
+        if is_quiet():
+            return obj
         try:
             tensors, step = training_state(obj)
             if tensors:
-                agent.on_checkpoint_load(_path_of(f), step, tensors)
+                agent.on_checkpoint_load(_path_of(f), step, tensors,
+                                         fields={"format": "torch",
+                                                 "digests": state_digests(obj)})
         except Exception:
             pass
         return obj

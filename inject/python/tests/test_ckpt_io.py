@@ -53,6 +53,10 @@ def test_saves_renames_and_resume(tmp_path):
                        env={"STEPS": "6", "CKPT": ckpt})
     loads = second.of(0, "ckpt_load")
     assert [(e["path"], e["step"]) for e in loads] == [(ckpt, 4)]
+    # per-tensor digests: the load restored the bytes of the last save, not of the first
+    assert saves[1]["format"] == loads[0]["format"] == "torch"
+    assert set(loads[0]["digests"]) >= {"model.head.weight", "model.layers.0.weight"}
+    assert loads[0]["digests"] == saves[1]["digests"] != saves[0]["digests"]
     assert [e["step"] for e in second.of(0, "step_begin")] == [4, 5]
     assert [e["step"] for e in second.of(0, "step_end")] == [4, 5]
     assert second.of(0, "final")[0]["steps_completed"] == 6

@@ -16,7 +16,8 @@ A fault acts at the points of one training iteration that the agent drives (the 
                        per iteration, just before the rank enters the collective
 ``lr_factor``          multiplier of every param group's lr for this optimizer step
 ``on_optimizer_state`` the optimizer's state tensors (``PARAM.STATE``), after its step
-``on_checkpoint_saved`` the job's ``torch.save`` of training state returned (ckpt_io.py)
+``on_checkpoint_saved`` the job's ``torch.save`` of training state returned (ckpt_io.py), or
+                       its ``torch.distributed.checkpoint`` save did (dcp_io.py)
 =====================  ==============================================================
 
 ``ctx`` is the agent: it has ``step``, ``rank``, ``world``, ``seed``, ``micro`` (micro-batch

@@ -23,6 +23,25 @@ records (``ckpt_io.step_of``), else the agent's count of iterations completed at
 - ``stale``: the file replaced by the bytes of the previous save (its final name, after the
   job's rename), under the new name.
 
+A ``torch.distributed.checkpoint`` save (dcp_io.py: a folder, one shard per rank) is corrupted
+in the shard of the rank the fault runs on: ``ranks`` picks the shards (rank r's agent acts on
+``__r_*.distcp``, the files r wrote, once the collective save returned, so ``.metadata`` is in
+place, before any load). ``truncate`` cuts each of them to half, ``delete`` removes them,
+``stale`` replaces each by the same-named shard file of the previous DCP save (its folder must
+still be on disk). ``nan`` / ``inf`` / ``bitflip`` find the tensor through DCP's ``.metadata``
+(the chunk's file, offset and length): ``target``'s tensor (``parameter:NAME`` matches an FQN
+or the FQN without its first component -- ``model.head.weight`` -- DDP's ``module.`` ignored;
+``optimizer:NAME.STATE`` the FQN's part after its ``state`` component, a parameter name as
+``get_state_dict`` writes it or an integer id as ``Optimizer.state_dict()`` does), or without a
+target the first floating-point tensor of the rank's shard. DCP's deduplication gives each
+replicated tensor to one rank's shard: the fault acts on the rank in ``ranks`` whose shard holds
+the target (the others leave it), and fails the job naming the rank to give when none does. The
+chunk (one ``torch.save`` of the tensor) is read, its first element rewritten, saved again and
+written back in place when its size is unchanged; a chunk written through a stream transform
+(DCP's experimental ``_extensions``) or in another serialization format fails the job at the
+save: not implemented for such DCP checkpoints. ``detail`` then carries ``shard`` (the rank),
+``files`` and, into a tensor, ``fqn`` and ``file``.
+
 A save to a file object or a buffer (no path) cannot be corrupted after the fact: the fault
 then fails the job loudly at that save (RuntimeError), never passes silently. ``inject``
 carries ``target`` (the tensor's target text, or ``""``), ``detail.mode``, ``detail.path`` and
@@ -32,10 +51,11 @@ save's step) is the loader's.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -45,16 +65,29 @@ from .base import (Fault, FaultContext, edit_elements, fault_target, flip_bit, m
 
 
 @dataclass
+class DcpShard:
+    """This rank's part of a DCP checkpoint (dcp_io.py): ``folder`` (absolute; "" when the
+    storage is not a local folder), ``rank`` (the N of ``__N_*.distcp``: this rank in the save's
+    process group) and ``files`` (its shard files' names in the folder, in order)."""
+
+    folder: str
+    rank: int
+    files: List[str] = field(default_factory=list)
+
+
+@dataclass
 class SavedCheckpoint:
-    """One observed save: ``path`` as the job gave it ("" for a file object), ``step`` (see the
-    module docstring), ``index`` (1-based, per launch), ``obj`` (what was saved) and ``resave``
-    (the job's own ``torch.save`` call again with another object)."""
+    """One observed save: ``path`` as the job gave it ("" for a file object; a DCP save's
+    folder), ``step`` (see the module docstring), ``index`` (1-based, per launch), ``obj`` (what
+    was saved; None for DCP), ``resave`` (the job's own ``torch.save`` call again with another
+    object; None for DCP) and ``dcp`` (this rank's shard of a DCP save, else None)."""
 
     path: str
     step: int
     index: int
     obj: Any
-    resave: Callable[[Any], None]
+    resave: Optional[Callable[[Any], None]]
+    dcp: Optional[DcpShard] = None
 
 
 def _strip(name: str) -> str:
@@ -104,6 +137,7 @@ class CheckpointFault(Fault):
         self.where = self.target.where if self.target else ""
         self.pattern = self.target.pattern if self.target else ""
         self._previous = ""  # the previous save's file (its name after the job's rename)
+        self._previous_dcp: Optional[DcpShard] = None  # the previous DCP save's shard
         self._pending_delete = ""  # the corrupted save's path, removed at its rename
         self._fired = False
 
@@ -122,6 +156,9 @@ class CheckpointFault(Fault):
     def on_checkpoint_saved(self, ctx: Any, saved: SavedCheckpoint) -> None:
         """``ctx``: the agent (its ``fired`` takes the save's step: the ``inject`` event's step
         is the corrupted save's, the fault's ground truth)."""
+        if saved.dcp is not None:
+            self._on_dcp_saved(ctx, saved, saved.dcp)
+            return
         previous, self._previous = self._previous, os.path.abspath(saved.path or "")
         if not self._chosen(ctx, saved):
             return
@@ -152,6 +189,128 @@ class CheckpointFault(Fault):
             target, values = self._corrupt_tensor(ctx, saved)
             detail.update(values)
         ctx.fired(self.index, target, detail, step=saved.step)
+
+    def _on_dcp_saved(self, ctx: Any, saved: SavedCheckpoint, shard: DcpShard) -> None:
+        previous, self._previous_dcp = self._previous_dcp, shard
+        if not self._chosen(ctx, saved):
+            return
+        self._fired = True
+        where = (f"nanchaos: [[fault]] #{self.index + 1} (checkpoint): DCP save {saved.index} "
+                 f"({saved.path or 'no path'})")
+        if not shard.folder or not os.path.isdir(shard.folder):
+            raise RuntimeError(f"{where} is not a local folder; the agent corrupts checkpoint "
+                               "files only")
+        if not shard.files:
+            raise RuntimeError(f"{where}: rank {shard.rank} wrote no shard file (__"
+                               f"{shard.rank}_*.distcp) in it")
+        detail: Dict[str, Any] = {"mode": self.mode, "path": saved.path,
+                                  "save_step": saved.step, "save": saved.index,
+                                  "shard": shard.rank, "files": list(shard.files)}
+        paths = [os.path.join(shard.folder, f) for f in shard.files]
+        target = ""
+        if self.mode == "truncate":
+            sizes = [os.path.getsize(p) for p in paths]
+            for p, size in zip(paths, sizes):
+                os.truncate(p, size // 2)
+            detail.update(bytes=sum(sizes), kept=sum(size // 2 for size in sizes))
+        elif self.mode == "delete":
+            for p in paths:
+                os.remove(p)
+            self._previous_dcp = None
+        elif self.mode == "stale":
+            olds = [os.path.join(previous.folder, f) for f in shard.files] if previous else []
+            if not olds or not all(os.path.exists(p) for p in olds):
+                raise RuntimeError(f"{where}: mode \"stale\" needs the previous DCP save's "
+                                   f"shard ({', '.join(shard.files)}) on disk")
+            for old, p in zip(olds, paths):
+                shutil.copyfile(old, p)
+            detail["from"] = previous.folder if previous else ""
+        else:
+            hit = self._corrupt_dcp_tensor(ctx, shard, where)
+            if hit is None:  # another rank of `ranks` holds the target in its shard
+                return
+            target, values = hit
+            detail.update(values)
+        ctx.fired(self.index, target, detail, step=saved.step)
+
+    def _dcp_matches(self, ctx: Any, fqn: str) -> bool:
+        t = self.target
+        if t is None:
+            return False
+        if t.where == "parameter":
+            return any(match_target(t.pattern, _strip(c)) for c in (fqn, fqn.partition(".")[2])
+                       if c)
+        parts = fqn.split(".")
+        if "state" not in parts:
+            return False
+        rest = parts[parts.index("state") + 1:]
+        if len(rest) < 2 or rest[-1] != t.state:
+            return False
+        name = ".".join(rest[:-1])
+        if name.isdigit():
+            return int(name) == self._optimizer_index(ctx, t.name)
+        return match_target(t.name, _strip(name))
+
+    def _corrupt_dcp_tensor(self, ctx: Any, shard: DcpShard, where: str
+                            ) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Rewrites the first element of the target's chunk in this rank's shard; None when
+        another rank in ``ranks`` holds it."""
+        from ..ckpt_io import quiet
+        from ..dcp_io import file_rank, read_layout
+
+        layout = read_layout(shard.folder)
+        if not layout:
+            raise RuntimeError(f"{where}: cannot read its .metadata")
+        mine = set(shard.files)
+        floats = [e for e in layout if e[1] in ("torch.float32", "torch.float64",
+                                                "torch.float16", "torch.bfloat16")]
+        if self.target is None:
+            entry = next((e for e in floats if any(c[0] in mine for c in e[2])), None)
+            if entry is None:
+                raise RuntimeError(f"{where}: no floating-point tensor in rank {shard.rank}'s "
+                                   "shard")
+        else:
+            entry = next((e for e in floats if self._dcp_matches(ctx, e[0])), None)
+            if entry is None:
+                raise RuntimeError(f"{where}: no float tensor {self.target.text} in it")
+            if not any(c[0] in mine for c in entry[2]):
+                owners = sorted({r for c in entry[2] if (r := file_rank(c[0])) is not None})
+                if any(self.spec.hits_rank(r) for r in owners):
+                    return None
+                raise RuntimeError(f"{where}: {self.target.text} ({entry[0]}) is in rank "
+                                   f"{owners}'s shard, not in a shard of `ranks`; give ranks = "
+                                   f"{owners[:1]}")
+        fqn, _, chunks = entry
+        name, offset, length, plain = next(c for c in chunks if c[0] in mine)
+        path = os.path.join(shard.folder, name)
+        if not plain:
+            raise RuntimeError(f"{where}: {fqn} in {name} is written through a stream "
+                               "transform; nan/inf/bitflip are not implemented for such DCP "
+                               "checkpoints (truncate, delete and stale are)")
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            blob = fh.read(length)
+        with quiet():
+            try:
+                t = torch.load(io.BytesIO(blob), map_location="cpu")
+            except Exception as e:
+                t = e
+            if not isinstance(t, torch.Tensor):
+                raise RuntimeError(f"{where}: {fqn} in {name} is not one torch.save of a tensor "
+                                   "(another DCP serialization format); nan/inf/bitflip are not "
+                                   "implemented for such DCP checkpoints (truncate, delete and "
+                                   "stale are)")
+            values = edit_elements(t, [0], self._edit)
+            out = io.BytesIO()
+            torch.save(t, out)
+        if out.getbuffer().nbytes != length:
+            raise RuntimeError(f"{where}: {fqn} saved again is {out.getbuffer().nbytes} bytes, "
+                               f"not its chunk's {length}: not written")
+        with open(path, "r+b") as fh:
+            fh.seek(offset)
+            fh.write(out.getbuffer())
+        values.update(fqn=fqn, file=name)
+        return (self.target.text if self.target else ""), values
 
     def on_checkpoint_renamed(self, ctx: FaultContext, src: str, dst: str) -> None:
         """The job renamed a file it saved (``src`` to ``dst``, absolute paths)."""
@@ -206,6 +365,9 @@ class CheckpointFault(Fault):
         except RuntimeError as e:
             raise RuntimeError(f"nanchaos: [[fault]] #{self.index + 1} (checkpoint): {e} "
                                f"{saved.path} (save {saved.index})") from None
+        if saved.resave is None:
+            raise RuntimeError(f"nanchaos: [[fault]] #{self.index + 1} (checkpoint): save "
+                               f"{saved.index} cannot be written again")
         bad = t.detach().clone()
         detail = edit_elements(bad, [0], self._edit)
         saved.resave(_replaced(saved.obj, path, bad))
