@@ -21,6 +21,7 @@ detection and the detection events by detector (every rank's, every trial's); ex
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -59,8 +60,15 @@ def main() -> int:
         ("tf-4-120", SRC / "scenarios/clean-straggler-4ranks.toml", 25),
         ("mlp-64", clean_64(a.out), 10),
     ]
-    result: dict = {"host_cores": os.cpu_count(), "load_at_start": os.getloadavg()[0],
-                    "configs": {}}
+    # The fields bench/run.py's `check` wants of every result file (schema, host, git).
+    spec = importlib.util.spec_from_file_location("bench_run", SRC / "bench/run.py")
+    assert spec and spec.loader
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    result: dict = {"schema": bench_run.SCHEMA,
+                    "host": bench_run.host_facts(Path(a.nanchaos).resolve().parent, sys.executable),
+                    "git": bench_run.git_facts(), "host_cores": os.cpu_count(),
+                    "load_at_start": os.getloadavg()[0], "configs": {}}
     straggler_total = 0
     errors = 0
     for name, scenario, trials in configs:
