@@ -51,8 +51,6 @@ job can use DCP, and nothing is observed.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import re
 import sys
@@ -60,6 +58,7 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple, cast
 
 from . import ckpt_io
+from .import_hook import patch_when_imported
 
 #: The DCP packages: torch 2.x's, and torch 1.13's (2.x keeps it as a deprecated alias).
 PACKAGES = ("torch.distributed.checkpoint", "torch.distributed._shard.checkpoint")
@@ -286,34 +285,10 @@ def _patch_package(agent: Any, package: str) -> None:
     _patch_module(agent, pkg)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds a DCP package with the other finders and patches it once its ``__init__`` (which
-    imports the saver and loader) has run; importing DCP at bootstrap would cost every job."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-
-    def find_spec(self, name, path, target=None):
-        if name not in PACKAGES:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, agent = spec.loader, self.agent
-        orig_exec = loader.exec_module
-
-        def exec_module(module):
-            orig_exec(module)
-            _patch_package(agent, name)
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def patch(agent: Any) -> None:
     """At bootstrap: patch the DCP packages already imported, and the others when they are."""
     for package in PACKAGES:
         _patch_package(agent, package)
     if not all(p in sys.modules for p in PACKAGES):
-        sys.meta_path.insert(0, _Finder(agent))
+        patch_when_imported(PACKAGES, lambda name: _patch_package(agent, name))
 

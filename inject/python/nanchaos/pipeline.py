@@ -52,8 +52,6 @@ Threads: everything here runs on the training thread.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
 from typing import Any, Dict, List, Optional, cast
 
@@ -63,6 +61,7 @@ from . import faults as faults_mod
 from .attach_rules import plain_modules, strip_name
 from .copy_safe import CopySafeHook
 from .final import digest, final_fields
+from .import_hook import patch_when_imported
 
 #: The module whose import triggers the patch (its __init__ imports ``stage`` and ``schedules``).
 PACKAGE = "torch.distributed.pipelining"
@@ -317,33 +316,9 @@ def _quiet(agent: Any, orig):
     return run
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``torch.distributed.pipelining`` with the other finders and patches it once its
-    ``__init__`` (which imports ``schedules``) has run; importing it here would cost every job."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-
-    def find_spec(self, name, path, target=None):
-        if name != PACKAGE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader, agent = spec.loader, self.agent
-        orig_exec = loader.exec_module
-
-        def exec_module(module):
-            orig_exec(module)
-            _patch_module(agent)
-
-        loader.exec_module = exec_module
-        return spec
-
-
 def patch(agent: Any) -> None:
     """At bootstrap: patch ``torch.distributed.pipelining`` now if imported, else when it is."""
     if PACKAGE in sys.modules:
         _patch_module(agent)
         return
-    sys.meta_path.insert(0, _Finder(agent))
+    patch_when_imported((PACKAGE,), lambda _name: _patch_module(agent))
