@@ -73,7 +73,8 @@ KEY_COUNTERS = {
     "consensus_p50_us", "payload_bytes", "bytes_per_second", "detached_ms_p50",
     "faults_per_min_one_launch", "faults_per_min_in_launch", "ratio_cpu_vs_detached",
     "attached_ms_p50", "rows_equal", "detections", "sdc_recompute_ms", "sdc_share_of_step",
-    "sdc_every100_overhead",
+    "sdc_every100_overhead", "resume_ms", "detect_ms", "teardown_ms", "relaunch_ms", "load_ms",
+    "first_step_ms", "steps_lost",
 }
 
 

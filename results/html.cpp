@@ -192,16 +192,17 @@ std::string launches_html(const ScenarioResult& s, Render& render, ScriptPath& s
     return ms ? fmt::format("{:.1f}", *ms) : std::string("-");
   };
   h += "<table><tr><th>Restart after launch</th><th>Cause</th><th>Resume ms</th><th>Detect</th>"
-       "<th>Teardown</th><th>Relaunch</th><th>Load</th><th>First step</th><th>Steps lost</th>"
-       "</tr>";
+       "<th>Teardown</th><th>Relaunch</th><th>Load</th><th>First step</th>"
+       "<th title=\"the part of Load (or First step) the next launch spent importing torch\">"
+       "of which import</th><th>Steps lost</th></tr>";
   for (const Restart& x : restarts) {
     h += fmt::format(
         "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
         x.after_launch, html_escape(x.cause), cell(x.resume_ms), cell(x.detect_ms),
         cell(x.teardown_ms), cell(x.relaunch_ms), cell(x.load_ms), cell(x.first_step_ms),
-        x.steps_lost ? std::to_string(*x.steps_lost) : "-");
+        cell(x.import_ms), x.steps_lost ? std::to_string(*x.steps_lost) : "-");
   }
   return h + "</table>\n";
 }

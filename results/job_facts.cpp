@@ -342,6 +342,7 @@ void to_json(json& j, const Restart& v) {
        {"relaunch_ms", opt(v.relaunch_ms)},
        {"load_ms", opt(v.load_ms)},
        {"first_step_ms", opt(v.first_step_ms)},
+       {"import_ms", opt(v.import_ms)},
        {"steps_lost", opt(v.steps_lost)}};
 }
 void from_json(const json& j, Restart& v) {
@@ -354,6 +355,7 @@ void from_json(const json& j, Restart& v) {
   read(j, "relaunch_ms", v.relaunch_ms);
   read(j, "load_ms", v.load_ms);
   read(j, "first_step_ms", v.first_step_ms);
+  read(j, "import_ms", v.import_ms);
   read(j, "steps_lost", v.steps_lost);
 }
 

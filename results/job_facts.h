@@ -176,6 +176,10 @@ struct Restart {
   std::string cause;  ///< the failed launch's outcome
   double failed_ms = 0;
   std::optional<double> resume_ms, detect_ms, teardown_ms, relaunch_ms, load_ms, first_step_ms;
+  /// External jobs: the part of load_ms (or of first_step_ms when nothing was loaded) the next
+  /// launch spent importing torch, ms: the longest rank's (the Python agent times its own
+  /// `import torch`, event `imported`). Not a phase: it is inside one. Null for built-in jobs.
+  std::optional<double> import_ms;
   /// Steps computed twice or lost: the failed launch's steps_reached - the next launch's resumed
   /// step (never below 0); nullopt when the next launch began no step.
   std::optional<int64_t> steps_lost;

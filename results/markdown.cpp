@@ -74,13 +74,13 @@ std::string launches_section(const SuiteReport& r) {
     }
     if (!s.judged->restarts || s.judged->restarts->empty()) continue;
     m += "\n| Restart after launch | Cause | Resume (ms) | Detect | Teardown | Relaunch | Load | "
-         "First step | Steps lost |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|\n";
+         "First step | of which import | Steps lost |\n|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n";
     for (const Restart& x : *s.judged->restarts) {
-      m +=
-          fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", x.after_launch,
-                      md_cell(x.cause), ms_cell(x.resume_ms), ms_cell(x.detect_ms),
-                      ms_cell(x.teardown_ms), ms_cell(x.relaunch_ms), ms_cell(x.load_ms),
-                      ms_cell(x.first_step_ms), x.steps_lost ? std::to_string(*x.steps_lost) : "-");
+      m += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", x.after_launch,
+                       md_cell(x.cause), ms_cell(x.resume_ms), ms_cell(x.detect_ms),
+                       ms_cell(x.teardown_ms), ms_cell(x.relaunch_ms), ms_cell(x.load_ms),
+                       ms_cell(x.first_step_ms), ms_cell(x.import_ms),
+                       x.steps_lost ? std::to_string(*x.steps_lost) : "-");
     }
   }
   return m;

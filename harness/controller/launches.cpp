@@ -184,6 +184,9 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
     restart.relaunch_ms = ms_between(gone, attached);
     if (loaded) restart.load_ms = ms_between(attached, loaded);
     restart.first_step_ms = ms_between(loaded ? loaded : attached, first_step);
+    for (const auto& r : *next.ranks) {
+      if (r.import_ms) restart.import_ms = std::max(restart.import_ms.value_or(0.0), *r.import_ms);
+    }
     out.restarts.push_back(std::move(restart));
   }
   return out;

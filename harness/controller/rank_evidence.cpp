@@ -119,6 +119,10 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
     r.start_t = std::min(r.start_t.value_or(int_field(e, "t_us", 0)), int_field(e, "t_us", 0));
     r.agent = true;
     r.agent_kind = e.value("agent", std::string("python"));
+  } else if (ev == "imported") {
+    if (const auto ms = e.find("import_ms"); ms != e.end() && ms->is_number()) {
+      r.import_ms = ms->get<double>();
+    }
   } else if (ev == "agent_warning") {
     r.agent_warnings.push_back(e.value("message", std::string("agent_warning")));
   } else if (ev == "log_error" && !r.log_error) {

@@ -85,6 +85,8 @@ struct RankEvidence {
   std::optional<int64_t> start_t;
   std::optional<int64_t> first_step;        ///< the lowest step it began (step_begin)
   std::optional<int64_t> first_step_end_t;  ///< when it completed its first step (step_end)
+  /// external (Python agent): how long its bootstrap's `import torch` took, ms (`imported`)
+  std::optional<double> import_ms;
   /// In log order; a save renamed into place (`ckpt_rename`) is listed again under its new path.
   std::vector<CheckpointEvent> ckpt_saves;
   std::vector<CheckpointEvent> ckpt_loads;    ///< in log order

@@ -377,6 +377,29 @@ JobEvidence ResumedFromStep2(const std::string& name) {
   return ev;
 }
 
+// A Python job's import of torch (the agent's `imported`) is reported beside the phases, the
+// longest rank's; a launch with no `imported` event (built-in ranks) has none.
+TEST(RestartJudge, ImportTimeIsTheLongestRanksAndOnlyWhereLogged) {
+  const Scenario s = CrashScenario("outcome = \"completed\"\nrestarts = 1\n");
+  Launch first("import0"), last("import1");
+  const JobResult job0 = CrashedLaunch(first, 0);
+  last.start(0, 105'000);
+  last.start(1, 105'000);
+  last.ev(0, "imported", 105'100, {{"module", "torch"}, {"import_ms", 812.5}});
+  last.ev(1, "imported", 105'200, {{"module", "torch"}, {"import_ms", 1204.0}});
+  last.steps(0, 6, 106'000);
+  for (int r = 0; r < 2; ++r) last.final_ok(r, 6, 111'000);
+  const JobResult job1 = Reaped(0, 105'000, 112'000);
+  JobEvidence ev = last.evidence(2, job1);
+  ev.earlier.push_back({job0, first.evidence(2, job0).ranks});
+  const json restart = nanchaos::results::to_json(judge(s, ev, job1)).at("restarts")[0];
+  EXPECT_DOUBLE_EQ(restart.at("import_ms").get<double>(), 1204.0);
+
+  const json builtin =
+      nanchaos::results::to_json(judge(s, ResumedFromStep2("import_none"), job1)).at("restarts")[0];
+  EXPECT_TRUE(builtin.at("import_ms").is_null());
+}
+
 const results::Check* CheckOf(const results::ScenarioResult& r, const std::string& key) {
   for (const auto& c : r.checks) {
     if (c.key == key) return &c;

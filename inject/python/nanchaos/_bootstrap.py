@@ -3,7 +3,8 @@ this process (``$NANCHAOS_EVENTS`` is set).
 
 Order matters: the ``agent`` event is written first (it proves the bootstrap ran in this
 interpreter), then torch is imported (an interpreter without torch is an ``attach_error`` naming
-the interpreter, and the job is stopped at once: it must never run unobserved), the plan is loaded
+the interpreter, and the job is stopped at once: it must never run unobserved; otherwise an
+``imported`` event gives the import's wall time, ``import_ms``, ms), the plan is loaded
 and checked (a fault the agent cannot apply faithfully is refused the same way), and the patches
 are installed before the job's own code imports anything. Child interpreters of the job (spawned
 DataLoader workers, a subprocess) inherit the environment but not the agent: the first process
@@ -84,6 +85,9 @@ def install() -> None:
 
 def _start(log, rank: int, world: int) -> None:
     global _agent
+    import time
+
+    t0 = time.perf_counter()
     try:
         import torch  # noqa: F401
     except Exception as e:  # ImportError, or a broken install raising something else
@@ -92,6 +96,9 @@ def _start(log, rank: int, world: int) -> None:
                 f"import torch ({type(e).__name__}: {e}); Debian's torch is under /usr/bin/python3 "
                 "(package python3-torch): name that interpreter in [job].command, or use bare "
                 "\"python3\" and let nanchaos pick one that has torch (or set NANCHAOS_PYTHON)")
+    # The job's own import cost, which a restart pays again (report.json restarts[].import_ms).
+    log.write("imported", rank=rank, module="torch",
+              import_ms=round((time.perf_counter() - t0) * 1000.0, 1))
     from .agent import Agent
     from .faults import FaultRefused
     from .plan import Plan, PlanError

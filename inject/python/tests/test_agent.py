@@ -574,6 +574,9 @@ def test_an_existing_sitecustomize_still_runs_and_child_interpreters_stay_silent
     # Only the rank's own process wrote evidence: one agent line, one start, one exit.
     assert len(job.of(0, "agent")) == 1 and len(job.of(0, "start")) == 1
     assert len(job.of(0, "exit")) == 1
+    # The bootstrap timed its own `import torch` (a restart's import_ms), once.
+    (imported,) = job.of(0, "imported")
+    assert imported["module"] == "torch" and imported["import_ms"] > 0
 
 
 def test_lr_schedulers_wrap_the_agents_step_and_the_lr_fault_rides_on_their_lr(tmp_path):
