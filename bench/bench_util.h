@@ -25,11 +25,12 @@ inline std::string self_exe() {
   return std::string(buf, size_t(n));
 }
 
-/// Runs `cmd` through /bin/sh under coreutils' `timeout` (seconds), output appended to `log`.
-/// Throws std::runtime_error naming the command and the log when it fails or times out.
+/// Runs `cmd` through /bin/sh under coreutils' `timeout` (seconds), all its output (also of a
+/// `cmd` that is a list, "a || true") appended to `log`: the benchmark's stdout stays one JSON
+/// document. Throws std::runtime_error naming the command and the log when it fails or times out.
 inline void run_or_throw(const std::string& cmd, int timeout_s, const std::string& log) {
   const std::string full =
-      "timeout -s KILL " + std::to_string(timeout_s) + " " + cmd + " >>" + log + " 2>&1";
+      "( timeout -s KILL " + std::to_string(timeout_s) + " " + cmd + " ) >>" + log + " 2>&1";
   const int rc = std::system(full.c_str());
   if (rc != 0) {
     throw std::runtime_error("command failed (status " + std::to_string(rc) + "; see " + log +

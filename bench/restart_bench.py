@@ -13,6 +13,8 @@ object on stdout:
   launch gone), ``teardown_ms`` (-> every process of it gone), ``relaunch_ms`` (-> every rank of
   the next launch up, ``restart_delay_ms`` included: 0 here), ``load_ms`` (-> every rank loaded
   its checkpoint), ``first_step_ms`` (-> every rank completed its first step).
+* ``import_ms`` (external jobs: the part of load_ms or first_step_ms the next launch spent in
+  ``import torch``, the longest rank's; null for the built-in job, which imports nothing).
 * ``steps_lost``, ``restarts`` (per repetition: 1 for the default scenario, more for a scenario
   with more), and the ratios ``ratio_resume_to_goal`` (resume_ms / 2000 ms) and
   ``ratio_relaunch_share`` (relaunch_ms / resume_ms: the share a warm launcher could save).
@@ -40,7 +42,8 @@ import tempfile
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent
-PHASES = ("resume_ms", "detect_ms", "teardown_ms", "relaunch_ms", "load_ms", "first_step_ms")
+PHASES = ("resume_ms", "detect_ms", "teardown_ms", "relaunch_ms", "load_ms", "first_step_ms",
+          "import_ms")
 GOAL_MS = 2000.0
 
 
@@ -56,12 +59,17 @@ def main() -> int:
         text = a.scenario.read_text()
     except OSError as e:
         sys.exit(f"restart_bench.py: {a.scenario}: {e.strerror}")
-    text = re.sub(r"(?m)^final_matches_clean\s*=.*\n", "", text)
+    stripped = re.sub(r"(?m)^final_matches_clean\s*=.*\n", "", text)
     with tempfile.TemporaryDirectory(prefix="nanchaos-restart-bench-") as tmp:
         work = a.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        scenario = work / a.scenario.name
-        scenario.write_text(text)
+        scenario = a.scenario  # as is where nothing is dropped: its relative paths stay right
+        if stripped != text:
+            if "[job]" in text and "command" in text:
+                sys.exit(f"restart_bench.py: {a.scenario}: an external job with final_matches_clean "
+                         "(its copy would lose the relative paths); give a scenario without it")
+            scenario = work / a.scenario.name
+            scenario.write_text(stripped)
         run = subprocess.run([a.nanchaos, "run", str(scenario), "--quiet", "--out",
                               str(work / "run")], capture_output=True, text=True)
         try:
@@ -82,6 +90,9 @@ def main() -> int:
     if out["resume_ms"]:
         out["ratio_resume_to_goal"] = round(out["resume_ms"] / GOAL_MS, 3)
         out["ratio_relaunch_share"] = round((out["relaunch_ms"] or 0.0) / out["resume_ms"], 3)
+        # The contract's goal excludes the job's own imports (issue 32): this is the figure to hold
+        # against it for an external job (the same as resume_ms for a built-in one).
+        out["resume_less_import_ms"] = round(out["resume_ms"] - (out["import_ms"] or 0.0), 1)
     print(" ".join(f"{k}={out[k]}" for k in PHASES), file=sys.stderr)
     print(json.dumps(out))
     return 0 if entry.get("verdict") == "pass" else 1

@@ -74,7 +74,7 @@ KEY_COUNTERS = {
     "faults_per_min_one_launch", "faults_per_min_in_launch", "ratio_cpu_vs_detached",
     "attached_ms_p50", "rows_equal", "detections", "sdc_recompute_ms", "sdc_share_of_step",
     "sdc_every100_overhead", "resume_ms", "detect_ms", "teardown_ms", "relaunch_ms", "load_ms",
-    "first_step_ms", "steps_lost",
+    "first_step_ms", "steps_lost", "import_ms", "resume_less_import_ms",
 }
 
 

@@ -12,12 +12,17 @@
 # Test names are "<Suite>.*" (the gtest filter they run), so `ctest -R '^Controller\.'` selects a
 # suite and `ctest -R '^[A-Z]'` every unit suite. EXCLUDE takes gtest patterns ("Suite.*" or
 # "Suite.Case"): those cases run elsewhere (their own CTest tests) and are left out of their
-# suite's filter. A binary that cannot list its cases makes one failing test that says why.
+# suite's filter. LOCK suite... names the suites that launch real jobs against wall-clock
+# deadlines (a 3-s start-up deadline, a hang's timeout): they take RESOURCE_LOCK
+# wall_clock_deadlines, which the scenario-suite tests hold too, so none of them runs beside
+# another (tests/CMakeLists.txt). A binary that cannot list its cases makes one failing test that
+# says why.
 
 if(CMAKE_SCRIPT_MODE_FILE)
   # Script mode: -D TEST_EXECUTABLE=... -D CTEST_FILE=... -D EXCLUDE="a:b" (gtest's separator)
-  #              -D TIMEOUT=... -D WORKING_DIRECTORY=...
+  #              -D TIMEOUT=... -D WORKING_DIRECTORY=... -D LOCK="Suite:Suite"
   string(REPLACE ":" ";" EXCLUDE "${EXCLUDE}")
+  string(REPLACE ":" ";" LOCK "${LOCK}")
   execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests
     WORKING_DIRECTORY "${WORKING_DIRECTORY}" OUTPUT_VARIABLE listing ERROR_VARIABLE err
     RESULT_VARIABLE rc TIMEOUT 60)
@@ -65,23 +70,29 @@ if(CMAKE_SCRIPT_MODE_FILE)
       list(JOIN dropped ":" dropped)
       string(APPEND filter ":-${dropped}")
     endif()
+    set(lock "")
+    list(FIND LOCK "${suite}" locked)  # not IN_LIST: a -P script runs under CMake 2.x policies
+    if(NOT locked EQUAL -1)
+      set(lock " RESOURCE_LOCK wall_clock_deadlines")
+    endif()
     string(APPEND out
       "add_test([=[${suite}.*]=] [=[${TEST_EXECUTABLE}]=] [=[--gtest_filter=${filter}]=])\n"
       "set_tests_properties([=[${suite}.*]=] PROPERTIES TIMEOUT ${TIMEOUT} "
-      "WORKING_DIRECTORY [=[${WORKING_DIRECTORY}]=] LABELS unit)\n")
+      "WORKING_DIRECTORY [=[${WORKING_DIRECTORY}]=] LABELS unit${lock})\n")
   endforeach()
   file(WRITE "${CTEST_FILE}" "${out}")
   return()
 endif()
 
 function(nanchaos_add_gtest_suites target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "TIMEOUT" "EXCLUDE")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "TIMEOUT" "EXCLUDE;LOCK")
   set(list_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
   set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites_include.cmake")
   list(JOIN arg_EXCLUDE ":" exclude)
+  list(JOIN arg_LOCK ":" lock)
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND "${CMAKE_COMMAND}" "-DTEST_EXECUTABLE=$<TARGET_FILE:${target}>"
-      "-DCTEST_FILE=${list_file}" "-DEXCLUDE=${exclude}" "-DTIMEOUT=${arg_TIMEOUT}"
+      "-DCTEST_FILE=${list_file}" "-DEXCLUDE=${exclude}" "-DTIMEOUT=${arg_TIMEOUT}" "-DLOCK=${lock}"
       "-DWORKING_DIRECTORY=${CMAKE_CURRENT_BINARY_DIR}" -P "${CMAKE_CURRENT_FUNCTION_LIST_FILE}"
     BYPRODUCTS "${list_file}" VERBATIM)
   file(WRITE "${include_file}"

@@ -123,6 +123,11 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
     argv.insert(argv.end(),
                 {"-np", np, "--oversubscribe", "--bind-to", "none", "-x", "NANCHAOS_JOB_ID", "-x",
                  "NANCHAOS_CLOCK", "--mca", "mpi_yield_when_idle", "1"});
+    // When one rank fails, Open MPI 4.1 sends the others SIGCONT, sleeps
+    // odls_base_sigkill_timeout (default 1 s), then SIGTERM and at once SIGKILL (strace of
+    // mpirun, 2026-12-07): the sleep gives the survivors no grace after SIGTERM, it only
+    // delays every teardown (and each restart) by 1 s. 0 skips it.
+    argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
     // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
     for (const char* v :
          {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START", "NANCHAOS_CONTROLLER_HOST",
