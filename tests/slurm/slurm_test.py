@@ -16,7 +16,9 @@ nodes (n1, n2) of the one-machine cluster whose slurm.conf --slurm-dir holds, an
                     fault for fault, to the one-process campaign of the same seed; each task
                     measured its quarter; both wall times are printed. F is --campaign-faults
                     (200 by hand, as issue 35 asks; CTest passes 20 to keep CI short: the
-                    200-fault run took 236 s single + 207 s as an array on 2 cores).
+                    200-fault run took 57.8 s single (--jobs 2) and 74.5 s as a 4-task array
+                    (sbatch, 2 Slurm nodes on the one 2-core host, merge), rows equal,
+                    2026-12-07 on a quiet host).
   --phase external  tests/slurm/ddp-env.toml (examples/pytorch/train_ddp.py, 4 ranks on 2 nodes,
                     through tests/slurm/torchrun_env.py which records what each rank was given)
                     passes, and every rank's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
