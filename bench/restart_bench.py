@@ -71,7 +71,8 @@ def main() -> int:
             scenario = work / a.scenario.name
             scenario.write_text(stripped)
         run = subprocess.run([a.nanchaos, "run", str(scenario), "--quiet", "--out",
-                              str(work / "run")], capture_output=True, text=True)
+                              str(work / "run")], check=False, capture_output=True,
+                             text=True)
         try:
             report = json.loads((work / "run" / "report.json").read_text())
         except (OSError, json.JSONDecodeError) as e:
