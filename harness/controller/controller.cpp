@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -21,8 +22,10 @@
 #include <thread>
 
 #include "harness/common/exit_status.h"
+#include "harness/common/job_guard.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
+#include "harness/common/rank_host.h"
 #include "harness/controller/clean_run.h"
 #include "harness/controller/host_probe.h"
 #include "harness/controller/judge.h"
@@ -615,8 +618,15 @@ class SuiteRun {
   void write_state(bool complete) {
     nlohmann::json planned = nlohmann::json::array();
     for (const auto& sc : scenarios_) planned.push_back(sc.name);
-    const nlohmann::json state = {
-        {"invocation", invocation_json(opts_)}, {"planned", planned}, {"complete", complete}};
+    // Who ran it: `--resume` refuses a run whose controller still runs, and kills what a dead
+    // one left (its jobs carry NANCHAOS_CONTROLLER_PID/START, job_guard_env).
+    const nlohmann::json controller = {{"pid", int64_t(getpid())},
+                                       {"start", process_start_ticks().value_or(0)},
+                                       {"host", this_host()}};
+    const nlohmann::json state = {{"invocation", invocation_json(opts_)},
+                                  {"planned", planned},
+                                  {"complete", complete},
+                                  {"controller", controller}};
     std::ofstream(out_ + "/run-state.json") << state.dump(2) << "\n";
   }
 
@@ -695,6 +705,53 @@ int run_planned(const RunOptions& opts, const results::SuiteReport* earlier) {
 
 int run_suite(const RunOptions& opts) { return run_planned(opts, nullptr); }
 
+namespace {
+
+// `--resume`: the run's controller (run-state.json "controller") must be gone; every process its
+// jobs left running (ranks whose job guard has not fired yet, a launcher, an external job's
+// children: they carry its NANCHAOS_CONTROLLER_PID and _START) is killed before anything runs
+// again, so no process of the dead run writes into the folder the resume writes. kExitOk, or
+// kExitNothingRan when that controller still runs. A state without "controller" (a run from
+// before this field) or from another host: nothing to check here.
+int end_dead_controllers_jobs(const std::string& run_dir, const nlohmann::json& state) {
+  const auto c = state.find("controller");
+  if (c == state.end() || !c->is_object() || c->value("host", std::string()) != this_host()) {
+    return kExitOk;
+  }
+  const int pid = int(c->value("pid", int64_t(0)));
+  const uint64_t start = c->value("start", uint64_t(0));
+  if (pid <= 0) return kExitOk;
+  if (pid == getpid()) return kExitOk;  // cannot be: a run-state.json of this very process
+  if (start != 0 && process_start_ticks(pid) == start) {
+    std::cerr << fmt::format(
+        "nanchaos run: error: --resume {}: its controller (pid {}) is still running; stop it "
+        "first (Ctrl-C writes its reports) or wait for it\n",
+        run_dir, pid);
+    return kExitNothingRan;
+  }
+  const std::vector<int> left =
+      processes_with_env({fmt::format("NANCHAOS_CONTROLLER_PID={}", pid),
+                          fmt::format("NANCHAOS_CONTROLLER_START={}", start)});
+  for (int p : left) ::kill(p, SIGKILL);
+  for (int waited_ms = 0; waited_ms < 5000; waited_ms += 20) {
+    if (processes_with_env({fmt::format("NANCHAOS_CONTROLLER_PID={}", pid),
+                            fmt::format("NANCHAOS_CONTROLLER_START={}", start)})
+            .empty()) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!left.empty()) {
+    std::cerr << fmt::format(
+        "nanchaos run: --resume {}: killed {} process(es) the dead controller (pid {}) left "
+        "running\n",
+        run_dir, left.size(), pid);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
 int resume_suite(const std::string& run_dir, const std::string& self_exe) {
   const std::string who = "nanchaos run: error: --resume " + run_dir;
   nlohmann::json state;
@@ -726,6 +783,7 @@ int resume_suite(const std::string& run_dir, const std::string& self_exe) {
   }
   opts.out_dir = run_dir;
   opts.self_exe = self_exe;
+  if (const int rc = end_dead_controllers_jobs(run_dir, state); rc != kExitOk) return rc;
   results::SuiteReport earlier;
   const std::string report = run_dir + "/report.json";
   if (fs::exists(report)) {

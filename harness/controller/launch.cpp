@@ -125,9 +125,10 @@ std::vector<std::string> launcher_argv(const std::string& launcher, const Scenar
                  "NANCHAOS_CLOCK", "--mca", "mpi_yield_when_idle", "1"});
     // When one rank fails, Open MPI 4.1 sends the others SIGCONT, sleeps
     // odls_base_sigkill_timeout (default 1 s), then SIGTERM and at once SIGKILL (strace of
-    // mpirun, 2026-12-07): the sleep gives the survivors no grace after SIGTERM, it only
-    // delays every teardown (and each restart) by 1 s. 0 skips it.
-    argv.insert(argv.end(), {"--mca", "odls_base_sigkill_timeout", "0"});
+    // mpirun, 2026-12-07). Kept at its default: in that second the survivors' stack sees the
+    // failure (pytorch-crash-rank1's rank 0 observes gloo's exception) as under a real launcher.
+    // It is most of a restart's teardown_ms; OMPI_MCA_odls_base_sigkill_timeout=0 in the
+    // environment removes it (bench/README.md "Restart cost").
     // The ranks' guard against a dead controller (job_guard.h), also on other hosts.
     for (const char* v :
          {"NANCHAOS_CONTROLLER_PID", "NANCHAOS_CONTROLLER_START", "NANCHAOS_CONTROLLER_HOST",
@@ -340,8 +341,11 @@ JobResult launch_scenario(const Scenario& s, const std::string& scenario_file,
 }
 
 std::vector<int> job_processes(const std::string& job_id) {
+  return processes_with_env({"NANCHAOS_JOB_ID=" + job_id});
+}
+
+std::vector<int> processes_with_env(const std::vector<std::string>& entries) {
   std::vector<int> pids;
-  const std::string marker = "NANCHAOS_JOB_ID=" + job_id;
   DIR* d = opendir("/proc");
   if (!d) return pids;
   while (dirent* e = readdir(d)) {
@@ -349,19 +353,18 @@ std::vector<int> job_processes(const std::string& job_id) {
     const long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
     std::ifstream env(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-    std::string entry;
-    while (std::getline(env, entry, '\0')) {
-      if (entry == marker) {
-        // Zombies have already exited; only live processes count.
-        std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-        std::string statline;
-        std::getline(stat, statline);
-        const auto rp = statline.rfind(')');
-        if (rp != std::string::npos && rp + 2 < statline.size() && statline[rp + 2] == 'Z') break;
-        pids.push_back(int(pid));
-        break;
-      }
+    size_t found = 0;
+    for (std::string entry; found < entries.size() && std::getline(env, entry, '\0');) {
+      found += size_t(std::count(entries.begin(), entries.end(), entry));
     }
+    if (entries.empty() || found < entries.size()) continue;
+    // Zombies have already exited; only live processes count.
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string statline;
+    std::getline(stat, statline);
+    const auto rp = statline.rfind(')');
+    if (rp != std::string::npos && rp + 2 < statline.size() && statline[rp + 2] == 'Z') continue;
+    pids.push_back(int(pid));
   }
   closedir(d);
   return pids;

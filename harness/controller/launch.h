@@ -95,6 +95,10 @@ std::string default_launcher(const std::string& given = "");
 /// Pids of live processes whose environment has NANCHAOS_JOB_ID=<job_id>.
 std::vector<int> job_processes(const std::string& job_id);
 
+/// Pids of live processes (not zombies, not this one) whose environment holds every one of
+/// `entries` ("NAME=value", exactly). Reads /proc/PID/environ: only processes this user may read.
+std::vector<int> processes_with_env(const std::vector<std::string>& entries);
+
 /// What launching a scenario's job needs besides the scenario: the same for every job of a suite
 /// or a campaign.
 struct LaunchContext {

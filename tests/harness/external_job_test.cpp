@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -638,6 +640,51 @@ TEST(ExternalJob, ExcludeTagQuietSummaryAndAReusedOutFolder) {
       << r.output;
 }
 
+// `run --resume` on a run whose controller still runs: refused (exit 2), nothing touched.
+TEST(ExternalJob, ResumeRefusesARunWhoseControllerStillRuns) {
+  const auto dir = tmpdir("suite-live");
+  const auto out = tmpdir("out-live");
+  write_file(dir, "slow.sh", "#!/bin/sh\nsleep 120\n");
+  write_file(dir, "live.toml",
+             "[scenario]\nname = \"live\"\nseed = 1\n[job]\nworkload = \"external\"\n"
+             "ranks = 1\nsteps = 3\ntimeout_ms = 60000\ncommand = [\"sh\", \"" +
+                 dir + "/slow.sh\"]\n");
+  // The live controller, in the background; its pid is in the state it writes first.
+  ASSERT_EQ(std::system((kBin + " run " + dir + " --quiet --out " + out + " >" + dir +
+                         "/live.log 2>&1 &")
+                            .c_str()),
+            0);
+  json state;
+  for (int i = 0; i < 500 && !state.contains("controller"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream in(out + "/run-state.json");
+    if (in) state = json::parse(in, nullptr, false);
+    if (state.is_discarded()) state = json();
+  }
+  ASSERT_TRUE(state.contains("controller")) << "no run-state.json from the live run";
+  const int live = int(state["controller"]["pid"].get<int64_t>());
+  const auto r = run_cmd(kBin + " run --resume " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("its controller (pid " + std::to_string(live) + ") is still running"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(::kill(live, 0), 0) << "the live controller was touched";
+  // SIGTERM: a job started with "&" by a non-interactive shell ignores SIGINT (POSIX), which the
+  // controller respects (stop_signal.cpp).
+  ::kill(live, SIGTERM);  // it writes its reports and ends its job
+  const auto running = [&] {  // not gone, not a zombie waiting for whoever adopted it
+    std::ifstream stat("/proc/" + std::to_string(live) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto rp = line.rfind(')');
+    return rp != std::string::npos && rp + 2 < line.size() && line[rp + 2] != 'Z';
+  };
+  for (int i = 0; i < 500 && running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(running()) << "the live controller did not end on SIGTERM";
+}
+
 // `run --resume` (issue 32): the second scenario's first launch kills the controller (kill -9,
 // as a lost node would); resume keeps the first scenario as judged (not run again), runs the
 // rest, and the reports list all three in suite order.
@@ -647,7 +694,7 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   write_file(dir, "fake_agent.sh", kFakeAgent);
   write_file(dir, "kill_controller.sh",
              std::string("#!/bin/sh\nif [ ! -e \"") + dir + "/killed\" ]; then touch \"" + dir +
-                 "/killed\"; kill -9 \"$NANCHAOS_CONTROLLER_PID\"; sleep 5; exit 1; fi\n" +
+                 "/killed\"; kill -9 \"$NANCHAOS_CONTROLLER_PID\"; sleep 120; exit 1; fi\n" +
                  "exec sh \"" + dir + "/fake_agent.sh\"\n");
   auto scenario = [&](const std::string& name, const std::string& script) {
     write_file(dir, name + ".toml",
@@ -666,9 +713,21 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_EQ(state["planned"], json({"r1-first", "r2-kills", "r3-last"}));
   ASSERT_EQ(read_report(out)["scenarios"].size(), 1u);  // written after the first scenario
   const auto first_log = fs::last_write_time(out + "/r1-first/ranks.log");
+  // The dead controller's job is still there (its ranks sleep 120 s; no agent guards them).
+  const std::string dead_pid = std::to_string(state["controller"]["pid"].get<int64_t>());
+  const std::string dead_start = std::to_string(state["controller"]["start"].get<uint64_t>());
+  const auto left_by_dead = [&] {
+    return nanchaos::harness::processes_with_env(
+        {"NANCHAOS_CONTROLLER_PID=" + dead_pid, "NANCHAOS_CONTROLLER_START=" + dead_start});
+  };
+  EXPECT_FALSE(left_by_dead().empty()) << "the test's job ended before the resume";
 
   r = run_cmd(kBin + " run --resume " + out);
   EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("process(es) the dead controller (pid " + dead_pid + ") left running"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(left_by_dead().empty()) << "a process of the killed run remains";
   EXPECT_NE(r.output.find("1 of 3 scenario(s) judged already"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nanchaos run: 3 scenarios: 3 passed"), std::string::npos) << r.output;
   const json rep = read_report(out);

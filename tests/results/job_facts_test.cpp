@@ -109,9 +109,15 @@ TEST(JobFacts, ControllerAndInterpreter) {
   EXPECT_FALSE(s.contains("postmortem"));  // not judged: no judge's facts
 }
 
-// `fresh` cut down to the keys `old` has, at every level of objects (a report written before a
-// key existed: collective_mismatch gained `diverged` and `step`).
+// `fresh` cut down to the keys `old` has, at every level of objects and arrays of equal length (a
+// report written before a key existed: collective_mismatch gained `diverged` and `step`,
+// restarts[] gained `import_ms`).
 json keys_of(const json& fresh, const json& old) {
+  if (fresh.is_array() && old.is_array() && fresh.size() == old.size()) {
+    json out = json::array();
+    for (size_t i = 0; i < fresh.size(); ++i) out.push_back(keys_of(fresh[i], old[i]));
+    return out;
+  }
   if (!fresh.is_object() || !old.is_object()) return fresh;
   json out = json::object();
   for (const auto& [k, v] : old.items()) {
