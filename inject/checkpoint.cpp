@@ -234,6 +234,21 @@ FaultKindInfo checkpoint_kind() {
                       label, by_save ? "save" : "step", by_save ? "at" : "before", step, every,
                       s.job.steps, every, 2 * every));
     }
+    // Faults that could never fire are refused here, not found out at run time (where the
+    // first would stop rank 0 with an error and spend a restart on it).
+    if (mode == "stale" && step == every) {
+      harness::scenario_error(
+          f.params.pos(by_save ? "save" : "step"),
+          fmt::format("{}: mode \"stale\" replaces a save by the one before it, and the first "
+                      "save (before step {}) has none: name the second save or a later one",
+                      label, every));
+    }
+    if (s.checkpoint.format != "dcp" && !f.ranks.contains(0)) {
+      harness::scenario_error(
+          f.pos, label + ".ranks: the torch format's checkpoint is one file that rank 0 writes; "
+                         "`ranks` picks shards only with [checkpoint] format = \"dcp\" (leave "
+                         "it out, or give ranks = [0])");
+    }
   };
   // `step` is the step of the corrupted save (its ground truth), whichever key named the save.
   info.fault_step = [](const harness::FaultSpec& f, const harness::Scenario& s) {

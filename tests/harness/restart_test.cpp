@@ -119,6 +119,18 @@ TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
                 .find("#1.save: no save is made at step 8"),
             std::string::npos);
   EXPECT_EQ(ErrorOf(WithHead(ckpt + fault + "save = 1\n[expect]\ndeadlock = false\n")), "no error");
+  // Faults that could never fire: stale on the first save (no earlier one to put in its
+  // place), `ranks` without rank 0 on the torch format (one file, rank 0's).
+  const std::string stale = "[[fault]]\nkind = \"checkpoint\"\nmode = \"stale\"\n";
+  EXPECT_NE(ErrorOf(WithHead(ckpt + stale + "save = 1\n[expect]\ndeadlock = false\n"))
+                .find("mode \"stale\" replaces a save by the one before it, and the first save "
+                      "(before step 2) has none"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(WithHead(ckpt + stale + "save = 2\n[expect]\ndeadlock = false\n")),
+            "no error");
+  EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "save = 1\nranks = [1]\n[expect]\ndeadlock = false\n"))
+                .find("#1.ranks: the torch format's checkpoint is one file that rank 0 writes"),
+            std::string::npos);
 }
 
 TEST(RestartLoader, CheckpointFaultOnExternalJobsNeedsNoTableButOneSave) {
