@@ -245,9 +245,10 @@ FaultKindInfo checkpoint_kind() {
     }
     if (s.checkpoint.format != "dcp" && !f.ranks.contains(0)) {
       harness::scenario_error(
-          f.pos, label + ".ranks: the torch format's checkpoint is one file that rank 0 writes; "
-                         "`ranks` picks shards only with [checkpoint] format = \"dcp\" (leave "
-                         "it out, or give ranks = [0])");
+          f.pos, label +
+                     ".ranks: the torch format's checkpoint is one file that rank 0 writes; "
+                     "`ranks` picks shards only with [checkpoint] format = \"dcp\" (leave "
+                     "it out, or give ranks = [0])");
     }
   };
   // `step` is the step of the corrupted save (its ground truth), whichever key named the save.

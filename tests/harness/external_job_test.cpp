@@ -650,10 +650,10 @@ TEST(ExternalJob, ResumeRefusesARunWhoseControllerStillRuns) {
              "ranks = 1\nsteps = 3\ntimeout_ms = 60000\ncommand = [\"sh\", \"" +
                  dir + "/slow.sh\"]\n");
   // The live controller, in the background; its pid is in the state it writes first.
-  ASSERT_EQ(std::system((kBin + " run " + dir + " --quiet --out " + out + " >" + dir +
-                         "/live.log 2>&1 &")
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system((kBin + " run " + dir + " --quiet --out " + out + " >" + dir + "/live.log 2>&1 &")
+                      .c_str()),
+      0);
   json state;
   for (int i = 0; i < 500 && !state.contains("controller"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -671,7 +671,7 @@ TEST(ExternalJob, ResumeRefusesARunWhoseControllerStillRuns) {
   EXPECT_EQ(::kill(live, 0), 0) << "the live controller was touched";
   // SIGTERM: a job started with "&" by a non-interactive shell ignores SIGINT (POSIX), which the
   // controller respects (stop_signal.cpp).
-  ::kill(live, SIGTERM);  // it writes its reports and ends its job
+  ::kill(live, SIGTERM);      // it writes its reports and ends its job
   const auto running = [&] {  // not gone, not a zombie waiting for whoever adopted it
     std::ifstream stat("/proc/" + std::to_string(live) + "/stat");
     std::string line;

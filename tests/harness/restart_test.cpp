@@ -126,8 +126,7 @@ TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
                 .find("mode \"stale\" replaces a save by the one before it, and the first save "
                       "(before step 2) has none"),
             std::string::npos);
-  EXPECT_EQ(ErrorOf(WithHead(ckpt + stale + "save = 2\n[expect]\ndeadlock = false\n")),
-            "no error");
+  EXPECT_EQ(ErrorOf(WithHead(ckpt + stale + "save = 2\n[expect]\ndeadlock = false\n")), "no error");
   EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "save = 1\nranks = [1]\n[expect]\ndeadlock = false\n"))
                 .find("#1.ranks: the torch format's checkpoint is one file that rank 0 writes"),
             std::string::npos);
