@@ -205,6 +205,14 @@ struct RunCommand {
                      "run-state.json has them)\n";
         return 2;
       }
+      // Nor other options: the resumed run keeps the options it was started with.
+      for (const CLI::Option* o : cmd->get_options()) {
+        const std::string name = o->get_name();
+        if (o->count() == 0 || name == "--resume" || name == "paths") continue;
+        std::cerr << "nanchaos run: error: --resume DIR takes no other option (" << name
+                  << "): it goes on with the options the run was started with (run-state.json)\n";
+        return 2;
+      }
       return reraise_stop_signal(nanchaos::harness::resume_suite(resume, self_exe(argv0)));
     }
     if (opts.paths.empty()) {

@@ -744,4 +744,9 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_NE(r.output.find("that run finished; nothing to resume"), std::string::npos) << r.output;
   r = run_cmd(kBin + " run " + dir + " --resume " + out);
   EXPECT_EQ(r.code, 2) << r.output;
+  // Nor other options: the run keeps those it was started with.
+  r = run_cmd(kBin + " run --resume " + out + " --trials 2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--resume DIR takes no other option (--trials)"), std::string::npos)
+      << r.output;
 }
