@@ -261,8 +261,25 @@ void Loader::load_expect(const toml::table& root, Scenario& s) const {
   if (p.has("consistent")) x.consistent = p.get_bool("consistent");
   if (p.has("fault_outcome")) x.fault_outcome = p.get_string("fault_outcome");
   x.max_false_positives = p.get_int("max_false_positives");
-  if (p.has("restarts")) x.restarts = p.get_int("restarts");
-  if (p.has("resumed_from_step")) x.resumed_from_step = p.get_int("resumed_from_step");
+  // Restart expectations the job can never meet fail here, not after the run.
+  if (p.has("restarts")) {
+    x.restarts = p.get_int("restarts");
+    if (*x.restarts > s.job.restarts) {
+      scenario_error(p.pos("restarts"),
+                     fmt::format("[expect].restarts = {} can never hold: [job] restarts = {} "
+                                 "allows at most {} relaunch(es)",
+                                 *x.restarts, s.job.restarts, s.job.restarts));
+    }
+  }
+  if (p.has("resumed_from_step")) {
+    x.resumed_from_step = p.get_int("resumed_from_step");
+    if (*x.resumed_from_step >= s.job.steps) {
+      scenario_error(p.pos("resumed_from_step"),
+                     fmt::format("[expect].resumed_from_step = {} is not a step of the job "
+                                 "([job].steps = {}: steps 0 to {})",
+                                 *x.resumed_from_step, s.job.steps, s.job.steps - 1));
+    }
+  }
   if (p.has("steps_lost_max")) x.steps_lost_max = p.get_int("steps_lost_max");
   if (p.has("resume_ms_max")) x.resume_ms_max = p.get_float("resume_ms_max");
   if (p.has("final_matches_clean")) x.final_matches_clean = p.get_bool("final_matches_clean");

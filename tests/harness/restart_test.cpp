@@ -101,6 +101,14 @@ TEST(RestartLoader, StepsLostAndResumeBoundsAreCheckedWhereWritten) {
             "x.toml:8:18: error: [expect].steps_lost_max: expected integer >= 0, got -1");
   EXPECT_EQ(ErrorOf(WithHead("[expect]\nresume_ms_max = \"fast\"\n")),
             "x.toml:7:17: error: [expect].resume_ms_max: expected float >= 0, got string");
+  // Expectations the job can never meet: more relaunches than [job] restarts allows, a resumed
+  // step past the last step.
+  EXPECT_EQ(ErrorOf(WithHead("[expect]\nrestarts = 1\n")),
+            "x.toml:7:12: error: [expect].restarts = 1 can never hold: [job] restarts = 0 allows "
+            "at most 0 relaunch(es)");
+  EXPECT_EQ(ErrorOf(WithHead("restarts = 1\n[expect]\nresumed_from_step = 8\n")),
+            "x.toml:8:21: error: [expect].resumed_from_step = 8 is not a step of the job "
+            "([job].steps = 8: steps 0 to 7)");
 }
 
 TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
