@@ -729,16 +729,11 @@ int end_dead_controllers_jobs(const std::string& run_dir, const nlohmann::json& 
         run_dir, pid);
     return kExitNothingRan;
   }
-  const std::vector<int> left =
-      processes_with_env({fmt::format("NANCHAOS_CONTROLLER_PID={}", pid),
-                          fmt::format("NANCHAOS_CONTROLLER_START={}", start)});
+  const std::vector<std::string> marks = {fmt::format("NANCHAOS_CONTROLLER_PID={}", pid),
+                                          fmt::format("NANCHAOS_CONTROLLER_START={}", start)};
+  const std::vector<int> left = processes_with_env(marks);
   for (int p : left) ::kill(p, SIGKILL);
-  for (int waited_ms = 0; waited_ms < 5000; waited_ms += 20) {
-    if (processes_with_env({fmt::format("NANCHAOS_CONTROLLER_PID={}", pid),
-                            fmt::format("NANCHAOS_CONTROLLER_START={}", start)})
-            .empty()) {
-      break;
-    }
+  for (int waited_ms = 0; waited_ms < 5000 && !processes_with_env(marks).empty(); waited_ms += 20) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!left.empty()) {
