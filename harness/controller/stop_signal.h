@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <cstdint>
 #include <string>
 
 namespace nanchaos::harness {
@@ -19,9 +20,15 @@ int stop_signal();
 /// "SIGINT", "SIGTERM", "SIGHUP" (or the number).
 std::string signal_name(int sig);
 
-/// Catches SIGINT, SIGTERM and SIGHUP into stop_signal() for its lifetime (a second one kills at
-/// once), then restores what was there. A SIGINT or SIGHUP ignored when it is made (a background
-/// job of a non-interactive shell; nohup) stays ignored. One at a time, on the main thread.
+/// A second stop signal within this many ms of the first is the same request delivered twice
+/// (timeout(1) sends its signal to the command and then to the command's process group) and is
+/// ignored; one after it kills the controller at once.
+inline constexpr int64_t kRepeatWindowMs = 500;
+
+/// Catches SIGINT, SIGTERM and SIGHUP into stop_signal() for its lifetime (a second one, at least
+/// kRepeatWindowMs after the first, kills at once), then restores what was there. A SIGINT or
+/// SIGHUP ignored when it is made (a background job of a non-interactive shell; nohup) stays
+/// ignored. One at a time, on the main thread.
 class StopSignalHandlers {
  public:
   StopSignalHandlers();
