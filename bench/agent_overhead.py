@@ -194,15 +194,19 @@ def _count_opcodes(args, model, batches, loss_of) -> int:
     for i in range(args.warmup):
         step(i)
     counts: Dict[str, int] = collections.Counter()
+    by_function: Dict[str, int] = collections.Counter()  # the agent's, "file.py:function"
 
     def tracer(frame, event, arg):
         frame.f_trace_opcodes = True
         if event == "opcode":
-            f = frame.f_code.co_filename
+            code = frame.f_code
+            f = code.co_filename
             where = ("agent" if f.startswith(AGENT_DIR) else
                      "torch_module" if f.endswith(os.path.join("nn", "modules", "module.py")) else
                      "torch" if os.sep + "torch" + os.sep in f else "other")
             counts[where] += 1
+            if where == "agent":
+                by_function[f"{os.path.basename(f)}:{code.co_name}"] += 1
         return tracer
 
     n = 20
@@ -212,6 +216,7 @@ def _count_opcodes(args, model, batches, loss_of) -> int:
     sys.settrace(None)
     agent_mod = sys.modules.get("nanchaos._bootstrap")
     out = {"opcodes_per_step": {k: v / n for k, v in counts.items()},
+           "agent_functions": {k: v / n for k, v in by_function.most_common()},
            "agent": agent_mod is not None and agent_mod.agent() is not None}
     sys.stdout.write(MARK + json.dumps(out) + "\n")
     sys.stdout.flush()
@@ -575,20 +580,27 @@ def opcode_counts(args) -> int:
     counts and the agent's addition per step as one JSON object (and a table on stderr)."""
     args.world = 1
     res = {}
+    functions: Dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="nanchaos-agent-opcodes-") as tmp:
         for mode in ("detached", "attached"):
-            res[mode] = run_job(args, mode, tmp, mode, profile="opcodes")["opcodes_per_step"]
+            job = run_job(args, mode, tmp, mode, profile="opcodes")
+            res[mode] = job["opcodes_per_step"]
+            functions = job.get("agent_functions", functions)
     total = {m: sum(c.values()) for m, c in res.items()}
     added = {k: res["attached"].get(k, 0) - res["detached"].get(k, 0)
              for k in sorted(set(res["attached"]) | set(res["detached"]))}
     out = {"bench": "agent_opcodes", "model": args.model, "detached": res["detached"],
            "attached": res["attached"], "added_per_step": added,
+           "agent_functions": functions,
            "agent_opcodes_per_step": total["attached"] - total["detached"]}
     sys.stderr.write(f"Python opcodes per DDP step ({args.model}, world 1):\n")
     for k, v in added.items():
         sys.stderr.write(f"  {k:13s} detached {res['detached'].get(k, 0):8.0f}  attached "
                          f"{res['attached'].get(k, 0):8.0f}  added {v:+8.0f}\n")
     sys.stderr.write(f"  total added by the agent: {out['agent_opcodes_per_step']:.0f} per step\n")
+    sys.stderr.write("  the agent's own, by function:\n")
+    for name, v in functions.items():
+        sys.stderr.write(f"    {v:7.0f}  {name}\n")
     print(json.dumps(out))
     return 0
 

@@ -630,7 +630,7 @@ class Agent:
     def after_optimizer_step(self, opt, restore) -> None:
         if self._optimizer_timed:
             self._optimizer_timed = False
-            self.phases.mark(None)  # the optimizer step: no phase
+            self.phases.mark(phases.OPTIMIZER)  # the optimizer step: no phase
         if restore is not None:
             for g, lr in zip(opt.param_groups, restore):
                 g["lr"] = lr

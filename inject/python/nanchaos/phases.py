@@ -29,7 +29,9 @@ The optimizer step itself belongs to no phase. Each phase is its wall time minus
   backward; only this tail is time the training thread actually waited.
 - ``run_delay_us``: time the training thread sat runnable on a run queue
   (``/proc/thread-self/schedstat``, second field, ns; Linux with schedstats): a rank the host's
-  scheduler kept off the CPU is not a slow rank. The field is omitted where unknown.
+  scheduler kept off the CPU is not a slow rank. Read once an iteration, it is taken from the
+  phases in proportion to their own time (assumed spread evenly over the time the thread ran).
+  The field is omitted where unknown.
 
 What is left is the rank's own work, including its own sleeps and blocking reads (a slow data
 loader, a throttled device, a ``slow`` fault). Caveats: an ``async_op=True`` collective the job
@@ -37,11 +39,11 @@ waits on later, a functional collective (DTensor) and DDP's buffer broadcast at 
 not seen as waiting; their wait counts in the phase it falls in. Pipeline-parallel jobs
 (pipeline.py) write no ``own_us``: their iteration interleaves micro-batches of every phase.
 
-Cost: per iteration five boundaries (a clock read and a ``pread`` of the schedstat file, ~2.4 us
-on this project's VM, each), the arithmetic once in ``fields``, one tensor hook and one autograd
-callback for a DDP backward. Thread-safety: ``mark``, ``restart`` and ``fields`` are called on
-the training thread; ``wait_ns`` and ``hook_ns`` are added to from the thread that blocks (the
-training thread, or an autograd thread on GPU), under the GIL.
+Cost: per iteration five boundaries (a clock read and a few additions each), one ``pread`` of
+the schedstat file (~2 us on this project's VM) and the formatting in ``fields``, one tensor hook
+and one autograd callback for a DDP backward. Thread-safety: ``mark``, ``restart`` and
+``fields`` are called on the training thread; ``wait_ns`` and ``hook_ns`` are added to from the
+thread that blocks (the training thread, or an autograd thread on GPU), under the GIL.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import List, Optional, Tuple
 
 DATA, COMPUTE, BACKWARD, COMM = 0, 1, 2, 3
 """Phase indices (the ``slow`` fault's ``where`` words, in ``own_us``' order)."""
+OPTIMIZER = 4
+"""The optimizer step's interval: timed, in no phase."""
 
 _clock_ns = time.clock_gettime_ns
 _MONOTONIC = time.CLOCK_MONOTONIC
@@ -74,71 +77,86 @@ def _open_schedstat() -> int:
 
 
 class PhaseClock:
-    """Records the iteration's phase boundaries (``mark``: a clock read, a read of the schedstat
-    file and the two counters) and does the arithmetic once per iteration, in ``fields``.
-    Created on the training thread (its run queue is read)."""
+    """Adds each interval between two phase boundaries to its phase as it ends (``mark``: a clock
+    read and a subtraction) and formats the iteration's totals once, in ``fields`` (which also
+    reads the run-queue delay, once per iteration). Created on the training thread (its run
+    queue is read)."""
 
     def __init__(self) -> None:
         self.wait_ns = 0  # total time waiting in collectives (monotonic counter)
         self.hook_ns = 0  # total time in gradient-collective hooks before entering them
         self._fd = _open_schedstat()
-        # (phase, t, wait_ns, hook_ns, run delay) at each boundary since the last step_end; the
-        # first entry is the previous iteration's last boundary (phase unused)
-        self._marks: List[Tuple[Optional[int], int, int, int, int]] = []
+        # own time (ns) per phase of the iteration so far; the last slot is the optimizer step's
+        self._own = [0, 0, 0, 0, 0]
+        self._prev = 0  # t - wait - hook at the last boundary
+        self._wait_end = self._hook_end = 0  # the counters at the last boundary
+        self._wait0 = self._hook0 = 0  # ... at the iteration's first boundary
+        self._delay0 = 0  # the run-queue delay at the last ``fields`` (or ``restart``)
+        self._delay_t0 = 0  # when it was read
         self.restart()
 
     def _run_delay(self) -> int:
         """The training thread's run-queue delay so far (ns; 0 where unknown, and then the file
         is not read again)."""
+        if self._fd < 0:
+            return 0
         try:
             return int(_pread(self._fd, 96, 0).split()[1])
         except (OSError, IndexError, ValueError):
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            os.close(self._fd)
+            self._fd = -1
             return 0
 
     def restart(self) -> None:
         """Forgets the time so far: the next interval starts now (the job's start-up before its
         first iteration is no phase)."""
-        self._marks = [(None, now_ns(), self.wait_ns, self.hook_ns, self._run_delay())]
+        self._own = [0, 0, 0, 0, 0]
+        w, h = self.wait_ns, self.hook_ns
+        self._wait0 = self._wait_end = w
+        self._hook0 = self._hook_end = h
+        self._delay0 = self._run_delay()
+        self._delay_t0 = now = _clock_ns(_MONOTONIC)
+        self._prev = now - w - h
 
-    def mark(self, phase: Optional[int]) -> None:
-        """Ends the interval since the last boundary: its wall time, less what it spent waiting,
-        on a run queue and in gradient-collective hooks, goes to ``phase`` (None: the optimizer
-        step, no phase); the hook time goes to ``comm``. (The schedstat read is inlined: this
-        runs five times an iteration.)"""
-        if self._fd >= 0:
-            try:
-                delay = int(_pread(self._fd, 96, 0).split()[1])
-            except (OSError, IndexError, ValueError):
-                delay = self._run_delay()
-        else:
-            delay = 0
-        self._marks.append((phase, _clock_ns(_MONOTONIC), self.wait_ns, self.hook_ns, delay))
+    def mark(self, phase: int) -> None:
+        """Ends the interval since the last boundary: its wall time, less what it spent waiting
+        in collectives and in gradient-collective hooks, goes to ``phase`` (``OPTIMIZER``: the
+        optimizer step, no phase); the hook time goes to ``comm`` in ``fields``. Runs five times
+        an iteration: a clock read and a few additions."""
+        w = self.wait_ns
+        h = self.hook_ns
+        o = _clock_ns(_MONOTONIC) - w - h
+        x = o - self._prev
+        if x > 0:
+            self._own[phase] += x
+        self._prev = o
+        self._wait_end = w
+        self._hook_end = h
 
     def fields(self) -> str:
         """``,"own_us":{...},"wait_us":W[,"run_delay_us":R]`` of the iteration's intervals
         (text to splice into the ``step_end`` line), and starts the next iteration's.
 
-        The subtractions telescope: an interval's own time is the difference of ``t - wait -
-        hook - delay`` at its two ends, and the iteration's waiting, hook and run-delay totals
-        are differences between its first and last boundaries."""
-        marks = self._marks
-        own = [0, 0, 0, 0]
-        _, t, w, h, d = first = marks[0]
-        prev = t - w - h - d
-        for phase, t, w, h, d in marks[1:]:
-            o = t - w - h - d
-            if phase is not None and o > prev:
-                own[phase] += o - prev
-            prev = o
-        last = marks[-1]
-        self._marks = [last]
-        own[COMM] += last[3] - first[3]
-        text = (f',"own_us":{{"data":{own[0] // 1000},"compute":{own[1] // 1000},'
-                f'"backward":{own[2] // 1000},"comm":{own[3] // 1000}}},'
-                f'"wait_us":{(last[2] - first[2]) // 1000}')
+        The run-queue delay is read here, once an iteration (a ``pread`` of the schedstat file,
+        ~2 us): the delay since the last read is taken from every phase in proportion to its own
+        time (a thread kept off the CPU is assumed kept off evenly over the time it ran; exact
+        per phase would cost a read at every boundary)."""
+        own = self._own
+        wait = self._wait_end - self._wait0
+        hook = self._hook_end - self._hook0
+        self._wait0, self._hook0 = self._wait_end, self._hook_end
+        self._own = [0, 0, 0, 0, 0]
+        delay_text = ""
         if self._fd >= 0:
-            text += f',"run_delay_us":{(last[4] - first[4]) // 1000}'
-        return text
+            d = self._run_delay()
+            now = _clock_ns(_MONOTONIC)
+            delay = d - self._delay0
+            running = now - self._delay_t0 - wait
+            self._delay0, self._delay_t0 = d, now
+            if delay > 0 and running > 0:
+                keep = max(0.0, 1.0 - delay / running)
+                own = [int(v * keep) for v in own]
+            delay_text = f',"run_delay_us":{delay // 1000}'
+        return (f',"own_us":{{"data":{own[0] // 1000},"compute":{own[1] // 1000},'
+                f'"backward":{own[2] // 1000},"comm":{(own[3] + hook) // 1000}}},'
+                f'"wait_us":{wait // 1000}{delay_text}')
