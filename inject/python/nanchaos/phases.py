@@ -89,8 +89,7 @@ class PhaseClock:
         # own time (ns) per phase of the iteration so far; the last slot is the optimizer step's
         self._own = [0, 0, 0, 0, 0]
         self._prev = 0  # t - wait - hook at the last boundary
-        self._wait_end = self._hook_end = 0  # the counters at the last boundary
-        self._wait0 = self._hook0 = 0  # ... at the iteration's first boundary
+        self._wait0 = self._hook0 = 0  # the counters at the last ``fields`` (or ``restart``)
         self._delay0 = 0  # the run-queue delay at the last ``fields`` (or ``restart``)
         self._delay_t0 = 0  # when it was read
         self.restart()
@@ -112,8 +111,7 @@ class PhaseClock:
         first iteration is no phase)."""
         self._own = [0, 0, 0, 0, 0]
         w, h = self.wait_ns, self.hook_ns
-        self._wait0 = self._wait_end = w
-        self._hook0 = self._hook_end = h
+        self._wait0, self._hook0 = w, h
         self._delay0 = self._run_delay()
         self._delay_t0 = now = _clock_ns(_MONOTONIC)
         self._prev = now - w - h
@@ -123,28 +121,29 @@ class PhaseClock:
         in collectives and in gradient-collective hooks, goes to ``phase`` (``OPTIMIZER``: the
         optimizer step, no phase); the hook time goes to ``comm`` in ``fields``. Runs five times
         an iteration: a clock read and a few additions."""
-        w = self.wait_ns
-        h = self.hook_ns
-        o = _clock_ns(_MONOTONIC) - w - h
+        o = _clock_ns(_MONOTONIC) - self.wait_ns - self.hook_ns
         x = o - self._prev
         if x > 0:
             self._own[phase] += x
         self._prev = o
-        self._wait_end = w
-        self._hook_end = h
 
     def fields(self) -> str:
         """``,"own_us":{...},"wait_us":W[,"run_delay_us":R]`` of the iteration's intervals
         (text to splice into the ``step_end`` line), and starts the next iteration's.
+
+        ``wait_us`` counts the waits up to now: a collective the job calls after its optimizer
+        step (a loss all-reduce for logging) counts in this iteration's ``wait_us``, while its
+        time is taken out of the next iteration's ``data`` interval, where it falls.
 
         The run-queue delay is read here, once an iteration (a ``pread`` of the schedstat file,
         ~2 us): the delay since the last read is taken from every phase in proportion to its own
         time (a thread kept off the CPU is assumed kept off evenly over the time it ran; exact
         per phase would cost a read at every boundary)."""
         own = self._own
-        wait = self._wait_end - self._wait0
-        hook = self._hook_end - self._hook0
-        self._wait0, self._hook0 = self._wait_end, self._hook_end
+        w, h = self.wait_ns, self.hook_ns
+        wait = w - self._wait0
+        hook = h - self._hook0
+        self._wait0, self._hook0 = w, h
         self._own = [0, 0, 0, 0, 0]
         delay_text = ""
         if self._fd >= 0:
