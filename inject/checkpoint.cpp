@@ -216,6 +216,10 @@ FaultKindInfo checkpoint_kind() {
       harness::scenario_error(f.params.pos("target"),
                               label + ".target: only for mode nan, inf or bitflip");
     }
+    if (f.params.given("bit") && mode != "bitflip") {
+      harness::scenario_error(f.params.pos("bit"),
+                              label + ".bit: only for mode bitflip (mode is \"" + mode + "\")");
+    }
     // External jobs: the agent corrupts the job's own saves, whatever their cadence (the
     // loader already holds `step` below [job].steps).
     if (s.job.external()) return;

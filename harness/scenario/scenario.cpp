@@ -101,6 +101,11 @@ void Loader::load_job(const toml::table& root, Scenario& s) const {
   j.timeout_ms = p.get_int("timeout_ms");
   j.restarts = p.get_int("restarts");
   j.restart_delay_ms = p.get_int("restart_delay_ms");
+  if (p.given("restart_delay_ms") && j.restarts == 0) {
+    scenario_error(p.pos("restart_delay_ms"),
+                   "[job].restart_delay_ms: the wait between launches, and [job].restarts = 0 "
+                   "relaunches nothing (set restarts, or drop the key)");
+  }
 
   // External jobs: the command and its environment; the built-in stack's keys are refused.
   static const std::set<std::string> external_only = {

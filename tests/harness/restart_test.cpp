@@ -67,6 +67,11 @@ TEST(RestartLoader, NegativeAndAbsurdValuesAreRefused) {
   EXPECT_EQ(ErrorOf(WithHead("restart_delay_ms = 9223372036854775807\n")),
             "x.toml:6:20: error: [job].restart_delay_ms: expected integer in [0, 3600000], got "
             "9223372036854775807");
+  // A delay with nothing to delay is a mistake, not a default: refused where it is written.
+  EXPECT_EQ(ErrorOf(WithHead("restart_delay_ms = 500\n")),
+            "x.toml:6:20: error: [job].restart_delay_ms: the wait between launches, and "
+            "[job].restarts = 0 relaunches nothing (set restarts, or drop the key)");
+  EXPECT_EQ(ErrorOf(WithHead("restarts = 1\nrestart_delay_ms = 500\n")), "no error");
 }
 
 TEST(RestartLoader, CheckpointTableIsCheckedKeyByKey) {
@@ -163,6 +168,9 @@ TEST(RestartLoader, CheckpointFaultOnExternalJobsNeedsNoTableButOneSave) {
   EXPECT_EQ(
       ErrorOf(head + "mode = \"truncate\"\nsave = 1\ntarget = \"parameter:head.weight\"\n" + tail),
       "x.toml:12:10: error: [[fault]] #1.target: only for mode nan, inf or bitflip");
+  EXPECT_EQ(ErrorOf(head + "mode = \"truncate\"\nsave = 1\nbit = 3\n" + tail),
+            "x.toml:12:7: error: [[fault]] #1.bit: only for mode bitflip (mode is \"truncate\")");
+  EXPECT_EQ(ErrorOf(head + "mode = \"bitflip\"\nsave = 1\nbit = 3\n" + tail), "no error");
   const std::string grad =
       ErrorOf(head + "mode = \"nan\"\nsave = 1\ntarget = \"gradient:head.weight\"\n" + tail);
   EXPECT_EQ(grad.rfind("x.toml:12:10: error: ", 0), 0u) << grad;
