@@ -381,8 +381,13 @@ void note_python(const Scenario& s, const PythonInterpreter& python, results::Sc
 nlohmann::json invocation_json(const RunOptions& o) {
   std::vector<std::string> paths;
   for (const auto& p : o.paths) paths.push_back(fs::absolute(p).lexically_normal().string());
+  std::error_code ec;
   nlohmann::json j = {
       {"paths", paths},
+      // As written, with the folder they were written in: a resume runs from there, so the
+      // scenarios it runs are named in the reports as the earlier controller named its own.
+      {"paths_given", o.paths},
+      {"cwd", fs::current_path(ec).string()},
       {"tags", o.tags},
       {"exclude_tags", o.exclude_tags},
       {"trials", o.trials},
@@ -778,9 +783,26 @@ int resume_suite(const std::string& run_dir, const std::string& self_exe) {
   }
   opts.out_dir = run_dir;
   opts.self_exe = self_exe;
-  if (const int rc = end_dead_controllers_jobs(run_dir, state); rc != kExitOk) return rc;
+  // The paths as the user wrote them, run from the folder they were written in (while it is
+  // still there): the scenarios the resume runs are named in the reports as the earlier
+  // controller named its own. Else the absolute paths.
+  try {
+    const nlohmann::json& inv = state.at("invocation");
+    const std::string cwd = inv.value("cwd", std::string());
+    std::error_code ec;
+    if (inv.contains("paths_given") && !cwd.empty() && fs::is_directory(cwd, ec)) {
+      const fs::path out = fs::absolute(run_dir, ec);
+      opts.paths = inv["paths_given"].get<std::vector<std::string>>();
+      opts.out_dir = out.lexically_normal().string();
+      fs::current_path(cwd);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("{}/run-state.json: invocation: {}\n", who, e.what());
+    return kExitNothingRan;
+  }
+  if (const int rc = end_dead_controllers_jobs(opts.out_dir, state); rc != kExitOk) return rc;
   results::SuiteReport earlier;
-  const std::string report = run_dir + "/report.json";
+  const std::string report = opts.out_dir + "/report.json";
   if (fs::exists(report)) {
     try {
       earlier = results::suite_from_json(nlohmann::json::parse(std::ifstream(report)));

@@ -706,7 +706,8 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   scenario("r1-first", "fake_agent.sh");
   scenario("r2-kills", "kill_controller.sh");
   scenario("r3-last", "fake_agent.sh");
-  auto r = run_cmd(kBin + " run " + dir + " --quiet --out " + out);
+  // Started with a relative path from the suite's folder, resumed from another folder.
+  auto r = run_cmd("cd " + dir + " && " + kBin + " run . --quiet --out " + out);
   EXPECT_TRUE(r.code == -1 || r.code == 137) << r.code << r.output;  // killed by SIGKILL
   json state = json::parse(std::ifstream(out + "/run-state.json"));
   EXPECT_EQ(state["complete"], false);
@@ -722,7 +723,7 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   };
   EXPECT_FALSE(left_by_dead().empty()) << "the test's job ended before the resume";
 
-  r = run_cmd(kBin + " run --resume " + out);
+  r = run_cmd("cd / && " + kBin + " run --resume " + out);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("process(es) the dead controller (pid " + dead_pid + ") left running"),
             std::string::npos)
@@ -736,6 +737,11 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_EQ(rep["scenarios"][1]["name"], "r2-kills");
   EXPECT_EQ(rep["scenarios"][2]["name"], "r3-last");
   for (const auto& s : rep["scenarios"]) EXPECT_EQ(s["verdict"], "pass") << s["reason"];
+  // The resumed controller named its scenarios as the first one did: as written, relative to the
+  // folder the run was started in.
+  for (const auto& s : rep["scenarios"]) {
+    EXPECT_EQ(s["file"], "./" + s["name"].get<std::string>() + ".toml") << s.dump();
+  }
   EXPECT_EQ(fs::last_write_time(out + "/r1-first/ranks.log"), first_log) << "ran again";
   EXPECT_EQ(json::parse(std::ifstream(out + "/run-state.json"))["complete"], true);
   // Once finished there is nothing to resume.
