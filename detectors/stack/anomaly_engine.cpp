@@ -53,4 +53,32 @@ void use_traceless_anomaly_metadata() {
 
 bool traceless_anomaly_metadata_in_use() { return in_use; }
 
+namespace {
+
+std::mutex holds_mutex;
+int holds = 0;
+bool before_enabled = false;  // the mode before the first hold
+bool before_check_nan = true;
+
+}  // namespace
+
+AnomalyModeHold::AnomalyModeHold() {
+  std::lock_guard<std::mutex> lock(holds_mutex);
+  if (holds++ == 0) {
+    before_enabled = ag::AnomalyMode::is_enabled();
+    before_check_nan = ag::AnomalyMode::should_check_nan();
+  }
+  ag::AnomalyMode::set_enabled(true, /*check_nan=*/true);
+}
+
+AnomalyModeHold::~AnomalyModeHold() {
+  std::lock_guard<std::mutex> lock(holds_mutex);
+  if (--holds == 0) ag::AnomalyMode::set_enabled(before_enabled, before_check_nan);
+}
+
+int anomaly_mode_holds() {
+  std::lock_guard<std::mutex> lock(holds_mutex);
+  return holds;
+}
+
 }  // namespace nanchaos::detect

@@ -27,4 +27,21 @@ void use_traceless_anomaly_metadata();
 /// True when use_traceless_anomaly_metadata() ran in this process.
 bool traceless_anomaly_metadata_in_use();
 
+/// Anomaly mode on for as long as any hold lives. LibTorch's mode is one flag for the whole
+/// process and every thread, and its DetectAnomalyGuard turns it off when it goes, whoever else
+/// still wants it: a replay's guard ended the always-on `anomaly` detector's mode for the rest of
+/// the run, and with ranks as threads of one process (harness/comm/in_process.h) one rank's replay
+/// ended another's mid-backward. Holds are counted under a lock; the first turns the mode on
+/// (with the NaN check) and the last puts back what was there before the first. Never throws.
+class AnomalyModeHold {
+ public:
+  AnomalyModeHold();
+  ~AnomalyModeHold();
+  AnomalyModeHold(const AnomalyModeHold&) = delete;
+  AnomalyModeHold& operator=(const AnomalyModeHold&) = delete;
+};
+
+/// How many AnomalyModeHold live in this process now (for tests).
+int anomaly_mode_holds();
+
 }  // namespace nanchaos::detect

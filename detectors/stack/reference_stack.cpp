@@ -91,7 +91,7 @@ ReferenceStack::ReferenceStack(const harness::StackConfig& s, harness::EventLog&
   // mode's main cost on CPU (anomaly_engine.h).
   use_traceless_anomaly_metadata();
   // Always-on anomaly mode (the `anomaly` detector): the costly baseline.
-  if (anomaly_mode_) torch::autograd::AnomalyMode::set_enabled(true);
+  if (anomaly_mode_) anomaly_hold_.emplace();
   coll_ = std::make_unique<StackComm>(comm, log_, deadline(s_), layout_.cuda, device, watchdog_exit,
                                       std::move(write_exit));
   for (const auto& d : detectors_) {

@@ -33,6 +33,7 @@
 #include "detectors/core/loss_scaler.h"
 #include "detectors/core/replica.h"
 #include "detectors/detector.h"
+#include "detectors/stack/anomaly_engine.h"
 #include "detectors/stack/recovery.h"
 #include "detectors/stack/replay.h"
 #include "detectors/stack/stack_comm.h"
@@ -221,6 +222,7 @@ class ReferenceStack {
   bool has_consensus_hook_ = false;  // a kConsensus detector: phase times ride on the summary
   harness::PhaseTimes phase_us_{};   // this rank's own phase times of its last step (us)
   bool anomaly_mode_ = false;
+  std::optional<AnomalyModeHold> anomaly_hold_;  // while anomaly_mode_: the mode stays on
   bool localize_ = false;
   // this step
   std::vector<double> row_;   // this rank's consensus row (consensus.h)

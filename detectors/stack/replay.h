@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "detectors/detector.h"
+#include "detectors/stack/anomaly_engine.h"
 
 namespace nanchaos::detect {
 
@@ -89,7 +90,7 @@ class ReplayChecks {
   std::vector<std::unique_ptr<Detector>> detectors_;
   std::map<std::string, Finding> findings_;
   ProbeSums probes_;
-  std::optional<torch::autograd::DetectAnomalyGuard> anomaly_;
+  std::optional<AnomalyModeHold> anomaly_;
 };
 
 }  // namespace nanchaos::detect

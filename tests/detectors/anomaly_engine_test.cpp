@@ -4,10 +4,13 @@
 #include "detectors/stack/anomaly_engine.h"
 
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "detectors/detector.h"
@@ -80,6 +83,36 @@ TEST(AnomalyEngine, GradientsEqualLibTorchsEngine) {
   const auto quiet = grads();
   ASSERT_EQ(stock.size(), quiet.size());
   for (size_t i = 0; i < stock.size(); ++i) EXPECT_TRUE(torch::equal(stock[i], quiet[i])) << i;
+}
+
+// Why holds are counted: LibTorch's guard turns the process-wide mode off when it goes, even
+// while something else (an always-on detector, another rank's thread) still wants it on.
+TEST(AnomalyModeHold, StaysOnUntilTheLastHoldGoesThenPutsBackWhatWasThere) {
+  namespace ag = torch::autograd;
+  ag::AnomalyMode::set_enabled(false);
+  ag::AnomalyMode::set_enabled(true);
+  { ag::DetectAnomalyGuard replay_guard; }
+  EXPECT_FALSE(ag::AnomalyMode::is_enabled()) << "LibTorch's guard no longer turns it off";
+
+  ASSERT_EQ(anomaly_mode_holds(), 0);
+  {
+    std::optional<AnomalyModeHold> always_on(std::in_place);
+    EXPECT_TRUE(ag::AnomalyMode::is_enabled());
+    { AnomalyModeHold replay; }  // a replay ends while the always-on hold lives
+    EXPECT_TRUE(ag::AnomalyMode::is_enabled());
+    // Another thread (a rank of an in-process world) holds and lets go meanwhile.
+    std::thread other([] { AnomalyModeHold h; });
+    other.join();
+    EXPECT_TRUE(ag::AnomalyMode::is_enabled());
+    EXPECT_EQ(anomaly_mode_holds(), 1);
+    always_on.reset();
+    EXPECT_FALSE(ag::AnomalyMode::is_enabled()) << "the mode before the first hold was off";
+  }
+  // Whatever was there before the first hold comes back: here, on.
+  ag::AnomalyMode::set_enabled(true);
+  { AnomalyModeHold h; }
+  EXPECT_TRUE(ag::AnomalyMode::is_enabled());
+  ag::AnomalyMode::set_enabled(false);
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ TEST(ReferenceStack, EarlyReturnReportsTheFirstFindingInPipelineOrder) {
     ASSERT_TRUE(stack.wants_early_return());
     stack.early_return(3);
   }
-  torch::autograd::AnomalyMode::set_enabled(false);  // the anomaly detector turned it on
+  // The anomaly detector's hold on the mode went with the stack.
+  EXPECT_FALSE(torch::autograd::AnomalyMode::is_enabled());
   const auto detects = Events(log, "detect");
   EXPECT_EQ(detects.size(), 2u);
   const auto decisions = Events(log, "decision");
