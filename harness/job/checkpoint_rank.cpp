@@ -47,6 +47,7 @@
 #include "harness/job/checkpoint_files.h"
 #include "harness/job/rank_runner.h"
 #include "harness/tensor/optim_state.h"
+#include "harness/tensor/torch_compat.h"
 
 namespace nanchaos::harness {
 
@@ -64,12 +65,14 @@ std::string digest_of(const torch::Tensor& t) { return fmt::format("{:016x}", di
 
 torch::Tensor cpu_rng_state() {
   auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> ranks(compat::default_generator_mutex());
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
 }
 
 void set_cpu_rng_state(const torch::Tensor& st) {
   auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> ranks(compat::default_generator_mutex());
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(st);
 }

@@ -181,6 +181,7 @@ RankRunner::RngState RankRunner::rng_state() const {
   RngState st;
   auto cpu = at::detail::getDefaultCPUGenerator();
   {
+    std::lock_guard<std::mutex> ranks(compat::default_generator_mutex());
     std::lock_guard<std::mutex> lock(cpu.mutex());
     st.cpu = cpu.get_state();
   }
@@ -195,6 +196,7 @@ RankRunner::RngState RankRunner::rng_state() const {
 void RankRunner::set_rng_state(const RngState& st) const {
   if (st.cpu.defined()) {
     auto cpu = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> ranks(compat::default_generator_mutex());
     std::lock_guard<std::mutex> lock(cpu.mutex());
     cpu.set_state(st.cpu);
   }

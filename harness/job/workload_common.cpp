@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "harness/job/workload.h"
+#include "harness/tensor/torch_compat.h"
 
 namespace nanchaos::harness {
 
@@ -31,8 +32,7 @@ std::unique_ptr<Workload> make_workload(const Scenario& s) {
   // Each workload seeds LibTorch's process-wide generator and draws its initial weights from it.
   // Ranks that share a process (an in-process world, harness/comm/in_process.h) build their
   // models one at a time, so every rank starts from the seed's weights, as separate processes do.
-  static std::mutex construction;
-  std::lock_guard<std::mutex> lock(construction);
+  std::lock_guard<std::mutex> lock(compat::default_generator_mutex());
   switch (s.job.workload) {
     case WorkloadKind::kMlp:
       return make_mlp(s);

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,17 @@ namespace nanchaos::compat {
 
 /// A CPU generator with a fixed seed (the ATen factory's name is stable from 1.13 to 2.x).
 inline at::Generator cpu_generator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+/// Held while a rank seeds LibTorch's process-wide default CPU generator and draws its initial
+/// weights from it (make_workload), and while it saves or restores that generator's state (the
+/// `sdc` recompute, checkpoints). Ranks that are threads of one process (an in-process world,
+/// harness/comm/in_process.h) share that generator: one rank's restore between another's seed and
+/// its last draw gave the two ranks different initial weights. The generator's own mutex only
+/// makes each call atomic, not the seed-then-draw sequence.
+inline std::mutex& default_generator_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 /// The key of a parameter in Optimizer::state(): 1.13 keys the map by the TensorImpl address
 /// printed as a string (c10::guts::to_string, i.e. `ostream << const void*`, which 2.x removed);

@@ -6,13 +6,16 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/scenario/scenario.h"
+#include "harness/tensor/torch_compat.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -373,6 +376,46 @@ TEST_F(WorkloadTest, TransformerLearnable) {
   torch::optim::Adam opt(Tensors(*w), torch::optim::AdamOptions(1e-2));
   const Curve c = Train(*w, opt, 30);
   EXPECT_LT(c.eval_after, c.eval_before);
+}
+
+// Ranks as threads of one process share LibTorch's default CPU generator. Another thread that
+// restores its state (as a rank's `sdc` recompute or checkpoint load does, under
+// compat::default_generator_mutex()) must not land between a workload's seed and its last draw:
+// every build gives the seed's weights. Without the lock around the build, most builds here
+// differ (the restorer spins).
+TEST_F(WorkloadTest, BuildsGiveTheSeedsWeightsWhileAnotherThreadRestoresTheGenerator) {
+  const Scenario s = Load("transformer", "hidden = 16\nheads = 2\nlayers = 2\nvocab = 32\n");
+  auto weights = [&] {
+    auto w = make_workload(s);
+    std::vector<torch::Tensor> out;
+    for (auto& [name, p] : w->parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  const std::vector<torch::Tensor> reference = weights();
+  auto gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor other_state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    other_state = gen.get_state();
+  }
+  std::atomic<bool> stop{false};
+  std::thread restorer([&] {
+    while (!stop) {
+      std::lock_guard<std::mutex> ranks(compat::default_generator_mutex());
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(other_state);
+    }
+  });
+  int differ = 0;
+  for (int i = 0; i < 30; ++i) {
+    const auto w = weights();
+    bool same = w.size() == reference.size();
+    for (size_t k = 0; same && k < w.size(); ++k) same = torch::equal(w[k], reference[k]);
+    differ += !same;
+  }
+  stop = true;
+  restorer.join();
+  EXPECT_EQ(differ, 0) << "of 30 builds";
 }
 
 }  // namespace

@@ -83,8 +83,9 @@ std::string ParamsHash(const std::vector<nlohmann::json>& events) {
 }
 
 // Per rank: each step's action, its recompute checks and detections, and the final digests: what
-// a failed verdict (one CI run saw `consistent` false once, 2026-12-07, not reproduced in 300
-// runs under load) needs to be explained.
+// a failed verdict needs to be explained. (A CI run once saw `consistent` false here: a rank's
+// recompute restored the shared default generator while the other rank's thread was drawing its
+// initial weights; compat::default_generator_mutex() now orders them.)
 std::string PerRank(const SdcRun& j) {
   std::string out;
   for (size_t r = 0; r < j.events.size(); ++r) {
