@@ -89,11 +89,9 @@ TEST(AnomalyEngine, GradientsEqualLibTorchsEngine) {
 // while something else (an always-on detector, another rank's thread) still wants it on.
 TEST(AnomalyModeHold, StaysOnUntilTheLastHoldGoesThenPutsBackWhatWasThere) {
   namespace ag = torch::autograd;
+  // (LibTorch 1.13's and 2.15's DetectAnomalyGuard set the mode off in their destructor, whatever
+  // it was before: anomaly_mode.h keeps only the previous NaN-check flag.)
   ag::AnomalyMode::set_enabled(false);
-  ag::AnomalyMode::set_enabled(true);
-  { ag::DetectAnomalyGuard replay_guard; }
-  EXPECT_FALSE(ag::AnomalyMode::is_enabled()) << "LibTorch's guard no longer turns it off";
-
   ASSERT_EQ(anomaly_mode_holds(), 0);
   {
     std::optional<AnomalyModeHold> always_on(std::in_place);
