@@ -102,6 +102,11 @@ struct FaultKindInfo {
   /// A firing ends or stalls its rank (crash, hang): a campaign hits one rank with it and runs it
   /// in a launch of its own, and it explains a crashed or hung job to the judge.
   bool stops_job = false;
+  /// Its firing is the moment its rank fails (crash: the process dies right after the `inject`
+  /// record): the judge dates a failed launch from the firing's time rather than from when the
+  /// controller saw the rank gone. False for a kind that fails its rank later or never (hang:
+  /// its failure is the job's timeout).
+  bool fails_at_injection = false;
   /// It edits the gradient all-reduce's send buffer: a CUDA rank stages that buffer through host
   /// memory for it.
   bool edits_send_buffer = false;
