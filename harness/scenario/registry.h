@@ -20,8 +20,8 @@
 // campaign read instead of its name. A built kind without `make`, `draw` or `truth` aborts at
 // start-up with a message naming it (a snapshot's kinds, registry_json.h, carry keys only).
 //
-// A kind not built yet is not registered: the loader refuses it as "not implemented yet (...)"
-// from its not_implemented_keys() table (harness/scenario/scenario_schema.h).
+// A kind not built is not registered: the loader refuses it as unknown, listing the kinds that
+// are.
 // Duplicate names abort at start-up. The executable links the registrars' object files whole
 // (CMake WHOLE_ARCHIVE), so no registration is dropped by the linker.
 #pragma once
