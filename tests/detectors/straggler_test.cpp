@@ -26,7 +26,7 @@ std::vector<PhaseTimes> Step(int slow) {
 
 // Runs `d` over the steps of `slow_at` (the slow rank at each step, -1: none) and returns the
 // steps it reported at, with their findings.
-std::vector<std::pair<int64_t, Finding>> Run(Detector& d, const std::vector<int>& slow_at) {
+std::vector<std::pair<int64_t, Finding>> Feed(Detector& d, const std::vector<int>& slow_at) {
   std::vector<std::pair<int64_t, Finding>> out;
   for (size_t step = 0; step < slow_at.size(); ++step) {
     const std::vector<PhaseTimes> times = Step(slow_at[step]);
@@ -50,7 +50,7 @@ TEST(StragglerDetector, ARankSlowForStragglerStepsIsNamedOnceWithThePhaseThatGre
   auto d = Make("straggler");  // straggler_steps = 3
   EXPECT_EQ(d->hook(), Hook::kConsensus);
   // 20 clean steps (past the warm-up), then rank 2's backward 10 ms longer for 10 steps.
-  const auto found = Run(*d, Spell(20, 10, 2));
+  const auto found = Feed(*d, Spell(20, 10, 2));
   ASSERT_EQ(found.size(), 1u) << "one report per slow spell, not one per slow step";
   EXPECT_EQ(found[0].first, 22);  // its third slow step in a row (steps 20, 21, 22)
   const Finding& f = found[0].second;
@@ -63,7 +63,7 @@ TEST(StragglerDetector, ARankSlowForStragglerStepsIsNamedOnceWithThePhaseThatGre
 
 TEST(StragglerDetector, ReadsStragglerStepsFromItsKeys) {
   auto d = Make("straggler", "straggler_steps = 5");
-  const auto found = Run(*d, Spell(20, 10, 1));
+  const auto found = Feed(*d, Spell(20, 10, 1));
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].first, 24);  // steps 20..24
   EXPECT_EQ(found[0].second.ranks, std::vector<int64_t>{1});
@@ -71,14 +71,14 @@ TEST(StragglerDetector, ReadsStragglerStepsFromItsKeys) {
 
 TEST(StragglerDetector, CleanRanksAndShortSlowSpellsAreNotFlagged) {
   auto d = Make("straggler");
-  EXPECT_TRUE(Run(*d, std::vector<int>(200, -1)).empty());
+  EXPECT_TRUE(Feed(*d, std::vector<int>(200, -1)).empty());
   // Two slow steps in a row, then usual again, a few times: never three in a row.
   auto d2 = Make("straggler");
   std::vector<int> steps(20, -1);
   for (int k = 0; k < 5; ++k) {
     steps.insert(steps.end(), {3, 3, -1, -1, -1});
   }
-  EXPECT_TRUE(Run(*d2, steps).empty());
+  EXPECT_TRUE(Feed(*d2, steps).empty());
 }
 
 TEST(StragglerDetector, ARankBackToUsualIsReportedAgainInItsNextSpell) {
@@ -86,7 +86,7 @@ TEST(StragglerDetector, ARankBackToUsualIsReportedAgainInItsNextSpell) {
   std::vector<int> steps = Spell(20, 10, 0);        // slow 20..29
   const std::vector<int> again = Spell(10, 10, 0);  // usual 30..39, slow 40..49
   steps.insert(steps.end(), again.begin(), again.end());
-  const auto found = Run(*d, steps);
+  const auto found = Feed(*d, steps);
   ASSERT_EQ(found.size(), 2u);
   EXPECT_EQ(found[0].first, 22);
   EXPECT_EQ(found[1].first, 42);
