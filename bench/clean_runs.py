@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Clean-run campaign for the ``straggler`` detector's false positives (issue 33).
+"""Clean-run campaign for the ``straggler`` detector's false positives (it must raise none on clean runs).
 
 Runs the shipped clean controls many times (``nanchaos run --trials N``, trial i with seed + i)
 across workloads and world sizes, and counts every detection the stack raised on them: a clean

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Restart cost of the built-in mlp (issue 32): one crash, one relaunch, the resume latency split.
+"""Restart cost of the built-in mlp (against the restart contract's resume goal): one crash, one relaunch, the resume latency split.
 
 One invocation is one repetition: it runs a restart scenario (default: the shipped
 ``scenarios/restart-crash-resume-from-checkpoint.toml``, 2 ranks, rank 1 crashes at step 7, one
@@ -91,8 +91,8 @@ def main() -> int:
     if out["resume_ms"]:
         out["ratio_resume_to_goal"] = round(out["resume_ms"] / GOAL_MS, 3)
         out["ratio_relaunch_share"] = round((out["relaunch_ms"] or 0.0) / out["resume_ms"], 3)
-        # The contract's goal excludes the job's own imports (issue 32): this is the figure to hold
-        # against it for an external job (the same as resume_ms for a built-in one).
+        # The contract's goal excludes the job's own imports: this is the figure to hold against it
+        # for an external job (the same as resume_ms for a built-in one).
         out["resume_less_import_ms"] = round(out["resume_ms"] - (out["import_ms"] or 0.0), 1)
     print(" ".join(f"{k}={out[k]}" for k in PHASES), file=sys.stderr)
     print(json.dumps(out))

@@ -1,5 +1,5 @@
-# The LibTorch-internals guard (issue 36): the translation units whose build depends on LibTorch's
-# version, built on their own so .ci/libtorch2-guard can compile them against torch 2.x in minutes
+# The LibTorch-internals guard (code using LibTorch internals breaks between torch releases):
+# the translation units whose build depends on LibTorch's version, built on their own so .ci/libtorch2-guard can compile them against torch 2.x in minutes
 # instead of building everything twice. Neither target is part of `all`:
 #   nanchaos_torch_internals_objs  OBJECT: every .cpp under harness/, detectors/, inject/ that
 #                                  includes a LibTorch internal header (torch/csrc/..., ATen/...,

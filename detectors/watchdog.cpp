@@ -29,7 +29,7 @@ DetectorInfo watchdog_detector() {
   info.doc = "flags a collective that passes its deadline";
   info.keys = {
       Key("collective_timeout_ms", KeyType::kInt, "the watchdog's deadline for any collective")
-          .def(10000)
+          .def(harness::kDefaultCollectiveTimeoutMs)
           .min(1),
   };
   info.make = [](const harness::StackConfig&) -> std::unique_ptr<Detector> {

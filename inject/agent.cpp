@@ -36,12 +36,6 @@ namespace {
 
 using nlohmann::json;
 
-// A number for an event: NaN and +-inf are null (the Python agent's `num`).
-json number(std::optional<double> v) {
-  if (!v || !std::isfinite(*v)) return nullptr;
-  return *v;
-}
-
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
@@ -193,10 +187,13 @@ struct Agent::Impl {
     if (!lr && optimizer && !optimizer->param_groups().empty()) {
       lr = optimizer->param_groups()[0].options().get_lr();
     }
-    log->write_line(fmt::format(R"({{"ev":"step_end","t_us":{},"step":{},"loss":{},)"
-                                R"("action":"{}","lr":{}}})",
-                                harness::now_us(), step, number(loss).dump(),
-                                updated ? "update" : "skip", number(lr).dump()));
+    harness::StepEndEvent end;
+    end.step = step;
+    end.action = updated ? "update" : "skip";
+    // Written even when unknown (null), as the agent always wrote them.
+    end.loss = loss.value_or(harness::kNoValue);
+    end.lr = lr.value_or(harness::kNoValue);
+    harness::write_event(*log, end);
     observer->end_iteration(step, updated);
     steps_done = step + 1;
   }
@@ -329,8 +326,9 @@ void Agent::begin_step(int64_t step) {
   a.open = true;
   a.grads_done = false;
   a.lr_used.reset();
-  a.log->write_line(
-      fmt::format(R"({{"ev":"step_begin","t_us":{},"step":{}}})", harness::now_us(), step));
+  harness::StepBeginEvent begin;
+  begin.step = step;
+  harness::write_event(*a.log, begin);
   a.faults->begin_step(step, reexecution);
   a.faults->step_start();
   if (!a.named_params.empty()) {

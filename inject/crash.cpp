@@ -52,6 +52,8 @@ FaultKindInfo crash_kind() {
   // A dead rank ends the job: one rank per campaign fault, in a launch of its own; a crashed job
   // is what it explains.
   info.stops_job = true;
+  // The rank dies right after the `inject` record: that record dates the launch's failure.
+  info.fails_at_injection = true;
   info.python_agent = true;
   info.refusal = [](const harness::Scenario& s, const harness::CampaignTargets&,
                     bool) -> std::string {

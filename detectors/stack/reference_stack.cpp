@@ -47,7 +47,7 @@ Deadline deadline(const harness::StackConfig& s) {
     out.detector = name;
     const auto& on = s.detectors.enabled;
     if (std::find(on.begin(), on.end(), name) != on.end()) {
-      out.timeout_ms = s.detectors.params.get_int("collective_timeout_ms");
+      out.timeout_ms = harness::collective_timeout_ms(s.detectors);
     }
   }
   return out;

@@ -87,7 +87,8 @@ std::string console_summary(const results::Campaign& c, const std::string& out) 
       "  beside them: the harness's post-mortem explained {} of the {} not-masked faults the "
       "stack did not name; {} detection(s) after the window\n",
       a.harness_explained.k, a.harness_explained.n, a.late);
-  // Finite faults apart, per first detector (issue 33), when the campaign drew any.
+  // Finite faults apart, per first detector (bounded changes are the stack's hard case and would
+  // hide in the overall rate), when the campaign drew any.
   if (c.summary.finite_coverage.n > 0) {
     s += rate_line("finite coverage", c.summary.finite_coverage);
     for (const auto& [detector, r] : c.summary.finite_by_detector) {

@@ -8,6 +8,7 @@
 
 #include "harness/controller/judge.h"
 #include "harness/controller/judge_internal.h"
+#include "harness/scenario/registry.h"
 
 namespace nanchaos::harness {
 namespace {
@@ -58,7 +59,8 @@ std::optional<int64_t> failing_t(const Scenario& s, const LaunchView& l, Outcome
   }
   for (const auto& r : *l.ranks) {
     for (const auto& inj : r.injections) {
-      if (inj.kind == "crash") earliest(inj.t_us);
+      const FaultKindInfo* info = find_fault_kind(inj.kind);
+      if (info && info->fails_at_injection) earliest(inj.t_us);
     }
   }
   if (t) return t;

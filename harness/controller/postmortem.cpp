@@ -252,7 +252,7 @@ Postmortem postmortem(const Scenario& s, const std::vector<RankEvidence>& logs,
                                                  : job.t_end_us;
       const double waited = double(end - c.t_us) / 1000.0;
       pm.longest_wait_ms = std::max(pm.longest_wait_ms, waited);
-      if (waited > double(s.detectors.collective_timeout_ms) + 1000.0) pm.deadlock = true;
+      if (waited > double(collective_timeout_ms(s.detectors)) + 1000.0) pm.deadlock = true;
     }
   }
   return pm;

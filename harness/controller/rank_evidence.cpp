@@ -49,6 +49,9 @@ constexpr uint64_t kMinFreeBytes = uint64_t(256) << 10;
 struct TypedReader {
   RankEvidence& r;
   void operator()(const OtherEvent&) {}  // read from the JSON (read_rank_evidence)
+  void operator()(const StepBeginEvent& e) {
+    r.first_step = std::min(r.first_step.value_or(e.step), e.step);
+  }
   void operator()(const FinalEvent& e) { r.final = e; }
   void operator()(const AbortEvent& e) { r.abort = e; }
   void operator()(const ExitEvent& e) {
@@ -86,10 +89,7 @@ CheckpointEvent checkpoint_event(const json& e) {
 }
 
 void read_other(const json& e, const std::string& ev, RankEvidence& r) {
-  if (ev == "step_begin") {
-    const int64_t step = int_field(e, "step", 0);
-    r.first_step = std::min(r.first_step.value_or(step), step);
-  } else if (ev == "ckpt_save") {
+  if (ev == "ckpt_save") {
     r.ckpt_saves.push_back(checkpoint_event(e));
   } else if (ev == "ckpt_rename") {
     // An atomic save renamed into place: the same checkpoint, now under its final path.

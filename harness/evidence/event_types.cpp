@@ -230,24 +230,14 @@ ExitEvent parse_exit(const json& e) {
   return x;
 }
 
-// --- step_end ----------------------------------------------------------------------------------
+// --- step_begin, step_end (their writers: append_step_begin, append_step_end below) -----------
 
-json to_json(const StepEndEvent& e) {
-  json j = {{"step", e.step}, {"action", e.action}};
-  put(j, "loss", e.loss);
-  put(j, "lr", e.lr);
-  put(j, "loss_scale", e.loss_scale);
-  put(j, "localize_us", e.localize_us);
-  put(j, "cpu_us", e.cpu_us);
-  if (e.phases) {
-    json own = json::object();
-    for (size_t k = 0; k < e.phases->own_us.size(); ++k) own[kPhaseKeys[k]] = e.phases->own_us[k];
-    j["own_us"] = std::move(own);
-    j["wait_us"] = e.phases->wait_us;
-    put(j, "run_delay_us", e.phases->run_delay_us);
-  }
-  put_time(j, e.t_us);
-  return j;
+StepBeginEvent parse_step_begin(const json& e) {
+  StepBeginEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.step = int_field(e, "step", 0);
+  x.cpu_us = opt_int(e, "cpu_us");
+  return x;
 }
 
 StepEndEvent parse_step_end(const json& e) {
@@ -319,6 +309,7 @@ TypedEvent parse_event(const json& e) {
   if (ev == AbortEvent::kEv) return parse_abort(e);
   if (ev == FinalEvent::kEv) return parse_final(e);
   if (ev == ExitEvent::kEv) return parse_exit(e);
+  if (ev == StepBeginEvent::kEv) return parse_step_begin(e);
   if (ev == StepEndEvent::kEv) return parse_step_end(e);
   if (ev == CollEnterEvent::kEv) return parse_coll_enter(e);
   if (ev == CollLeaveEvent::kEv) return parse_coll_leave(e);
@@ -378,6 +369,91 @@ void append_coll_leave(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::
   fmt::format_to(std::back_inserter(out),
                  FMT_COMPILE(R"(,"seq":{},"status":"{}","step":{},"t_us":{}}})"), seq, status, step,
                  t_us);
+}
+
+namespace {
+
+// `"key":` (the key a plain word), after a comma unless it opens the object.
+void append_key(fmt::memory_buffer& out, std::string_view key, bool first = false) {
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}\"{}\":"), first ? "" : ",", key);
+}
+
+// A double as EventLog::write writes it: null when not finite; else the shortest text that reads
+// back the same, with ".0" when that is an integer (nlohmann writes 1.0, not 1).
+void append_double(fmt::memory_buffer& out, double v) {
+  if (!std::isfinite(v)) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE("null"));
+    return;
+  }
+  const size_t start = out.size();
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}"), v);
+  for (size_t i = start; i < out.size(); ++i) {
+    if (out[i] == '.' || out[i] == 'e') return;
+  }
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(".0"));
+}
+
+void put_double(fmt::memory_buffer& out, std::string_view key, const std::optional<double>& v) {
+  if (!v) return;
+  append_key(out, key);
+  append_double(out, *v);
+}
+
+void put_int(fmt::memory_buffer& out, std::string_view key, const std::optional<int64_t>& v) {
+  if (!v) return;
+  append_key(out, key);
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE("{}"), *v);
+}
+
+}  // namespace
+
+void append_step_begin(fmt::memory_buffer& out, int64_t t_us, const StepBeginEvent& e) {
+  out.push_back('{');
+  if (e.cpu_us) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"("cpu_us":{},)"), *e.cpu_us);
+  }
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"("ev":"step_begin","step":{},"t_us":{}}})"),
+                 e.step, t_us);
+}
+
+void append_step_end(fmt::memory_buffer& out, int64_t t_us, const StepEndEvent& e) {
+  // Keys in sorted order, as EventLog::write sorts them; own_us's too.
+  out.push_back('{');
+  append_key(out, "action", true);
+  append_json_string(out, e.action);
+  put_int(out, "cpu_us", e.cpu_us);
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"ev":"step_end")"));
+  put_int(out, "localize_us", e.localize_us);
+  put_double(out, "loss", e.loss);
+  put_double(out, "loss_scale", e.loss_scale);
+  put_double(out, "lr", e.lr);
+  if (e.phases) {
+    static_assert(std::string_view(kPhaseKeys[0]) == "data" &&
+                      std::string_view(kPhaseKeys[1]) == "compute" &&
+                      std::string_view(kPhaseKeys[2]) == "backward" &&
+                      std::string_view(kPhaseKeys[3]) == "comm",
+                  "own_us is written in sorted key order from kPhaseKeys' indices");
+    const auto& own = e.phases->own_us;
+    fmt::format_to(std::back_inserter(out),
+                   FMT_COMPILE(R"(,"own_us":{{"backward":{},"comm":{},"compute":{},"data":{}}})"),
+                   own[2], own[3], own[1], own[0]);
+    put_int(out, "run_delay_us", e.phases->run_delay_us);
+  }
+  fmt::format_to(std::back_inserter(out), FMT_COMPILE(R"(,"step":{},"t_us":{})"), e.step, t_us);
+  if (e.phases) put_int(out, "wait_us", e.phases->wait_us);
+  out.push_back('}');
+}
+
+void write_event(EventLog& log, const StepBeginEvent& e) {
+  fmt::memory_buffer line;
+  append_step_begin(line, e.t_us ? e.t_us : now_us(), e);
+  log.write_line(std::string_view(line.data(), line.size()));
+}
+
+void write_event(EventLog& log, const StepEndEvent& e) {
+  fmt::memory_buffer line;
+  append_step_end(line, e.t_us ? e.t_us : now_us(), e);
+  log.write_line(std::string_view(line.data(), line.size()));
 }
 
 }  // namespace nanchaos::harness

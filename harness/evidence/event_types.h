@@ -16,9 +16,11 @@
 // CLOCK_MONOTONIC (`t_us`), steps are training iterations counted from 0.
 //
 // Writers leave `t_us` 0 (absent for AbortEvent): EventLog::write stamps the time. The hot-path
-// coll_enter/coll_leave lines have one writer each, append_coll_enter/append_coll_leave below,
-// used by every C++ writer (harness/comm/collective.cpp, inject/agent.cpp); the Python agent's
-// twin is inject/python/nanchaos/agent.py. Thread-safety: plain values.
+// lines have one writer each, used by every C++ writer: coll_enter/coll_leave
+// (append_coll_enter/append_coll_leave: harness/comm/collective.cpp, inject/agent.cpp) and
+// step_begin/step_end (append_step_begin/append_step_end, through write_event: the built-in
+// loop, harness/job/runner.cpp, and the agent, inject/agent.cpp); the Python agent's twin is
+// inject/python/nanchaos/agent.py. Thread-safety: plain values.
 #pragma once
 
 #include <fmt/format.h>
@@ -136,6 +138,14 @@ struct ExitEvent {
   int64_t t_us = 0;                   ///< when (us; absent: 0)
 };
 
+/// `step_begin {step, cpu_us}`: an iteration began on this rank.
+struct StepBeginEvent {
+  static constexpr const char* kEv = "step_begin";
+  int64_t step = 0;               ///< steps (absent: 0)
+  std::optional<int64_t> cpu_us;  ///< process CPU time at the start (us; the built-in loop's)
+  int64_t t_us = 0;               ///< when (us; absent: 0)
+};
+
 /// `step_end {step, action, loss, lr, ...}`: an iteration ended on this rank.
 struct StepEndEvent {
   static constexpr const char* kEv = "step_end";
@@ -193,7 +203,7 @@ struct OtherEvent {
 
 using TypedEvent =
     std::variant<OtherEvent, InjectEvent, DetectEvent, DecisionEvent, AbortEvent, FinalEvent,
-                 ExitEvent, StepEndEvent, CollEnterEvent, CollLeaveEvent>;
+                 ExitEvent, StepBeginEvent, StepEndEvent, CollEnterEvent, CollLeaveEvent>;
 
 /// The fields of an event as EventLog::write takes them (no "ev"; "t_us" only when set).
 nlohmann::json to_json(const InjectEvent& e);
@@ -202,7 +212,6 @@ nlohmann::json to_json(const DecisionEvent& e);
 nlohmann::json to_json(const AbortEvent& e);
 nlohmann::json to_json(const FinalEvent& e);
 nlohmann::json to_json(const ExitEvent& e);
-nlohmann::json to_json(const StepEndEvent& e);
 nlohmann::json to_json(const CollEnterEvent& e);
 nlohmann::json to_json(const CollLeaveEvent& e);
 
@@ -214,6 +223,7 @@ DecisionEvent parse_decision(const nlohmann::json& e);
 AbortEvent parse_abort(const nlohmann::json& e);
 FinalEvent parse_final(const nlohmann::json& e);
 ExitEvent parse_exit(const nlohmann::json& e);
+StepBeginEvent parse_step_begin(const nlohmann::json& e);
 StepEndEvent parse_step_end(const nlohmann::json& e);
 CollEnterEvent parse_coll_enter(const nlohmann::json& e);
 CollLeaveEvent parse_coll_leave(const nlohmann::json& e);
@@ -229,6 +239,13 @@ void append_coll_enter(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::
 void append_coll_leave(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::string_view name,
                        int64_t step, std::string_view status);
 
+/// The per-step lines, appended to `out` as the collectives' are (no JSON object built per step),
+/// keys sorted, `t_us` the line's time and the event's own t_us ignored. A double that is not
+/// finite is written as null (as EventLog::write does); an integral one keeps a ".0" (1.0, as
+/// nlohmann writes it). parse_step_begin/parse_step_end read them back.
+void append_step_begin(fmt::memory_buffer& out, int64_t t_us, const StepBeginEvent& e);
+void append_step_end(fmt::memory_buffer& out, int64_t t_us, const StepEndEvent& e);
+
 /// Dispatches on "ev" (a string; absent: "", another type: type_error) to the parsers above.
 TypedEvent parse_event(const nlohmann::json& e);
 
@@ -240,5 +257,9 @@ template <class Event>
 void write_event(EventLog& log, const Event& e) {
   log.write(Event::kEv, to_json(e));
 }
+/// The per-step lines through their one writer (append_step_begin/append_step_end), stamped
+/// with `e.t_us`, or now when it is 0.
+void write_event(EventLog& log, const StepBeginEvent& e);
+void write_event(EventLog& log, const StepEndEvent& e);
 
 }  // namespace nanchaos::harness

@@ -44,7 +44,7 @@ std::unique_ptr<Communicator> make_communicator(const Scenario& s) {
   const int devices = cuda_device_count();
   if (devices <= 0) throw std::runtime_error("device cuda: no CUDA device visible to this rank");
   o.device = local % devices;
-  o.init_timeout_ms = std::max<int64_t>(60000, s.detectors.collective_timeout_ms);
+  o.init_timeout_ms = std::max<int64_t>(60000, collective_timeout_ms(s.detectors));
   return make_nccl_communicator(o);
 }
 

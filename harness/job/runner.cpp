@@ -67,7 +67,10 @@ int RankRunner::finish() {
 /// One training step through the hook points of DESIGN.md. Returns true when the stack
 /// detected something this step.
 bool RankRunner::run_step(int64_t step) {
-  log_->write("step_begin", {{"step", step}, {"cpu_us", process_cpu_us()}});
+  StepBeginEvent begin;
+  begin.step = step;
+  begin.cpu_us = process_cpu_us();
+  write_event(*log_, begin);
   phases_->begin();
   stack_->begin_step(step);
   broadcast_buffers(*workload_, rank_, world_, buffer_sum(step));

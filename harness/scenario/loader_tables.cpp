@@ -49,11 +49,6 @@ void Loader::load_faults(const toml::table& root, Scenario& s) const {
                      label + ".kind: expected string, got " + toml_type(*kind_node));
     }
     f.kind = kind_node->as_string()->get();
-    if (auto ni = not_implemented_keys().find("fault.kind." + f.kind);
-        ni != not_implemented_keys().end()) {
-      scenario_error(at(*kind_node), label + ".kind: " + quote(f.kind) +
-                                         " is not implemented yet (" + ni->second + ")");
-    }
     auto kit = kinds.find(f.kind);
     if (kit == kinds.end()) {
       scenario_error(at(*kind_node), label + " kind " + quote(f.kind) + " is unknown" +
@@ -170,7 +165,6 @@ void Loader::load_detectors(const toml::table& root, Scenario& s) const {
   d.replay_given = p.given("replay");
   if (!p.has("replay")) p.set("replay", !naive);
   d.replay = p.get_bool("replay");
-  if (p.has("collective_timeout_ms")) d.collective_timeout_ms = p.get_int("collective_timeout_ms");
   d.params = std::move(p);
   // The job's own stack detects; nothing of the built-in one runs.
   if (s.job.external()) d.enabled.clear();
@@ -216,13 +210,6 @@ void Loader::load_recovery(const toml::table& root, Scenario& s) const {
 
 void Loader::load_expect(const toml::table& root, Scenario& s) const {
   const toml::table* t = table_of(root, "expect", false);
-  for (const auto& [k, n] : t ? in_file_order(*t) : std::vector<Entry>{}) {
-    const std::string name(k->str());
-    if (auto ni = not_implemented_keys().find("expect." + name);
-        ni != not_implemented_keys().end()) {
-      scenario_error(at(*k), "[expect]." + name + ": not implemented yet (" + ni->second + ")");
-    }
-  }
   const toml::table empty;
   Params p = check_table(t ? *t : empty, expect_keys(), "[expect]", t ? at(*t) : nowhere());
   ExpectConfig& x = s.expect;

@@ -114,9 +114,6 @@ void Loader::check_top_level(const toml::table& root) const {
   for (const auto& [k, n] : in_file_order(root)) {
     const std::string name(k->str());
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
-    if (auto ni = not_implemented_keys().find(name); ni != not_implemented_keys().end()) {
-      scenario_error(at(*k), "[" + name + "]: not implemented yet (" + ni->second + ")");
-    }
     std::vector<std::string> shown;
     for (const auto& t : known) shown.push_back(t == "fault" ? "[[fault]]" : "[" + t + "]");
     std::string near = nearest(name, known);

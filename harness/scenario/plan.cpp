@@ -60,7 +60,7 @@ ordered_json compile_plan(const Scenario& s, bool dry_run) {
   plan["steps"] = s.job.steps;
   plan["micro_batches"] = s.job.micro_batches;
   plan["world"] = s.job.ranks;
-  plan["collective_timeout_ms"] = s.detectors.collective_timeout_ms;
+  plan["collective_timeout_ms"] = collective_timeout_ms(s.detectors);
   plan["dry_run"] = dry_run;
   plan["faults"] = ordered_json::array();
   for (const auto& f : s.faults) {
@@ -193,7 +193,8 @@ PlanRead read_plan(const nlohmann::json& plan, const std::string& source) {
   s.job.steps = field<int64_t>(plan, "steps", source, "plan");
   s.job.micro_batches = field<int64_t>(plan, "micro_batches", source, "plan");
   s.job.ranks = field<int64_t>(plan, "world", source, "plan");
-  s.detectors.collective_timeout_ms = field<int64_t>(plan, "collective_timeout_ms", source, "plan");
+  s.detectors.params.set("collective_timeout_ms",
+                         field<int64_t>(plan, "collective_timeout_ms", source, "plan"));
   out.dry_run = plan.value("dry_run", false);
   const auto faults = plan.value("faults", nlohmann::json::array());
   if (!faults.is_array()) plan_error(source, "plan.faults is not an array");

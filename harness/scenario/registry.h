@@ -20,8 +20,8 @@
 // campaign read instead of its name. A built kind without `make`, `draw` or `truth` aborts at
 // start-up with a message naming it (a snapshot's kinds, registry_json.h, carry keys only).
 //
-// A kind not built yet is not registered: the loader refuses it as "not implemented yet (...)"
-// from its not_implemented_keys() table (harness/scenario/scenario_schema.h).
+// A kind not built is not registered: the loader refuses it as unknown, listing the kinds that
+// are.
 // Duplicate names abort at start-up. The executable links the registrars' object files whole
 // (CMake WHOLE_ARCHIVE), so no registration is dropped by the linker.
 #pragma once
@@ -102,6 +102,11 @@ struct FaultKindInfo {
   /// A firing ends or stalls its rank (crash, hang): a campaign hits one rank with it and runs it
   /// in a launch of its own, and it explains a crashed or hung job to the judge.
   bool stops_job = false;
+  /// Its firing is the moment its rank fails (crash: the process dies right after the `inject`
+  /// record): the judge dates a failed launch from the firing's time rather than from when the
+  /// controller saw the rank gone. False for a kind that fails its rank later or never (hang:
+  /// its failure is the job's timeout).
+  bool fails_at_injection = false;
   /// It edits the gradient all-reduce's send buffer: a CUDA rank stages that buffer through host
   /// memory for it.
   bool edits_send_buffer = false;

@@ -423,13 +423,6 @@ const std::vector<KeySpec>& detector_common_keys() {
   return keys;
 }
 
-const std::map<std::string, std::string>& not_implemented_keys() {
-  // Every key of "Recovery by restart" is implemented; a key the contract names before its
-  // implementation lands is listed here (its loader error names it).
-  static const std::map<std::string, std::string> keys = {};
-  return keys;
-}
-
 const std::vector<std::string>& top_level_tables() {
   static const std::vector<std::string> names = {"scenario",   "job",       "workload",
                                                  "fault",      "detectors", "recovery",

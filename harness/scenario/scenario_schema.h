@@ -16,7 +16,6 @@
 // Thread-safety: every table is a function-local static built on first use and read-only after.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -43,13 +42,6 @@ const std::vector<KeySpec>& detector_common_keys();
 
 /// Top-level table names, in file order ("scenario", "job", "workload", "fault", ...).
 const std::vector<std::string>& top_level_tables();
-/// Keys and tables of the scenario format (../shared/SCENARIO_FORMAT.md) that this build does
-/// not implement yet, each with what is missing: "checkpoint" (the [checkpoint] table),
-/// "expect.steps_lost_max", "expect.resume_ms_max", "expect.final_matches_clean", and
-/// "fault.kind.checkpoint" (the fault kind). The loader refuses each with
-/// "<file>:<line>:<col>: error: <path>: not implemented yet (<what>)" instead of "unknown".
-const std::map<std::string, std::string>& not_implemented_keys();
-
 /// "integer >= 1", "float in (0, 1]", "string (one of: cpu, cuda)": what a key accepts.
 std::string describe_expected(const KeySpec& spec);
 /// A number as it would be written back: 1.5, 100000, 1e+30.

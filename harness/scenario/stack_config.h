@@ -96,10 +96,20 @@ struct DetectorConfig {
   /// Every detector-declared key (max_abs, spike_*, replica_every, collective_timeout_ms), as
   /// written or defaulted: each detector reads its own keys from here, nowhere else.
   Params params;
-  /// The watchdog's collective_timeout_ms, also read outside the stack (the controller's
-  /// post-mortem, the NCCL set-up, the external job's plan, which carries no Params).
-  int64_t collective_timeout_ms = 10000;
 };
+
+/// The watchdog's default deadline for any collective (ms): its `collective_timeout_ms` key's
+/// default (detectors/watchdog.cpp).
+inline constexpr int64_t kDefaultCollectiveTimeoutMs = 10000;
+
+/// [detectors].collective_timeout_ms (ms), the watchdog's key, also read outside the stack (the
+/// controller's post-mortem, the NCCL set-up, the external job's plan): from `d.params`, where
+/// the loader and read_plan put it; kDefaultCollectiveTimeoutMs when the Params lack it (a
+/// DetectorConfig built by hand).
+inline int64_t collective_timeout_ms(const DetectorConfig& d) {
+  return d.params.has("collective_timeout_ms") ? d.params.get_int("collective_timeout_ms")
+                                               : kDefaultCollectiveTimeoutMs;
+}
 
 /// kResync: on a `replica` detection the flagged ranks copy the majority's state (replica.h).
 enum class Policy { kSkipStep, kRollback, kLrBackoff, kAbort, kNone, kResync };

@@ -1,5 +1,5 @@
 // Detector `replica` (detectors/replica.cpp): the ranks outside the digest vote's majority.
-// The vote and the divergence classes themselves: tests/harness/replica_test.cpp.
+// The vote and the divergence classes themselves: tests/detectors/core/replica_test.cpp.
 #include "detectors/core/replica.h"
 
 #include "tests/detectors/detector_test_util.h"

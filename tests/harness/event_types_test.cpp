@@ -89,9 +89,11 @@ TEST(EventTypes, WritersKeepTheirLines) {
   end.loss_scale = kNoValue;
   end.localize_us = 0;
   end.cpu_us = 1234;
-  EXPECT_EQ(to_json(end).dump(),
-            R"({"action":"update","cpu_us":1234,"localize_us":0,"loss":null,"loss_scale":null,)"
-            R"("lr":0.5,"step":1})");
+  fmt::memory_buffer end_line;
+  append_step_end(end_line, 77, end);
+  EXPECT_EQ(std::string(end_line.data(), end_line.size()),
+            R"({"action":"update","cpu_us":1234,"ev":"step_end","localize_us":0,"loss":null,)"
+            R"("loss_scale":null,"lr":0.5,"step":1,"t_us":77})");
   FinalEvent fin;
   fin.steps_completed = 4;
   fin.eval_loss = std::numeric_limits<double>::infinity();
@@ -180,13 +182,6 @@ TEST(EventTypes, EveryStructSurvivesTheLog) {
   expect_round_trip(fin, parse_final);
   fin.has_loss = false;  // a pipeline stage before the last: no loss by design
   expect_round_trip(fin, parse_final);
-  StepEndEvent end;
-  end.step = 4;
-  end.action = "skip";
-  end.loss = kNoValue;
-  expect_round_trip(end, parse_step_end);
-  end.phases = StepEndEvent::Phases{{100, 2000, 3000, 40}, 700, 12};  // phase_clock.h's fields
-  expect_round_trip(end, parse_step_end);
   // The Python agent's line (phases.py): own_us by phase name; run_delay_us absent where
   // unknown; a phase it does not write reads 0.
   const StepEndEvent py = parse_step_end(
@@ -274,6 +269,92 @@ TEST(EventTypes, AFieldOfTheWrongTypeIsATypeErrorUnlessNothingReadsIt) {
   EXPECT_EQ(type_error(json{{"ev", "abort"}, {"reason", 3}, {"step", "x"}}), "no error");
   EXPECT_EQ(type_error(json{{"ev", "final"}, {"eval_loss", "x"}, {"loss_scale", "y"}}), "no error");
   EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"loss", "x"}, {"cpu_us", "y"}}), "no error");
+}
+
+// The step lines: what append_step_end wrote, parsed back.
+StepEndEvent step_end_trip(const StepEndEvent& e) {
+  fmt::memory_buffer line;
+  append_step_end(line, 42, e);
+  const std::string text(line.data(), line.size());
+  EXPECT_EQ(text.find('\n'), std::string::npos) << text;
+  const StepEndEvent back = std::get<StepEndEvent>(parse_event(json::parse(text)));
+  EXPECT_EQ(back.t_us, 42);
+  return back;
+}
+
+// step_begin and step_end have one writer each (the built-in loop's and the C++ agent's lines):
+// every field reads back as written, a double that is not finite as null (kNoValue), an absent
+// optional as absent.
+TEST(EventTypes, StepLinesRoundTrip) {
+  StepBeginEvent b;
+  b.step = 12;
+  b.cpu_us = 3456;
+  fmt::memory_buffer line;
+  append_step_begin(line, 99, b);
+  EXPECT_EQ(std::string(line.data(), line.size()),
+            R"({"cpu_us":3456,"ev":"step_begin","step":12,"t_us":99})");
+  auto back =
+      std::get<StepBeginEvent>(parse_event(json::parse(std::string(line.data(), line.size()))));
+  EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.cpu_us, 3456);
+  EXPECT_EQ(back.t_us, 99);
+  b.cpu_us.reset();  // the agent's: no CPU time
+  line.clear();
+  append_step_begin(line, 5, b);
+  EXPECT_EQ(std::string(line.data(), line.size()), R"({"ev":"step_begin","step":12,"t_us":5})");
+  back = std::get<StepBeginEvent>(parse_event(json::parse(std::string(line.data(), line.size()))));
+  EXPECT_FALSE(back.cpu_us);
+
+  StepEndEvent end;
+  end.step = 4;
+  end.action = "skip";
+  end.loss = kNoValue;
+  StepEndEvent r = step_end_trip(end);
+  EXPECT_EQ(r.step, 4);
+  EXPECT_EQ(r.action, "skip");
+  ASSERT_TRUE(r.loss);
+  EXPECT_TRUE(std::isnan(*r.loss));
+  EXPECT_FALSE(r.lr || r.loss_scale || r.localize_us || r.cpu_us || r.phases);
+  end.loss = 0.1 + 0.2;  // no shorter text reads back the same
+  end.lr = 1.0;          // integral: written 1.0
+  end.loss_scale = std::numeric_limits<double>::infinity();
+  end.localize_us = 17;
+  end.cpu_us = 123456789;
+  end.phases = StepEndEvent::Phases{{100, 2000, 3000, 40}, 700, 12};  // phase_clock.h's fields
+  r = step_end_trip(end);
+  EXPECT_EQ(r.loss, 0.1 + 0.2);
+  EXPECT_EQ(r.lr, 1.0);
+  ASSERT_TRUE(r.loss_scale);
+  EXPECT_TRUE(std::isnan(*r.loss_scale));
+  EXPECT_EQ(r.localize_us, 17);
+  EXPECT_EQ(r.cpu_us, 123456789);
+  ASSERT_TRUE(r.phases);
+  EXPECT_EQ(r.phases->own_us, (std::array<int64_t, 4>{100, 2000, 3000, 40}));
+  EXPECT_EQ(r.phases->wait_us, 700);
+  EXPECT_EQ(r.phases->run_delay_us, 12);
+  line.clear();
+  append_step_end(line, 1, end);
+  const std::string text(line.data(), line.size());
+  EXPECT_NE(text.find(R"("lr":1.0,)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("own_us":{"backward":3000,"comm":40,"compute":2000,"data":100})"),
+            std::string::npos)
+      << text;
+  // The same bytes as the JSON object EventLog::write would have dumped (sorted keys).
+  EXPECT_EQ(json::parse(text).dump(), text);
+  end.phases->run_delay_us.reset();  // unknown run delay: absent
+  EXPECT_FALSE(step_end_trip(end).phases->run_delay_us);
+  // write_event goes through the same writer and stamps the time.
+  const std::string path = ::testing::TempDir() + "/step_lines_" + std::to_string(::getpid());
+  {
+    EventLog log(path);
+    write_event(log, b);
+    write_event(log, end);
+  }
+  const auto events = read_events(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_GT(std::get<StepBeginEvent>(parse_event(events[0])).t_us, 0);
+  EXPECT_EQ(std::get<StepEndEvent>(parse_event(events[1])).cpu_us, 123456789);
 }
 
 // The one writer of the flight recorder's lines: each line is one JSON object that the readers

@@ -105,7 +105,7 @@ TEST(Plan, ReadsBackWhatItCompiled) {
   EXPECT_EQ(back.scenario.seed, 7u);
   EXPECT_EQ(back.scenario.job.steps, 30);
   EXPECT_EQ(back.scenario.job.micro_batches, 2);
-  EXPECT_EQ(back.scenario.detectors.collective_timeout_ms, 4000);
+  EXPECT_EQ(collective_timeout_ms(back.scenario.detectors), 4000);
   ASSERT_EQ(back.scenario.faults.size(), s.faults.size());
   for (size_t i = 0; i < s.faults.size(); ++i) {
     const FaultSpec &a = s.faults[i], &b = back.scenario.faults[i];

@@ -194,6 +194,18 @@ TEST(Registry, EachBuiltFaultKindDeclaresItsCampaignRules) {
   }
 }
 
+// The judge dates a failed launch from a firing only for a kind whose firing is its rank's
+// failure: crash. A hang also stops the job, but its failure is the timeout, not the firing.
+TEST(Registry, OnlyCrashFailsItsRankAtInjection) {
+  ASSERT_NE(find_fault_kind("crash"), nullptr);
+  EXPECT_TRUE(find_fault_kind("crash")->fails_at_injection);
+  ASSERT_NE(find_fault_kind("hang"), nullptr);
+  EXPECT_TRUE(find_fault_kind("hang")->stops_job);
+  for (const auto& [name, info] : fault_kinds()) {
+    if (name != "crash") EXPECT_FALSE(info.fails_at_injection) << name;
+  }
+}
+
 // A kind that forgot a rule stops the program at start-up, naming the kind and the rule; a
 // snapshot's entry (keys only) needs none.
 TEST(RegistryDeathTest, BuiltKindWithoutItsRulesAborts) {

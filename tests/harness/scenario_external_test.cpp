@@ -67,7 +67,7 @@ TEST(ScenarioExternal, ReadsEnvMicroBatchesAttachTimeoutAndCollectiveTimeout) {
   EXPECT_EQ(s.job.micro_batches, 4);
   EXPECT_EQ(s.job.attach_timeout_ms, 2000);
   EXPECT_EQ(s.job.device, Device::kCuda);
-  EXPECT_EQ(s.detectors.collective_timeout_ms, 3000);
+  EXPECT_EQ(collective_timeout_ms(s.detectors), 3000);
   EXPECT_EQ(*s.expect.first_detector, "observed:exception");
 }
 

@@ -342,7 +342,7 @@ TEST(ScenarioLoader, MinimalScenarioFillsDefaults) {
   EXPECT_TRUE(s.detectors.consensus);
   EXPECT_TRUE(s.detectors.replay);
   EXPECT_FALSE(s.detectors.replay_given);
-  EXPECT_EQ(s.detectors.collective_timeout_ms, 10000);
+  EXPECT_EQ(collective_timeout_ms(s.detectors), 10000);
   EXPECT_EQ(s.detectors.params.get_int("collective_timeout_ms"), 10000);
   EXPECT_DOUBLE_EQ(s.detectors.params.get_float("max_abs"), 1e6);
   EXPECT_EQ(s.detectors.params.get_int("spike_window"), 20);

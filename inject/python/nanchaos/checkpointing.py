@@ -88,7 +88,8 @@ class Replay:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._agent, name)
 
-    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+    def fired(self, fault: int, target: str, detail: Dict[str, Any],
+              step: Optional[int] = None) -> None:
         pass
 
 

@@ -213,9 +213,10 @@ class _Recorder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._agent, name)
 
-    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
+    def fired(self, fault: int, target: str, detail: Dict[str, Any],
+              step: Optional[int] = None) -> None:
         self.hit.append(target)
-        self._agent.fired(fault, target, detail)
+        self._agent.fired(fault, target, detail, step=step)
 
 
 class ShardedModel:

@@ -54,8 +54,11 @@ class FaultContext(Protocol):
     seed: int
     micro: int
 
-    def fired(self, fault: int, target: str, detail: Dict[str, Any]) -> None:
-        """Writes the ``inject`` event of fault index ``fault`` hitting ``target``."""
+    def fired(self, fault: int, target: str, detail: Dict[str, Any],
+              step: Optional[int] = None) -> None:
+        """Writes the ``inject`` event of fault index ``fault`` hitting ``target``; ``step``
+        is the event's step when it is not the iteration's (a checkpoint fault gives the
+        corrupted save's step, its ground truth)."""
 
 
 

@@ -153,9 +153,9 @@ class CheckpointFault(Fault):
             return False
         return saved.index == self.save if self.save is not None else saved.step == self.spec.step
 
-    def on_checkpoint_saved(self, ctx: Any, saved: SavedCheckpoint) -> None:
-        """``ctx``: the agent (its ``fired`` takes the save's step: the ``inject`` event's step
-        is the corrupted save's, the fault's ground truth)."""
+    def on_checkpoint_saved(self, ctx: FaultContext, saved: SavedCheckpoint) -> None:
+        """``ctx``: the rank's fault context (its ``fired`` takes the save's step: the
+        ``inject`` event's step is the corrupted save's, the fault's ground truth)."""
         if saved.dcp is not None:
             self._on_dcp_saved(ctx, saved, saved.dcp)
             return
@@ -190,7 +190,7 @@ class CheckpointFault(Fault):
             detail.update(values)
         ctx.fired(self.index, target, detail, step=saved.step)
 
-    def _on_dcp_saved(self, ctx: Any, saved: SavedCheckpoint, shard: DcpShard) -> None:
+    def _on_dcp_saved(self, ctx: FaultContext, saved: SavedCheckpoint, shard: DcpShard) -> None:
         previous, self._previous_dcp = self._previous_dcp, shard
         if not self._chosen(ctx, saved):
             return
@@ -233,7 +233,7 @@ class CheckpointFault(Fault):
             detail.update(values)
         ctx.fired(self.index, target, detail, step=saved.step)
 
-    def _dcp_matches(self, ctx: Any, fqn: str) -> bool:
+    def _dcp_matches(self, ctx: FaultContext, fqn: str) -> bool:
         t = self.target
         if t is None:
             return False
@@ -251,7 +251,7 @@ class CheckpointFault(Fault):
             return int(name) == self._optimizer_index(ctx, t.name)
         return match_target(t.name, _strip(name))
 
-    def _corrupt_dcp_tensor(self, ctx: Any, shard: DcpShard, where: str
+    def _corrupt_dcp_tensor(self, ctx: FaultContext, shard: DcpShard, where: str
                             ) -> Optional[Tuple[str, Dict[str, Any]]]:
         """Rewrites the first element of the target's chunk in this rank's shard; None when
         another rank in ``ranks`` holds it."""
