@@ -182,7 +182,8 @@ FaultKindInfo checkpoint_kind() {
   info.keys = {
       Key("step", KeyType::kInt,
           "the save made before this step (built-in: a multiple of [checkpoint].every; "
-          "external: the step the job's save records); or give `save`")
+          "external: the step the job's save records); exactly one of `step` and `save` is "
+          "required (no save is made before step 0)")
           .def(0)
           .min(0),
       Key("save", KeyType::kInt,

@@ -203,10 +203,16 @@ results::ScenarioResult run_scenario_job(const Scenario& s, const std::string& r
     res.reason = job.launch_error;
   }
   if (job.interrupted_by != 0) {
-    // The evidence so far stays (outcome, events); the verdict cannot mean anything.
+    // The evidence so far stays (events, detections, the ranks seen gone); what the judge would
+    // conclude from how the job ended does not: the controller ended it, so it neither crashed
+    // nor completed, what the fault did was not seen to the end, and a rank the stop killed is
+    // nobody's to blame.
     res.verdict = results::Verdict::kError;
     res.reason = "interrupted";
     res.interrupted_by = signal_name(job.interrupted_by);
+    res.outcome = results::Outcome::kNone;
+    res.fault_outcome = results::FaultOutcome::kNone;
+    if (res.judged) res.judged->postmortem.blame.reset();
   }
   results::ControllerFacts facts;
   // The timeline's zero (CLOCK_MONOTONIC us): the first launch's start.

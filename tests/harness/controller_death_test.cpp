@@ -114,6 +114,11 @@ void stop_during_hang(int sig) {
   EXPECT_EQ(rep["scenarios"][1]["verdict"], "error");
   EXPECT_EQ(rep["scenarios"][1]["reason"], "interrupted");
   EXPECT_EQ(rep["scenarios"][1]["interrupted_by"], name);
+  // The controller ended that job: no outcome of its own, no fault outcome, nobody blamed.
+  EXPECT_TRUE(rep["scenarios"][1]["outcome"].is_null()) << rep["scenarios"][1].dump();
+  EXPECT_TRUE(rep["scenarios"][1]["fault_outcome"].is_null()) << rep["scenarios"][1].dump();
+  EXPECT_TRUE(rep["scenarios"][1].value("postmortem", json(nullptr)).is_null())
+      << rep["scenarios"][1].dump();
   EXPECT_EQ(rep["summary"]["errors"], 1);
   const std::string junit = read_text(out + "/junit.xml");
   EXPECT_NE(junit.find("tests=\"3\" failures=\"0\" errors=\"1\" skipped=\"1\""), std::string::npos)
