@@ -66,9 +66,12 @@ DetectorInfo straggler_detector() {
       "that grew";
   info.keys = {
       Key("straggler_factor", KeyType::kFloat,
-          "straggler: a rank is slow at a step when its own time exceeds this x the ranks' median")
+          "straggler: a rank is slow at a step when its own time exceeds this x the ranks' median; "
+          "at most 100 (a larger factor, or inf, would turn the detector off without saying so: "
+          "leave straggler out of [detectors] enabled for that)")
           .def(1.5)
-          .above(1),
+          .above(1)
+          .max(100),
       Key("straggler_steps", KeyType::kInt,
           "straggler: slow steps in a row before the rank is flagged")
           .def(3)

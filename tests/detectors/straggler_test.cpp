@@ -6,6 +6,7 @@
 
 #include "harness/common/cause.h"
 #include "tests/detectors/detector_test_util.h"
+#include "tests/harness/loader_text.h"
 
 namespace nanchaos::detect {
 namespace {
@@ -94,6 +95,20 @@ TEST(StragglerDetector, ARankBackToUsualIsReportedAgainInItsNextSpell) {
     EXPECT_EQ(f.ranks, std::vector<int64_t>{0}) << step;
     EXPECT_EQ(f.layer, "backward") << step;
   }
+}
+
+// A factor that can never be exceeded turns the detector off without saying so: refused.
+TEST(StragglerDetector, FactorAboveOneHundredOrInfiniteIsRefused) {
+  const auto with = [](const std::string& v) {
+    return test_util::loader_error(
+        test_util::with_head("[detectors]\nstraggler_factor = " + v + "\n"));
+  };
+  EXPECT_EQ(
+      with("inf"),
+      "x.toml:7:20: error: [detectors].straggler_factor: expected float in (1, 100], got inf");
+  EXPECT_NE(with("1e308").find("expected float in (1, 100]"), std::string::npos);
+  EXPECT_EQ(with("100.0"), "no error");
+  EXPECT_EQ(with("2.5"), "no error");
 }
 
 }  // namespace
