@@ -70,9 +70,15 @@ std::string rate_line(const std::string& what, const results::Rate& r) {
 // The console summary after the run (stdout).
 std::string console_summary(const results::Campaign& c, const std::string& out) {
   const auto& a = c.summary.all;
-  std::string s = fmt::format("--- campaign {}: {} faults (seed {}), {:.1f} s, {:.1f} faults/min\n",
-                              c.name, a.faults, c.seed, c.wall_s,
-                              c.wall_s > 0 ? 60.0 * double(a.faults) / c.wall_s : 0.0);
+  // An interrupted campaign says so here too: its figures are of the faults measured so far.
+  std::string measured = fmt::format("{} faults", a.faults);
+  if (c.interrupted) {
+    measured = c.shard ? measured + ", interrupted"  // a shard measures part of `requested`
+                       : fmt::format("{} of {} faults, interrupted", a.faults, c.requested);
+  }
+  std::string s =
+      fmt::format("--- campaign {}: {} (seed {}), {:.1f} s, {:.1f} faults/min\n", c.name, measured,
+                  c.seed, c.wall_s, c.wall_s > 0 ? 60.0 * double(a.faults) / c.wall_s : 0.0);
   s += "  the stack's own figures (what the stack under test named):\n";
   s += rate_line("coverage", a.coverage);
   s += rate_line("attribution rank", a.rank);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "harness/controller/campaign.h"
@@ -383,6 +384,21 @@ TEST(CampaignOptions, CommandRefusesBadInputsBeforeAnyLaunch) {
       << stop.output;
   EXPECT_LT(s, 10.0);
   EXPECT_FALSE(fs::exists(dir + "/big/faults"));
+}
+
+// Ctrl-C while the faults run: the stdout summary says how many of the drawn faults it measured
+// (stderr alone said so before), campaign.json says interrupted, and it exits by the signal.
+TEST(CampaignOptions, InterruptedMidRunSaysHowManyFaultsItMeasured) {
+  const std::string bin = NANCHAOS_BINARY;
+  const std::string dir = test_util::scratch_dir("nanchaos-test", "campaign-mid");
+  const std::string file = test_util::write_file(dir, "mlp.toml", kMlp);
+  auto stop = test_util::run_cmd("{ timeout --preserve-status -s INT 4 " + bin + " campaign " +
+                                 file + " --faults 6 --kinds hang --out " + dir +
+                                 "/mid 2>/dev/null; echo rc=$?; }");
+  EXPECT_NE(stop.output.find("rc=130"), std::string::npos) << stop.output;
+  EXPECT_NE(stop.output.find(" of 6 faults, interrupted (seed "), std::string::npos) << stop.output;
+  const auto c = nlohmann::json::parse(std::ifstream(dir + "/mid/campaign.json"));
+  EXPECT_EQ(c["interrupted"], true);
 }
 
 // --values finite: tensor scales by a factor in [1.01, 100], bitflip flips a mantissa bit or one
