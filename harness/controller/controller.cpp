@@ -782,24 +782,18 @@ int resume_suite(const std::string& run_dir, const std::string& self_exe) {
   }
   RunOptions opts;
   try {
-    opts = options_from_invocation(state.at("invocation"));
-  } catch (const std::exception& e) {
-    std::cerr << fmt::format("{}/run-state.json: invocation: {}\n", who, e.what());
-    return kExitNothingRan;
-  }
-  opts.out_dir = run_dir;
-  opts.self_exe = self_exe;
-  // The paths as the user wrote them, run from the folder they were written in (while it is
-  // still there): the scenarios the resume runs are named in the reports as the earlier
-  // controller named its own. Else the absolute paths.
-  try {
     const nlohmann::json& inv = state.at("invocation");
+    opts = options_from_invocation(inv);
+    opts.out_dir = run_dir;
+    opts.self_exe = self_exe;
+    // The paths as the user wrote them, run from the folder they were written in (while it is
+    // still there): the scenarios the resume runs are named in the reports as the earlier
+    // controller named its own. Else the absolute paths.
     const std::string cwd = inv.value("cwd", std::string());
     std::error_code ec;
     if (inv.contains("paths_given") && !cwd.empty() && fs::is_directory(cwd, ec)) {
-      const fs::path out = fs::absolute(run_dir, ec);
       opts.paths = inv["paths_given"].get<std::vector<std::string>>();
-      opts.out_dir = out.lexically_normal().string();
+      opts.out_dir = fs::absolute(run_dir, ec).lexically_normal().string();
       fs::current_path(cwd);
     }
   } catch (const std::exception& e) {
