@@ -361,6 +361,29 @@ def node_states(conf: Path) -> dict[str, str]:
     return dict(line.split(None, 1) for line in out.splitlines() if " " in line)
 
 
+IDLE_WAIT_S = 60.0
+"""How long a phase waits for n1 and n2 to be idle (s). A node stays `comp` (completing) while
+slurmd runs the previous phase's epilog and reports the job's end; on a loaded 2-core CI machine
+that took over a second once (`n2 comp` straight after slurm.campaign)."""
+
+
+def wait_nodes_idle(conf: Path, limit_s: float) -> tuple[bool, str]:
+    """Polls sinfo every 0.5 s until n1 and n2 are both `idle` or limit_s passes; returns
+    (both idle, the last sinfo answer or error, for the message)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            states = node_states(conf)
+            seen = f"sinfo says {states}"
+        except (OSError, subprocess.SubprocessError) as e:
+            states, seen = {}, f"sinfo failed: {e}"
+        if states.get("n1") == "idle" and states.get("n2") == "idle":
+            return True, seen
+        if time.monotonic() >= deadline:
+            return False, seen
+        time.sleep(0.5)
+
+
 def slurm_cmd(conf: Path, *cmd: str) -> str:
     """Runs a Slurm command against the test cluster; what it printed, for the log."""
     p = subprocess.run(list(cmd), env=dict(os.environ, SLURM_CONF=str(conf)),
@@ -461,14 +484,8 @@ def restore_nodes(f: Failures, conf: Path) -> None:
     for node, state in node_states(conf).items():
         if not state.startswith("idle"):
             slurm_cmd(conf, "scontrol", "update", f"nodename={node}", "state=resume")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = node_states(conf)
-        if states.get("n1") == "idle" and states.get("n2") == "idle":
-            break
-        time.sleep(0.5)
-    f.check(states.get("n1") == "idle" and states.get("n2") == "idle",
-            f"both nodes idle again for the next phases: {states}")
+    ok, seen = wait_nodes_idle(conf, IDLE_WAIT_S)
+    f.check(ok, f"both nodes idle again for the next phases: {seen}")
 
 
 def phase_failures(nanchaos: str, conf: Path, work: Path, time_limit: bool) -> Failures:
@@ -578,12 +595,10 @@ def main() -> int:
         print(f"slurm: SKIPPED: {(slurm_dir / 'unavailable').read_text().strip()}", flush=True)
         return SKIP
     conf = slurm_dir / "slurm.conf"
-    info = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True,
-                          env=dict(os.environ, SLURM_CONF=str(conf)))
-    if info.returncode != 0 or "n1 idle" not in info.stdout or "n2 idle" not in info.stdout:
-        print(f"slurm: the cluster of {conf} is not up with n1 and n2 idle (run .ci/slurm-up "
-              f"{slurm_dir}): sinfo exit {info.returncode}: {info.stdout}{info.stderr}",
-              flush=True)
+    ok, seen = wait_nodes_idle(conf, IDLE_WAIT_S)
+    if not ok:
+        print(f"slurm: the cluster of {conf} is not up with n1 and n2 idle after {IDLE_WAIT_S:.0f} s "
+              f"(run .ci/slurm-up {slurm_dir}): {seen}", flush=True)
         return 1
     work = Path(args.work) / args.phase
     subprocess.run(["rm", "-rf", str(work)], check=True)
