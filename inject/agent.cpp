@@ -274,32 +274,31 @@ void Agent::attach(torch::nn::Module& model, torch::optim::Optimizer* optimizer)
     a.params.push_back(item.value());
   }
   a.buffers = model.buffers();
-  json modules = json::array(), parameters = json::array();
+  harness::StartEvent start;
   // named_modules() needs the model held by a shared_ptr; the children walk does not.
   std::function<void(const torch::nn::Module&, const std::string&)> walk =
       [&](const torch::nn::Module& m, const std::string& prefix) {
         for (const auto& child : m.named_children()) {
           const std::string name = prefix.empty() ? child.key() : prefix + "." + child.key();
-          modules.push_back(name);
+          start.modules.push_back(name);
           walk(*child.value(), name);
         }
       };
   walk(model, "");
-  for (const auto& [name, p] : a.named_params) parameters.push_back(name);
+  for (const auto& [name, p] : a.named_params) start.parameters.push_back(name);
   a.check_targets();
-  a.log->write("start", {{"rank", a.rank},
-                         {"world", a.world},
-                         {"pid", getpid()},
-                         {"host", harness::this_host()},
-                         {"external", true},
-                         {"agent", "cpp"},
-                         {"torch", TORCH_VERSION},
-                         {"modules", std::move(modules)},
-                         {"parameters", std::move(parameters)},
-                         {"optimizer", optimizer ? json::array({"torch::optim"}) : json::array()},
-                         {"scaler", nullptr},
-                         {"ddp", false},
-                         {"micro_batches", a.plan.job.micro_batches}});
+  start.rank = a.rank;
+  start.world = a.world;
+  start.pid = getpid();
+  start.host = harness::this_host();
+  start.external = true;
+  start.agent = "cpp";
+  start.more = {{"torch", TORCH_VERSION},
+                {"optimizer", optimizer ? json::array({"torch::optim"}) : json::array()},
+                {"scaler", nullptr},
+                {"ddp", false},
+                {"micro_batches", a.plan.job.micro_batches}};
+  harness::write_event(*a.log, start);
 }
 
 void Agent::begin_step(int64_t step) {

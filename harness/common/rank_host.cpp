@@ -17,18 +17,15 @@ std::string this_pid_namespace() {
   return n > 0 ? std::string(buf, size_t(n)) : std::string();
 }
 
-bool rank_is_local(const nlohmann::json& first_event, const std::string& host,
-                   const std::string& pidns) {
-  if (!first_event.is_object()) return true;
-  const std::string h = first_event.value("host", std::string());
-  if (!h.empty() && h != host) return false;
-  const std::string ns = first_event.value("pidns", std::string());
-  return ns.empty() || pidns.empty() || ns == pidns;
+bool rank_is_local(std::string_view rank_host, std::string_view rank_pidns, std::string_view host,
+                   std::string_view pidns) {
+  if (!rank_host.empty() && rank_host != host) return false;
+  return rank_pidns.empty() || pidns.empty() || rank_pidns == pidns;
 }
 
-bool rank_is_local(const nlohmann::json& first_event) {
+bool rank_is_local(std::string_view rank_host, std::string_view rank_pidns) {
   static const std::string host = this_host(), pidns = this_pid_namespace();
-  return rank_is_local(first_event, host, pidns);
+  return rank_is_local(rank_host, rank_pidns, host, pidns);
 }
 
 }  // namespace nanchaos::harness

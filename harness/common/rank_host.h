@@ -8,8 +8,8 @@
 // would name an unrelated process.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace nanchaos::harness {
 
@@ -18,12 +18,12 @@ std::string this_host();
 /// This process's PID namespace, e.g. "pid:[4026531836]" ("" where /proc does not say).
 std::string this_pid_namespace();
 
-/// True when the rank that wrote `first_event` runs on this host in this PID namespace. An event
-/// without `host` (written by an older rank) counts as local, as before; one without `pidns` is
-/// judged by its host alone. Pure function of its arguments.
-bool rank_is_local(const nlohmann::json& first_event, const std::string& host,
-                   const std::string& pidns);
-/// rank_is_local(first_event, this_host(), this_pid_namespace()).
-bool rank_is_local(const nlohmann::json& first_event);
+/// True when a rank whose first event says `rank_host` and `rank_pidns` runs on `host` in PID
+/// namespace `pidns`. An empty rank_host (an older rank's event without it) counts as local, as
+/// before; an empty rank_pidns is judged by the host alone. Pure function of its arguments.
+bool rank_is_local(std::string_view rank_host, std::string_view rank_pidns, std::string_view host,
+                   std::string_view pidns);
+/// rank_is_local(rank_host, rank_pidns, this_host(), this_pid_namespace()).
+bool rank_is_local(std::string_view rank_host, std::string_view rank_pidns);
 
 }  // namespace nanchaos::harness

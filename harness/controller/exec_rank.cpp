@@ -26,6 +26,7 @@
 #include "harness/common/rank_output.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_paths.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/evidence/proc_watch.h"
 #include "harness/scenario/scenario.h"
@@ -295,14 +296,17 @@ int exec_rank(const ExecRankOptions& opts) {
                              std::strerror(errno));
     return 2;
   }
-  write_line(fd, {{"ev", "launch"},
-                  {"t_us", now_us()},
-                  {"rank", id.rank},
-                  {"world", id.world},
-                  {"pid", getpid()},
-                  {"host", this_host()},
-                  {"pidns", this_pid_namespace()},
-                  {"command", argv}});
+  LaunchEvent launched;
+  launched.rank = id.rank;
+  launched.world = id.world;
+  launched.pid = getpid();
+  launched.host = this_host();
+  launched.pidns = this_pid_namespace();
+  launched.command = argv;
+  launched.t_us = now_us();
+  nlohmann::json line = to_json(launched);
+  line["ev"] = LaunchEvent::kEv;
+  write_line(fd, line);
   // Measured here, once, for any command (the Python agent need not): see clock_sync.h.
   log_clock_from_env([&](nlohmann::json fields) {
     fields["ev"] = "clock";

@@ -58,19 +58,13 @@ std::string external_setup_error(const std::vector<RankEvidence>& logs, const Jo
 // For an external job rank 0's `start` lists the model's modules and parameters: a target none
 // of them matches gets the nearest name (the DDP `module.` prefix is the classic slip); otherwise
 // the generic advice.
-std::string target_hint(const FaultSpec& fault, const json& start) {
+std::string target_hint(const FaultSpec& fault, const StartEvent* start) {
   const std::string generic = "check the name with `nanchaos targets`";
-  if (!start.is_object() || !fault.target || fault.target->where == TargetWhere::kLoss) {
-    return generic;
-  }
+  if (!start || !fault.target || fault.target->where == TargetWhere::kLoss) return generic;
   const std::string where = to_string(fault.target->where);
   const std::string& pattern = fault.target->pattern;
   const bool module = fault.target->where == TargetWhere::kActivation;
-  const char* list = module ? "modules" : "parameters";
-  std::vector<std::string> names;
-  for (const auto& n : start.value(list, json::array())) {
-    if (n.is_string()) names.push_back(n.get<std::string>());
-  }
+  const std::vector<std::string>& names = module ? start->modules : start->parameters;
   if (names.empty()) return generic;
   for (const auto& n : names) {
     if (match_target(pattern, n)) return generic;  // it matched: the module never ran in training

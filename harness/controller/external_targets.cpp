@@ -10,6 +10,7 @@
 
 #include "harness/controller/judge.h"
 #include "harness/evidence/event_paths.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 
 namespace nanchaos::harness {
@@ -35,14 +36,20 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   bool started = false;
   for (const auto& e : read_events(event_log_path(run_dir, 0))) {
     const std::string ev = e.value("ev", "");
-    if (ev == "start" && !started) {
+    if (ev == StartEvent::kEv && !started) {
       started = true;
-      for (const auto& m : e.value("modules", nlohmann::json::array())) {
-        if (m.is_string() && seen.insert(m.get<std::string>()).second) out.modules.push_back(m);
+      StartEvent start;
+      try {
+        start = parse_start(e);
+      } catch (const nlohmann::json::exception& x) {
+        out.error = fmt::format("{}: rank 0's `start` event is malformed: {} (run folder {})",
+                                s.file, x.what(), run_dir);
+        return out;
       }
-      for (const auto& p : e.value("parameters", nlohmann::json::array())) {
-        if (p.is_string()) out.parameters.push_back(p);
+      for (const auto& m : start.modules) {
+        if (seen.insert(m).second) out.modules.push_back(m);
       }
+      out.parameters = start.parameters;
     } else if (ev == "probe") {
       const std::string name = e.value("name", "");
       if (!name.empty() && seen.insert(name).second) out.modules.push_back(name);

@@ -321,7 +321,7 @@ void decide_verdict(const Scenario& s, const JobEvidence& ev, const JobResult& j
             s.job.timeout_ms, most_steps, f.step);
       } else if (f.params.has("target")) {
         what += ", target " + f.params.get_string("target") + ": " +
-                target_hint(f, logs.empty() ? json() : logs[0].start_ev);
+                target_hint(f, logs.empty() || !logs[0].start ? nullptr : &*logs[0].start);
       }
       unverified.push_back(what + ")");
     }

@@ -125,7 +125,7 @@ LaunchesJudged judge_launches(const Scenario& s, const std::vector<LaunchView>& 
 /// began no step. Pure.
 std::optional<int64_t> resumed_from_step(const std::vector<LaunchView>& launches, size_t k);
 
-/// Why a target may have matched nothing, given rank 0's `start` event (null: none).
-std::string target_hint(const FaultSpec& fault, const nlohmann::json& start);
+/// Why a target may have matched nothing, given rank 0's `start` event (nullptr: none).
+std::string target_hint(const FaultSpec& fault, const StartEvent* start);
 
 }  // namespace nanchaos::harness

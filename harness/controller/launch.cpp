@@ -26,6 +26,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -41,6 +42,7 @@
 #include "harness/controller/stop_signal.h"
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_paths.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/plan.h"
 
@@ -69,11 +71,11 @@ void scan_attach(const std::string& path, AttachWatch& w) {
     const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!e.is_object()) continue;
     const std::string ev = e.value("ev", "");
-    if (ev == "launch") {
-      w.launch_t = e.value("t_us", int64_t(0));
+    if (ev == LaunchEvent::kEv) {
+      w.launch_t = int_field(e, "t_us", 0);
     } else if (ev == "agent") {
       w.agent = true;
-    } else if (ev == "start") {
+    } else if (ev == StartEvent::kEv) {
       w.start = true;
     } else if (ev == "attach_error" && w.attach_error.empty()) {
       w.attach_error = e.value("reason", std::string("attach_error"));
@@ -238,7 +240,7 @@ bool lost_master_port(const std::string& run_dir, int world) {
       if (!e.is_object()) continue;
       const std::string ev = e.value("ev", std::string());
       // A rank that attached may have measured something: never launched again.
-      if (ev == "start") return false;
+      if (ev == StartEvent::kEv) return false;
       const std::string message = e.value("message", std::string());
       if (ev == "exception" && (message.find("Address already in use") != std::string::npos ||
                                 message.find("EADDRINUSE") != std::string::npos)) {
@@ -435,12 +437,24 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         std::string line;
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-          const std::string ev = e.is_object() ? e.value("ev", "") : "";
-          if (ev == "start" || ev == "launch") {
-            rank_pid[rank] = e.value("pid", 0);
-            if (!rank_is_local(e)) r.remote_ranks.insert(rank);  // its pid is not in our /proc
+          const std::string ev = e.is_object() && e.contains("ev") && e["ev"].is_string()
+                                     ? e["ev"].get<std::string>()
+                                     : "";
+          if (ev == StartEvent::kEv || ev == LaunchEvent::kEv) {
+            std::optional<RankIdentity> id;
+            try {
+              id = ev == StartEvent::kEv ? RankIdentity(parse_start(e))
+                                         : RankIdentity(parse_launch(e));
+            } catch (const nlohmann::json::exception&) {
+              // A first line whose pid or host cannot be read: its process cannot be watched
+              // through /proc, as a remote rank's; the launcher reports its end.
+            }
+            rank_pid[rank] = id ? int(id->pid) : 0;
+            if (!id || !rank_is_local(id->host, id->pidns.value_or(""))) {
+              r.remote_ranks.insert(rank);  // its pid is not in our /proc
+            }
           }
-          if (ev == "launch" && attach_timeout_ms > 0) attach[rank] = AttachWatch{};
+          if (ev == LaunchEvent::kEv && attach_timeout_ms > 0) attach[rank] = AttachWatch{};
         }
         continue;
       }

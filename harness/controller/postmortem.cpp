@@ -79,7 +79,7 @@ std::vector<int64_t> find_p2p_stall(const std::vector<RankEvidence>& logs) {
   for (int64_t r = 0; r < world; ++r) {
     for (const auto& p : logs[size_t(r)].p2p) {
       if (p.peer < 0 || p.peer >= world || p.peer == r) continue;
-      ++(p.send ? sends : recvs)[size_t(r)][p.peer];
+      ++(p.send() ? sends : recvs)[size_t(r)][p.peer];
     }
   }
   std::set<int64_t> waiting, waited_on;
@@ -87,8 +87,8 @@ std::vector<int64_t> find_p2p_stall(const std::vector<RankEvidence>& logs) {
     std::map<int64_t, int64_t> sent, received;  // entries so far, per peer
     for (const auto& p : logs[size_t(r)].p2p) {
       if (p.peer < 0 || p.peer >= world || p.peer == r) continue;
-      const int64_t n = (p.send ? sent : received)[p.peer]++;
-      const auto& other = p.send ? recvs[size_t(p.peer)] : sends[size_t(p.peer)];
+      const int64_t n = (p.send() ? sent : received)[p.peer]++;
+      const auto& other = p.send() ? recvs[size_t(p.peer)] : sends[size_t(p.peer)];
       const auto it = other.find(r);
       if (it == other.end() || it->second <= n) {
         waiting.insert(r);

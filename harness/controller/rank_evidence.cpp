@@ -70,48 +70,37 @@ struct TypedReader {
     if (e.status == "error") r.coll_failed_t[e.seq] = e.t_us;
   }
   void operator()(const InjectEvent& e) { r.injections.push_back(e); }
+  void operator()(const LaunchEvent&) {}
+  void operator()(const StartEvent& e) {
+    r.started = true;
+    if (!r.start_t) r.start_t = e.t_us;
+    r.start = e;
+  }
+  void operator()(const P2pEnterEvent& e) { r.p2p.push_back(e); }
+  void operator()(const P2pLeaveEvent&) {}
+  void operator()(const CkptSaveEvent& e) { r.ckpt_saves.push_back(e); }
+  void operator()(const CkptLoadEvent& e) { r.ckpt_loads.push_back(e); }
+  void operator()(const CkptRejectEvent& e) { r.ckpt_rejects.push_back(e); }
+  void operator()(const CkptRenameEvent& e) {
+    // An atomic save renamed into place: the same checkpoint, now under its final path.
+    for (auto it = r.ckpt_saves.rbegin(); it != r.ckpt_saves.rend(); ++it) {
+      if (it->path != e.from) continue;
+      CheckpointEvent moved = *it;
+      moved.path = e.path;
+      moved.t_us = e.t_us;
+      r.ckpt_saves.push_back(std::move(moved));
+      break;
+    }
+  }
   void operator()(const DetectEvent& e) { r.stack_events.emplace_back(e); }
   void operator()(const DecisionEvent& e) { r.stack_events.emplace_back(e); }
 };
 
-// The events only this reader needs (the start, the agent's own records, the log's records of
-// lost evidence), read from the JSON.
-CheckpointEvent checkpoint_event(const json& e) {
-  CheckpointEvent c;
-  c.t_us = int_field(e, "t_us", 0);
-  c.path = e.value("path", std::string());
-  if (e.contains("step") && e["step"].is_number_integer()) c.step = e["step"].get<int64_t>();
-  if (e.contains("agent_step") && e["agent_step"].is_number_integer()) {
-    c.agent_step = e["agent_step"].get<int64_t>();
-  }
-  c.why = e.value("why", std::string());
-  return c;
-}
-
+// The events only this reader needs (the agent's own records, the log's records of lost
+// evidence), read from the JSON.
 void read_other(const json& e, const std::string& ev, RankEvidence& r) {
-  if (ev == "ckpt_save") {
-    r.ckpt_saves.push_back(checkpoint_event(e));
-  } else if (ev == "ckpt_rename") {
-    // An atomic save renamed into place: the same checkpoint, now under its final path.
-    const std::string from = e.value("from", std::string());
-    for (auto it = r.ckpt_saves.rbegin(); it != r.ckpt_saves.rend(); ++it) {
-      if (it->path != from) continue;
-      CheckpointEvent moved = *it;
-      moved.path = e.value("path", std::string());
-      moved.t_us = int_field(e, "t_us", 0);
-      r.ckpt_saves.push_back(moved);
-      break;
-    }
-  } else if (ev == "ckpt_load") {
-    r.ckpt_loads.push_back(checkpoint_event(e));
-  } else if (ev == "ckpt_reject") {
-    r.ckpt_rejects.push_back(checkpoint_event(e));
-  } else if (ev == "start") {
-    r.started = true;
-    if (!r.start_t) r.start_t = int_field(e, "t_us", 0);
-    r.start_ev = e;
-  } else if (ev == "probe" && r.start_ev.is_object()) {
-    r.start_ev["modules"].push_back(e.value("name", ""));  // a probe is a module to target
+  if (ev == "probe" && r.start) {
+    r.start->modules.push_back(e.value("name", ""));  // a probe is a module to target
   } else if (ev == "exception" && !r.exception) {
     r.exception = e.value("message", std::string("an exception"));
   } else if (ev == "agent") {
@@ -129,18 +118,13 @@ void read_other(const json& e, const std::string& ev, RankEvidence& r) {
     r.log_error = e;
   } else if (ev == "log_dropped") {
     r.log_dropped = int_field(e, "count", 0);
-  } else if (ev == "p2p_enter") {
-    const auto peer = e.find("peer");
-    r.p2p.push_back({e.value("op", std::string()) == "send",
-                     peer != e.end() && peer->is_number_integer() ? peer->get<int64_t>() : -1,
-                     int_field(e, "step", 0), int_field(e, "t_us", 0)});
   } else if (ev == "attach_error" && !r.attach_error) {
     r.attach_error = e.value("reason", std::string("attach_error"));
   }
 }
 
 // The event on the rank's timeline lane, if it is drawn there.
-void add_to_lane(const json& e, const TypedEvent& te, int64_t t, std::vector<LaneEvent>& lane) {
+void add_to_lane(const TypedEvent& te, int64_t t, std::vector<LaneEvent>& lane) {
   using What = LaneEvent::What;
   auto mark = [&](const char* kind, std::string label) {
     lane.push_back({What::kMark, t, false, 0, kind, std::move(label)});
@@ -159,14 +143,12 @@ void add_to_lane(const json& e, const TypedEvent& te, int64_t t, std::vector<Lan
     mark("abort", "abort");
   } else if (const auto* x = std::get_if<ExitEvent>(&te)) {
     mark("exit", fmt::format("exit {}", x->code));
-  } else if (const auto* o = std::get_if<OtherEvent>(&te); o && o->ev == "p2p_enter") {
-    const int64_t peer = int_field(e, "peer", -1);
-    const std::string peer_text = peer < 0 ? "any" : std::to_string(peer);
-    const bool send = e.value("op", std::string()) == "send";
-    lane.push_back({What::kEnter, t, true, int_field(e, "seq", 0),
-                    send ? "send to " + peer_text : "recv from " + peer_text, ""});
-  } else if (o && o->ev == "p2p_leave") {
-    lane.push_back({What::kLeave, t, true, int_field(e, "seq", 0), "", ""});
+  } else if (const auto* p = std::get_if<P2pEnterEvent>(&te)) {
+    const std::string peer = p->peer < 0 ? "any" : std::to_string(p->peer);
+    lane.push_back(
+        {What::kEnter, t, true, p->seq, p->send() ? "send to " + peer : "recv from " + peer, ""});
+  } else if (const auto* p = std::get_if<P2pLeaveEvent>(&te)) {
+    lane.push_back({What::kLeave, t, true, p->seq, "", ""});
   }
 }
 
@@ -182,7 +164,7 @@ RankEvidence rank_evidence_from_events(std::vector<json> events, const JobResult
     const int64_t t = event_time_us(te);
     r.last_t = std::max<int64_t>(r.last_t, t);
     r.first_t = std::min(r.first_t.value_or(t), t);
-    add_to_lane(e, te, t, r.lane);
+    add_to_lane(te, t, r.lane);
     if (const auto* other = std::get_if<OtherEvent>(&te)) read_other(e, other->ev, r);
     std::visit(typed, te);
   }

@@ -30,16 +30,6 @@ namespace nanchaos::harness {
 /// A detect or decision event: what the stack said, in log order (detections.cpp).
 using StackEvent = std::variant<DetectEvent, DecisionEvent>;
 
-/// External: one point-to-point send or receive the agent logged (`p2p_enter`: pipeline
-/// parallelism's activations and gradients). Numbered on their own, apart from the collectives'
-/// sequence: a middle pipeline stage makes more of them than an end stage.
-struct P2pEntry {
-  bool send = false;  ///< a send (else a receive)
-  int64_t peer = -1;  ///< the other end's global rank (-1: a receive from any source)
-  int64_t step = 0;
-  int64_t t_us = 0;
-};
-
 /// One event of a rank's lane on report.html's timeline (timeline.h): a collective or a
 /// point-to-point send/receive entered or left (each numbered by `seq` on its own), or a
 /// labelled mark (inject, detect, decision, abort, exit).
@@ -51,16 +41,6 @@ struct LaneEvent {
   int64_t seq = 0;    ///< kEnter/kLeave
   std::string name;   ///< kEnter: the bar's name ("grad_allreduce", "send to 2"); kMark: its kind
   std::string label;  ///< kMark: "inject tensor s10", "detect loss", "exit 3"
-};
-
-/// A checkpoint the job saved or loaded, as the agent observed it (`ckpt_save` / `ckpt_load`,
-/// harness/evidence/events.h), or one a built-in rank's loader refused (`ckpt_reject`).
-struct CheckpointEvent {
-  int64_t t_us = 0;
-  std::string path;                   ///< as the job passed it ("" for a file object without name)
-  std::optional<int64_t> step;        ///< the object's own step field ("step", "global_step", ...)
-  std::optional<int64_t> agent_step;  ///< save: iterations the agent had seen complete
-  std::string why;                    ///< reject (built-in `ckpt_reject`): why it was refused
 };
 
 /// One rank's evidence. Times (t_us, in `events` too) are on the controller's timeline.
@@ -97,12 +77,13 @@ struct RankEvidence {
   std::map<int64_t, StepEndEvent::Phases> phases;
   std::vector<InjectEvent> injections;           ///< in log order
   std::map<int64_t, CollEnterEvent> coll_enter;  ///< seq -> its last coll_enter
-  std::vector<P2pEntry> p2p;                     ///< external: its sends/receives, in log order
+  std::vector<P2pEnterEvent> p2p;                ///< external: its sends/receives, in log order
   std::set<int64_t> coll_left;
   std::map<int64_t, int64_t> coll_failed_t;  ///< external: seq -> t_us of a leave with an error
   std::optional<std::string> exception;      ///< external: the first uncaught exception's text
-  /// external: the modules (and probes that ran) and parameters the agent found (its `start`)
-  nlohmann::json start_ev;
+  /// its last `start`; external: the modules (with the probes that ran) and parameters the agent
+  /// found
+  std::optional<StartEvent> start;
   std::optional<nlohmann::json> log_error;  ///< the log could not grow: events after it were lost
   std::optional<int64_t> log_dropped;       ///< how many (written when the rank closed its log)
   std::string host;                         ///< from its first event

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
 
 namespace nanchaos::harness {
@@ -25,6 +26,11 @@ std::optional<std::string> opt_str(const json& e, const char* key) {
   auto it = e.find(key);
   if (it == e.end() || !it->is_string()) return std::nullopt;
   return it->get<std::string>();
+}
+std::optional<bool> opt_bool(const json& e, const char* key) {
+  auto it = e.find(key);
+  if (it == e.end() || !it->is_boolean()) return std::nullopt;
+  return it->get<bool>();
 }
 std::optional<int64_t> opt_int(const json& e, const char* key) {
   auto it = e.find(key);
@@ -313,6 +319,14 @@ TypedEvent parse_event(const json& e) {
   if (ev == StepEndEvent::kEv) return parse_step_end(e);
   if (ev == CollEnterEvent::kEv) return parse_coll_enter(e);
   if (ev == CollLeaveEvent::kEv) return parse_coll_leave(e);
+  if (ev == LaunchEvent::kEv) return parse_launch(e);
+  if (ev == StartEvent::kEv) return parse_start(e);
+  if (ev == P2pEnterEvent::kEv) return parse_p2p_enter(e);
+  if (ev == P2pLeaveEvent::kEv) return parse_p2p_leave(e);
+  if (ev == CkptSaveEvent::kEv) return CkptSaveEvent{parse_checkpoint(e)};
+  if (ev == CkptLoadEvent::kEv) return CkptLoadEvent{parse_checkpoint(e)};
+  if (ev == CkptRejectEvent::kEv) return CkptRejectEvent{parse_checkpoint(e)};
+  if (ev == CkptRenameEvent::kEv) return parse_ckpt_rename(e);
   return OtherEvent{ev, int_field(e, "t_us", 0)};
 }
 
@@ -326,6 +340,184 @@ int64_t event_time_us(const TypedEvent& e) {
         }
       },
       e);
+}
+
+// --- launch, start --------------------------------------------------------------------------
+
+namespace {
+
+void put_identity(json& j, const RankIdentity& e) {
+  j["rank"] = e.rank;
+  j["world"] = e.world;
+  j["pid"] = e.pid;
+  j["host"] = e.host;
+  put(j, "pidns", e.pidns);
+}
+
+void read_identity(const json& e, RankIdentity& x) {
+  x.rank = int_field(e, "rank", -1);
+  x.world = int_field(e, "world", 0);
+  x.pid = int_field(e, "pid", 0);
+  x.host = str(e, "host");
+  if (e.contains("pidns")) x.pidns = str(e, "pidns");
+}
+
+// The strings of an array field; absent or not an array: none; entries not strings skipped.
+std::vector<std::string> strings(const json& e, const char* key) {
+  std::vector<std::string> out;
+  if (auto it = e.find(key); it != e.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_string()) out.push_back(v.get<std::string>());
+    }
+  }
+  return out;
+}
+
+// The fields of `e` other than "ev", "t_us" and `typed`: a struct's `more`.
+json rest(const json& e, std::initializer_list<const char*> typed) {
+  json out = json::object();
+  for (auto it = e.begin(); it != e.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "ev" || k == "t_us") continue;
+    bool known = false;
+    for (const char* t : typed) known = known || k == t;
+    if (!known) out[k] = it.value();
+  }
+  return out;
+}
+
+// `more`'s fields into j (an object; a typed field of the same name wins).
+void merge(json& j, const json& more) {
+  if (!more.is_object()) return;
+  for (auto it = more.begin(); it != more.end(); ++it) {
+    if (!j.contains(it.key())) j[it.key()] = it.value();
+  }
+}
+
+}  // namespace
+
+json to_json(const LaunchEvent& e) {
+  json j = json::object();
+  put_identity(j, e);
+  j["command"] = e.command;
+  put_time(j, e.t_us);
+  return j;
+}
+
+LaunchEvent parse_launch(const json& e) {
+  LaunchEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  read_identity(e, x);
+  x.command = strings(e, "command");
+  return x;
+}
+
+json to_json(const StartEvent& e) {
+  json j = json::object();
+  put_identity(j, e);
+  put(j, "seed", e.seed);
+  if (e.external) {
+    j["external"] = true;
+    j["modules"] = e.modules;
+    j["parameters"] = e.parameters;
+  }
+  put(j, "agent", e.agent);
+  merge(j, e.more);
+  put_time(j, e.t_us);
+  return j;
+}
+
+StartEvent parse_start(const json& e) {
+  StartEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  read_identity(e, x);
+  x.seed = opt_int(e, "seed");
+  x.external = opt_bool(e, "external").value_or(false);
+  x.agent = opt_str(e, "agent");
+  x.modules = strings(e, "modules");
+  x.parameters = strings(e, "parameters");
+  x.more = rest(e, {"rank", "world", "pid", "host", "pidns", "seed", "external", "agent", "modules",
+                    "parameters"});
+  return x;
+}
+
+// --- point-to-point ----------------------------------------------------------------------------
+
+json to_json(const P2pEnterEvent& e) {
+  json j = {{"seq", e.seq}, {"op", e.op}, {"step", e.step}};
+  j["peer"] = e.peer >= 0 ? json(e.peer) : json();
+  put(j, "numel", e.numel);
+  put(j, "dtype", e.dtype);
+  put_time(j, e.t_us);
+  return j;
+}
+
+P2pEnterEvent parse_p2p_enter(const json& e) {
+  P2pEnterEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.seq = int_field(e, "seq", 0);
+  x.op = str(e, "op");
+  x.peer = int_field(e, "peer", -1);
+  x.numel = opt_int(e, "numel");
+  x.dtype = opt_str(e, "dtype");
+  x.step = int_field(e, "step", 0);
+  return x;
+}
+
+json to_json(const P2pLeaveEvent& e) {
+  json j = {{"seq", e.seq}, {"status", e.status}};
+  put_time(j, e.t_us);
+  return j;
+}
+
+P2pLeaveEvent parse_p2p_leave(const json& e) {
+  P2pLeaveEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.seq = int_field(e, "seq", 0);
+  x.status = str(e, "status", "ok");
+  return x;
+}
+
+// --- checkpoints -------------------------------------------------------------------------------
+
+json to_json(const CheckpointEvent& e) {
+  json j = {{"path", e.path}};
+  put(j, "step", e.step);
+  put(j, "agent_step", e.agent_step);
+  if (!e.why.empty()) j["why"] = e.why;
+  merge(j, e.more);
+  put_time(j, e.t_us);
+  return j;
+}
+
+CheckpointEvent parse_checkpoint(const json& e) {
+  CheckpointEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.path = str(e, "path");
+  auto integer = [&](const char* key) -> std::optional<int64_t> {
+    auto it = e.find(key);
+    if (it == e.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  x.step = integer("step");
+  x.agent_step = integer("agent_step");
+  x.why = str(e, "why");
+  x.more = rest(e, {"path", "step", "agent_step", "why"});
+  return x;
+}
+
+json to_json(const CkptRenameEvent& e) {
+  json j = {{"from", e.from}, {"path", e.path}};
+  put_time(j, e.t_us);
+  return j;
+}
+
+CkptRenameEvent parse_ckpt_rename(const json& e) {
+  CkptRenameEvent x;
+  x.t_us = int_field(e, "t_us", 0);
+  x.from = str(e, "from");
+  x.path = str(e, "path");
+  return x;
 }
 
 namespace {

@@ -195,7 +195,100 @@ struct CollLeaveEvent {
   int64_t t_us = 0;  ///< when (us; absent: 0)
 };
 
-/// Any other event (start, clock, probe, exception, log_error, ...): its type and time.
+/// Which process a rank is, where: the identity `launch` and `start` both carry. A rank whose
+/// host or PID namespace differ from the controller's is not in its /proc (rank_host.h).
+struct RankIdentity {
+  int64_t rank = -1;                 ///< (absent: -1)
+  int64_t world = 0;                 ///< world size (absent: 0)
+  int64_t pid = 0;                   ///< its process id on its host (absent: 0)
+  std::string host;                  ///< gethostname() (absent: "")
+  std::optional<std::string> pidns;  ///< readlink /proc/self/ns/pid (absent: unknown)
+};
+
+/// `launch {rank, world, pid, host, pidns, command}`: exec-rank's first line for an external
+/// job's rank (harness/controller/exec_rank.cpp), written before it execs the job's command.
+struct LaunchEvent : RankIdentity {
+  static constexpr const char* kEv = "launch";
+  std::vector<std::string> command;  ///< the argv it execs (entries not strings skipped)
+  int64_t t_us = 0;                  ///< when (us; absent: 0)
+};
+
+/// `start {rank, world, pid, host, ...}`: the rank is up with its model built. The built-in
+/// rank (harness/job/rank_runner.cpp) adds pidns and seed; an external job's agent
+/// (inject/agent.cpp, inject/python/nanchaos/agent.py) adds external, agent, the model's names
+/// and what it found of the job (torch, python, optimizer, scaler, ddp, micro_batches).
+struct StartEvent : RankIdentity {
+  static constexpr const char* kEv = "start";
+  std::optional<int64_t> seed;       ///< built-in: the scenario's seed
+  bool external = false;             ///< written by an external job's agent (absent: false)
+  std::optional<std::string> agent;  ///< external: "cpp" or "python"
+  /// external: the model's module names (nanchaos.probe names that ran are added by the
+  /// reader) and parameter names, as targets name them; absent: none, entries not strings skipped.
+  std::vector<std::string> modules;
+  std::vector<std::string> parameters;
+  /// Every other field as written (torch, python, optimizer, scaler, ddp, micro_batches): read
+  /// by people and tests, never by the judge. An object.
+  nlohmann::json more = nlohmann::json::object();
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+};
+
+/// `p2p_enter {seq, op, peer, numel, dtype, step}`: the rank entered a point-to-point send or
+/// receive (the Python agent's, pipeline parallelism: inject/python/nanchaos/collectives.py),
+/// numbered on its own, apart from the collectives.
+struct P2pEnterEvent {
+  static constexpr const char* kEv = "p2p_enter";
+  int64_t seq = 0;               ///< its number among this rank's sends and receives (absent: 0)
+  std::string op;                ///< "send" or "recv" (absent: "")
+  int64_t peer = -1;             ///< the other rank; -1: any (null or absent)
+  std::optional<int64_t> numel;  ///< elements
+  std::optional<std::string> dtype;
+  int64_t step = 0;  ///< steps (absent: 0)
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+  bool send() const { return op == "send"; }
+};
+
+/// `p2p_leave {seq, status}`: the rank left send/receive #seq.
+struct P2pLeaveEvent {
+  static constexpr const char* kEv = "p2p_leave";
+  int64_t seq = 0;            ///< (absent: 0)
+  std::string status = "ok";  ///< ok, error (absent: "ok")
+  int64_t t_us = 0;           ///< when (us; absent: 0)
+};
+
+/// A checkpoint saved, loaded or refused, as `ckpt_save`, `ckpt_load` and `ckpt_reject` write
+/// it (the Python agent when an external job saves or loads its own training state, ckpt_io.py
+/// and dcp_io.py; the built-in rank's checkpoints, harness/job/checkpoint_rank.cpp).
+struct CheckpointEvent {
+  std::string path;  ///< file or DCP folder as the job passed it ("" for a file object; absent: "")
+  /// the object's own step ("step", "global_step", "iteration"; steps); null or absent: unknown
+  std::optional<int64_t> step;
+  std::optional<int64_t> agent_step;  ///< save: iterations the agent had seen complete (steps)
+  std::string why;                    ///< reject: why it was refused (absent: "")
+  /// Every other field as written (tensors, format, digests, validated, layer, shard_rank, rank,
+  /// shard, shard_bytes): read by people and tests, never by the judge. An object.
+  nlohmann::json more = nlohmann::json::object();
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+};
+struct CkptSaveEvent : CheckpointEvent {
+  static constexpr const char* kEv = "ckpt_save";
+};
+struct CkptLoadEvent : CheckpointEvent {
+  static constexpr const char* kEv = "ckpt_load";
+};
+struct CkptRejectEvent : CheckpointEvent {
+  static constexpr const char* kEv = "ckpt_reject";
+};
+
+/// `ckpt_rename {from, path}`: an atomic save's temporary file renamed into place (the Python
+/// agent's os.rename/os.replace wrapper).
+struct CkptRenameEvent {
+  static constexpr const char* kEv = "ckpt_rename";
+  std::string from;  ///< (absent: "")
+  std::string path;  ///< (absent: "")
+  int64_t t_us = 0;  ///< when (us; absent: 0)
+};
+
+/// Any other event (clock, probe, exception, agent, log_error, ...): its type and time.
 struct OtherEvent {
   std::string ev;    ///< its "ev" (absent: "")
   int64_t t_us = 0;  ///< (absent: 0)
@@ -203,7 +296,9 @@ struct OtherEvent {
 
 using TypedEvent =
     std::variant<OtherEvent, InjectEvent, DetectEvent, DecisionEvent, AbortEvent, FinalEvent,
-                 ExitEvent, StepBeginEvent, StepEndEvent, CollEnterEvent, CollLeaveEvent>;
+                 ExitEvent, StepBeginEvent, StepEndEvent, CollEnterEvent, CollLeaveEvent,
+                 LaunchEvent, StartEvent, P2pEnterEvent, P2pLeaveEvent, CkptSaveEvent,
+                 CkptLoadEvent, CkptRejectEvent, CkptRenameEvent>;
 
 /// The fields of an event as EventLog::write takes them (no "ev"; "t_us" only when set).
 nlohmann::json to_json(const InjectEvent& e);
@@ -214,6 +309,13 @@ nlohmann::json to_json(const FinalEvent& e);
 nlohmann::json to_json(const ExitEvent& e);
 nlohmann::json to_json(const CollEnterEvent& e);
 nlohmann::json to_json(const CollLeaveEvent& e);
+nlohmann::json to_json(const LaunchEvent& e);
+nlohmann::json to_json(const StartEvent& e);
+nlohmann::json to_json(const P2pEnterEvent& e);
+nlohmann::json to_json(const P2pLeaveEvent& e);
+/// ckpt_save, ckpt_load, ckpt_reject (the type comes from the derived struct's kEv).
+nlohmann::json to_json(const CheckpointEvent& e);
+nlohmann::json to_json(const CkptRenameEvent& e);
 
 /// One event by its type (the "ev" field, ignored otherwise). Throws json::type_error as the
 /// header comment says.
@@ -227,6 +329,13 @@ StepBeginEvent parse_step_begin(const nlohmann::json& e);
 StepEndEvent parse_step_end(const nlohmann::json& e);
 CollEnterEvent parse_coll_enter(const nlohmann::json& e);
 CollLeaveEvent parse_coll_leave(const nlohmann::json& e);
+LaunchEvent parse_launch(const nlohmann::json& e);
+StartEvent parse_start(const nlohmann::json& e);
+P2pEnterEvent parse_p2p_enter(const nlohmann::json& e);
+P2pLeaveEvent parse_p2p_leave(const nlohmann::json& e);
+/// The fields of ckpt_save, ckpt_load and ckpt_reject (their "ev" is not checked).
+CheckpointEvent parse_checkpoint(const nlohmann::json& e);
+CkptRenameEvent parse_ckpt_rename(const nlohmann::json& e);
 
 /// The flight recorder's hot-path lines, appended to `out` (the caller's stack buffer: no JSON
 /// object is built per collective, bench/README.md) as one JSON object with no newline, keys

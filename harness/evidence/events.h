@@ -29,6 +29,10 @@
 //   format: "torch" (torch.save) or "dcp" (torch.distributed.checkpoint, dcp_io.py: path is the
 //   folder, plus rank, shard [file names], shard_bytes); digests: {NAME: CRC-32 hex})
 //   ckpt_reject {path, step: null, why, format: "dcp", rank}   (a DCP load that raised)
+// Written by a built-in rank's checkpoints ([checkpoint], harness/job/checkpoint_rank.cpp):
+//   ckpt_save {path, step, agent_step, tensors}   ckpt_load {path, step, validated}
+//   ckpt_reject {path, step, layer, why, shard_rank}   (a checkpoint its validation refused)
+// The typed structs of start, launch, p2p_*, ckpt_* and the rest: event_types.h.
 // Beside the log, by the rank's own process watch when its process ended (proc_watch.h):
 //   RUN/events/rank-R.gone.json  {"ev":"gone", rank, pid, t_us}
 // Written by EventLog itself when its file cannot grow (disk full, quota, RLIMIT_FSIZE), into

@@ -140,6 +140,17 @@ DcpMetadata read_dcp_metadata(const fs::path& path) {
   return m;
 }
 
+// `ckpt_save` of a built-in save: the checkpoint's step is the rank's own (steps), `tensors` how
+// many tensors it holds.
+void log_saved(EventLog& log, const std::string& path, int64_t step, size_t tensors) {
+  CkptSaveEvent save;
+  save.path = path;
+  save.step = step;
+  save.agent_step = step;
+  save.more = {{"tensors", tensors}};
+  write_event(log, save);
+}
+
 }  // namespace
 
 /// Every tensor of the training state by name, in a fixed order (the manifest's): parameters,
@@ -205,10 +216,7 @@ void RankRunner::save_checkpoint(int64_t step) {
                                    {"file", archive.filename().string()},
                                    {"tensors", tensors}};
   write_file_atomic(checkpoint_manifest(dir, step), manifest.dump(1));
-  log_->write("ckpt_save", {{"path", archive.string()},
-                            {"step", step},
-                            {"agent_step", step},
-                            {"tensors", tensors.size()}});
+  log_saved(*log_, archive.string(), step, tensors.size());
   // The `checkpoint` fault kind acts on the files now, before any load (and before pruning).
   inject::CheckpointWritten written;
   written.save = step / s_.checkpoint.every;
@@ -277,10 +285,7 @@ void RankRunner::save_checkpoint_dcp(int64_t step) {
                                      {"shards", shards},
                                      {"tensors", tensors}};
     write_file_atomic(checkpoint_dcp_metadata(dir, step), metadata.dump(1));
-    log_->write("ckpt_save", {{"path", checkpoint_dcp_folder(dir, step).string()},
-                              {"step", step},
-                              {"agent_step", step},
-                              {"tensors", tensors.size()}});
+    log_saved(*log_, checkpoint_dcp_folder(dir, step).string(), step, tensors.size());
   }
   // The `checkpoint` fault kind acts on this rank's shard now, before any load.
   written.save = step / s_.checkpoint.every;
@@ -495,9 +500,11 @@ int64_t RankRunner::resume() {
   for (const int64_t step : steps) {
     const auto rejected = load_checkpoint(dir, step);
     if (!rejected) {
-      log_->write("ckpt_load", {{"path", checkpoint_path(dir, step).string()},
-                                {"step", step},
-                                {"validated", s_.checkpoint.validate}});
+      CkptLoadEvent load;
+      load.path = checkpoint_path(dir, step).string();
+      load.step = step;
+      load.more = {{"validated", s_.checkpoint.validate}};
+      write_event(*log_, load);
       return step;
     }
     const std::string cause = to_string(Cause::kCheckpointCorruption);
@@ -517,12 +524,13 @@ int64_t RankRunner::resume() {
     // one per step instead of merging the reporting ranks).
     dec.local = rejected->rank < 0;
     write_event(*log_, dec);
-    nlohmann::json reject = {{"path", checkpoint_path(dir, step).string()},
-                             {"step", step},
-                             {"layer", rejected->layer},
-                             {"why", rejected->why}};
-    if (rejected->rank >= 0) reject["shard_rank"] = rejected->rank;
-    log_->write("ckpt_reject", reject);
+    CkptRejectEvent reject;
+    reject.path = checkpoint_path(dir, step).string();
+    reject.step = step;
+    reject.why = rejected->why;
+    reject.more = {{"layer", rejected->layer}};
+    if (rejected->rank >= 0) reject.more["shard_rank"] = rejected->rank;
+    write_event(*log_, reject);
     fresh.restore(model_state());
     stack_->restore(fresh_stack);
     set_cpu_rng_state(fresh_rng);

@@ -43,12 +43,14 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
   world_ = comm_->world_size();
   std::filesystem::create_directories(events_dir(run_dir));
   log_ = std::make_unique<EventLog>(event_log_path(run_dir, rank_));
-  log_->write("start", {{"rank", rank_},
-                        {"world", world_},
-                        {"pid", getpid()},
-                        {"host", this_host()},
-                        {"pidns", this_pid_namespace()},
-                        {"seed", s_.seed}});
+  StartEvent start;
+  start.rank = rank_;
+  start.world = world_;
+  start.pid = getpid();
+  start.host = this_host();
+  start.pidns = this_pid_namespace();
+  start.seed = s_.seed;
+  write_event(*log_, start);
   // Against the controller's clock (clock_sync.h): ranks on other hosts are put on its timeline.
   log_clock_from_env([&](nlohmann::json fields) { log_->write("clock", std::move(fields)); });
   if (world_ != s_.job.ranks) {

@@ -80,14 +80,21 @@ TEST(ClockSync, TimelineShiftComposesTheThreeClocks) {
   EXPECT_FALSE(timeline_shift_us(json(), 0));
 }
 
+// A rank's first event (`start` or `launch`) read as the controller reads it, then judged local.
+bool first_event_local(const json& e, const std::string& host, const std::string& pidns) {
+  const StartEvent id = parse_start(e);
+  return rank_is_local(id.host, id.pidns.value_or(""), host, pidns);
+}
+
 TEST(RankHost, LocalOnlyOnTheSameHostAndPidNamespace) {
   const std::string ns = "pid:[4026531836]";
-  EXPECT_TRUE(rank_is_local({{"host", "a"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
-  EXPECT_FALSE(rank_is_local({{"host", "nch2"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
-  EXPECT_FALSE(rank_is_local({{"host", "a"}, {"pidns", "pid:[4026532000]"}}, "a", ns));
-  EXPECT_TRUE(rank_is_local({{"pid", 5}}, "a", ns));  // an older rank's event: as before
-  EXPECT_TRUE(rank_is_local({{"host", "a"}}, "a", ns));
-  EXPECT_TRUE(rank_is_local(json{{"host", this_host()}, {"pidns", this_pid_namespace()}}));
+  EXPECT_TRUE(first_event_local({{"host", "a"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
+  EXPECT_FALSE(first_event_local({{"host", "nch2"}, {"pidns", ns}, {"pid", 5}}, "a", ns));
+  EXPECT_FALSE(first_event_local({{"host", "a"}, {"pidns", "pid:[4026532000]"}}, "a", ns));
+  EXPECT_TRUE(first_event_local({{"pid", 5}}, "a", ns));  // an older rank's event: as before
+  EXPECT_TRUE(first_event_local({{"host", "a"}}, "a", ns));
+  EXPECT_TRUE(rank_is_local(this_host(), this_pid_namespace()));
+  EXPECT_FALSE(rank_is_local("not-" + this_host(), this_pid_namespace()));
   EXPECT_NE(this_pid_namespace().rfind("pid:[", 0), std::string::npos) << this_pid_namespace();
 }
 

@@ -271,6 +271,139 @@ TEST(EventTypes, AFieldOfTheWrongTypeIsATypeErrorUnlessNothingReadsIt) {
   EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"loss", "x"}, {"cpu_us", "y"}}), "no error");
 }
 
+// start, launch, p2p and the checkpoint events: the C++ writers' lines are what they wrote before
+// these were typed, the Python agent's lines (agent.py, collectives.py, ckpt_io.py) read back
+// field by field, and each struct survives to_json/parse.
+TEST(EventTypes, StartLaunchP2pAndCheckpointLines) {
+  // The built-in rank's start (rank_runner.cpp), as it wrote it.
+  StartEvent builtin;
+  builtin.rank = 1;
+  builtin.world = 4;
+  builtin.pid = 321;
+  builtin.host = "n1";
+  builtin.pidns = "pid:[4026531836]";
+  builtin.seed = 7;
+  EXPECT_EQ(to_json(builtin), json({{"rank", 1},
+                                    {"world", 4},
+                                    {"pid", 321},
+                                    {"host", "n1"},
+                                    {"pidns", "pid:[4026531836]"},
+                                    {"seed", 7}}));
+  expect_round_trip(builtin, parse_start);
+  // The C++ agent's (inject/agent.cpp): the model's names, the rest kept as written.
+  StartEvent agent;
+  agent.rank = 0;
+  agent.world = 2;
+  agent.pid = 9;
+  agent.host = "n1";
+  agent.external = true;
+  agent.agent = "cpp";
+  agent.modules = {"fc1", "fc2"};
+  agent.parameters = {"fc1.weight"};
+  agent.more = {{"torch", "2.15.0"}, {"scaler", nullptr}, {"ddp", false}, {"micro_batches", 1}};
+  EXPECT_EQ(to_json(agent), json({{"rank", 0},
+                                  {"world", 2},
+                                  {"pid", 9},
+                                  {"host", "n1"},
+                                  {"external", true},
+                                  {"agent", "cpp"},
+                                  {"torch", "2.15.0"},
+                                  {"modules", {"fc1", "fc2"}},
+                                  {"parameters", {"fc1.weight"}},
+                                  {"scaler", nullptr},
+                                  {"ddp", false},
+                                  {"micro_batches", 1}}));
+  expect_round_trip(agent, parse_start);
+  // The Python agent's: a name that is not a string is skipped, never fatal.
+  const auto py = std::get<StartEvent>(parse_event(json::parse(
+      R"({"ev":"start","t_us":5,"rank":1,"world":2,"pid":3,"host":"h","external":true,)"
+      R"("agent":"python","modules":["m",7],"parameters":"x","optimizer":["AdamW"]})")));
+  EXPECT_EQ(py.modules, std::vector<std::string>{"m"});
+  EXPECT_TRUE(py.parameters.empty());
+  EXPECT_EQ(py.more, json({{"optimizer", {"AdamW"}}}));
+  EXPECT_EQ(py.t_us, 5);
+  EXPECT_FALSE(py.pidns);
+  // exec-rank's launch.
+  LaunchEvent launch;
+  launch.rank = 3;
+  launch.world = 4;
+  launch.pid = 11;
+  launch.host = "n2";
+  launch.pidns = "pid:[1]";
+  launch.command = {"python3", "train.py"};
+  launch.t_us = 8;
+  EXPECT_EQ(to_json(launch), json({{"rank", 3},
+                                   {"world", 4},
+                                   {"pid", 11},
+                                   {"host", "n2"},
+                                   {"pidns", "pid:[1]"},
+                                   {"command", {"python3", "train.py"}},
+                                   {"t_us", 8}}));
+  EXPECT_EQ(std::get<LaunchEvent>(parse_event(json{{"ev", "launch"}, {"pid", 4}})).pid, 4);
+  expect_round_trip(launch, parse_launch);
+  // collectives.py's point-to-point lines: a receive from any source has peer null.
+  const auto recv = std::get<P2pEnterEvent>(parse_event(
+      json::parse(R"({"ev":"p2p_enter","t_us":4,"seq":2,"op":"recv","peer":null,"numel":64,)"
+                  R"("dtype":"float32","step":3})")));
+  EXPECT_FALSE(recv.send());
+  EXPECT_EQ(recv.peer, -1);
+  EXPECT_EQ(recv.seq, 2);
+  EXPECT_EQ(recv.step, 3);
+  EXPECT_EQ(recv.numel, 64);
+  expect_round_trip(recv, parse_p2p_enter);
+  P2pEnterEvent send = recv;
+  send.op = "send";
+  send.peer = 1;
+  EXPECT_TRUE(send.send());
+  expect_round_trip(send, parse_p2p_enter);
+  const auto left = std::get<P2pLeaveEvent>(
+      parse_event(json::parse(R"({"ev":"p2p_leave","t_us":5,"seq":2,"status":"error"})")));
+  EXPECT_EQ(left.status, "error");
+  EXPECT_EQ(parse_p2p_leave(json::object()).status, "ok");
+  expect_round_trip(left, parse_p2p_leave);
+  // The built-in rank's checkpoint lines (checkpoint_rank.cpp), as it wrote them.
+  CkptSaveEvent save;
+  save.path = "/run/ckpt/step-4.pt";
+  save.step = 4;
+  save.agent_step = 4;
+  save.more = {{"tensors", 12}};
+  EXPECT_EQ(to_json(save),
+            json({{"path", save.path}, {"step", 4}, {"agent_step", 4}, {"tensors", 12}}));
+  CkptRejectEvent reject;
+  reject.path = save.path;
+  reject.step = 4;
+  reject.why = "digest mismatch";
+  reject.more = {{"layer", "fc1.weight"}, {"shard_rank", 1}};
+  EXPECT_EQ(to_json(reject), json({{"path", save.path},
+                                   {"step", 4},
+                                   {"layer", "fc1.weight"},
+                                   {"why", "digest mismatch"},
+                                   {"shard_rank", 1}}));
+  expect_round_trip(save, parse_checkpoint);
+  expect_round_trip(reject, parse_checkpoint);
+  // ckpt_io.py's: a step the object did not have is null; the type comes from "ev".
+  const TypedEvent load = parse_event(json::parse(
+      R"({"ev":"ckpt_load","t_us":6,"path":"p.pt","step":null,"tensors":3,"format":"torch"})"));
+  ASSERT_TRUE(std::holds_alternative<CkptLoadEvent>(load));
+  EXPECT_FALSE(std::get<CkptLoadEvent>(load).step);
+  EXPECT_EQ(std::get<CkptLoadEvent>(load).more, json({{"tensors", 3}, {"format", "torch"}}));
+  EXPECT_TRUE(std::holds_alternative<CkptRejectEvent>(parse_event(json{{"ev", "ckpt_reject"}})));
+  EXPECT_TRUE(std::holds_alternative<CkptSaveEvent>(parse_event(json{{"ev", "ckpt_save"}})));
+  const auto rename = std::get<CkptRenameEvent>(
+      parse_event(json::parse(R"({"ev":"ckpt_rename","t_us":7,"from":"a.tmp","path":"a"})")));
+  EXPECT_EQ(rename.from, "a.tmp");
+  EXPECT_EQ(rename.path, "a");
+  expect_round_trip(rename, parse_ckpt_rename);
+  // What the judge reads is strict (a type error is an `error` verdict naming the folder); an
+  // integer step that is not one is unknown.
+  EXPECT_THROW((void)parse_event(json{{"ev", "start"}, {"host", 5}}), json::type_error);
+  EXPECT_THROW((void)parse_event(json{{"ev", "p2p_enter"}, {"op", 3}}), json::type_error);
+  EXPECT_THROW((void)parse_event(json{{"ev", "ckpt_save"}, {"path", nullptr}}), json::type_error);
+  EXPECT_THROW((void)parse_event(json{{"ev", "ckpt_rename"}, {"from", 1}}), json::type_error);
+  EXPECT_FALSE(parse_checkpoint(json{{"step", "x"}, {"agent_step", 1.5}}).step);
+  EXPECT_FALSE(parse_checkpoint(json{{"agent_step", 1.5}}).agent_step);
+}
+
 // The step lines: what append_step_end wrote, parsed back.
 StepEndEvent step_end_trip(const StepEndEvent& e) {
   fmt::memory_buffer line;
