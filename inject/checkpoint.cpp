@@ -229,6 +229,13 @@ FaultKindInfo checkpoint_kind() {
                                          ": kind \"checkpoint\" needs a [checkpoint] table "
                                          "(the built-in job writes no checkpoint without one)");
     }
+    if (s.job.restarts < 1) {
+      harness::scenario_error(
+          f.pos, label +
+                     ": kind \"checkpoint\" needs [job] restarts >= 1 (the built-in job reads "
+                     "a checkpoint only when it is relaunched: without a relaunch the corrupted "
+                     "file is never loaded and the fault tests nothing)");
+    }
     const int64_t every = s.checkpoint.every;
     const int64_t step = by_save ? f.params.get_int("save") * every : f.step;
     if (step % every != 0 || step == 0 || step >= s.job.steps) {

@@ -800,6 +800,19 @@ int resume_suite(const std::string& run_dir, const std::string& self_exe) {
     std::cerr << fmt::format("{}/run-state.json: invocation: {}\n", who, e.what());
     return kExitNothingRan;
   }
+  // The scenarios are read again from where the first run found them: a suite moved or deleted
+  // since is named here with where the path came from, not as a loader error of a bare path.
+  for (const auto& path : opts.paths) {
+    std::error_code ec;
+    if (fs::exists(path, ec)) continue;
+    fs::path shown = fs::absolute(path, ec).lexically_normal();
+    if (!shown.has_filename() && shown.has_relative_path()) shown = shown.parent_path();  // "d/."
+    std::cerr << fmt::format(
+        "{}: {} (a scenario path of run-state.json's invocation) no longer exists: the suite "
+        "was moved or deleted after the first run; put it back there, or start a new run\n",
+        who, shown.string());
+    return kExitNothingRan;
+  }
   if (const int rc = end_dead_controllers_jobs(opts.out_dir, state); rc != kExitOk) return rc;
   results::SuiteReport earlier;
   const std::string report = opts.out_dir + "/report.json";

@@ -640,6 +640,32 @@ TEST(ExternalJob, ExcludeTagQuietSummaryAndAReusedOutFolder) {
       << r.output;
 }
 
+// `run --resume` of a run whose suite folder moved since: refused (exit 2) naming the missing
+// path as run-state.json's, not as a loader error of a bare path.
+TEST(ExternalJob, ResumeOfASuiteThatMovedNamesThePathFromTheRunState) {
+  const auto dir = tmpdir("suite-moved");
+  const auto out = tmpdir("out-moved");
+  write_file(dir, "fake_agent.sh", kFakeAgent);
+  write_file(dir, "m1.toml",
+             "[scenario]\nname = \"m1\"\nseed = 11\n[job]\nworkload = \"external\"\nranks = 2\n"
+             "steps = 3\ntimeout_ms = 60000\ncommand = [\"sh\", \"" +
+                 dir + "/fake_agent.sh\"]\n[expect]\ndetected = false\n");
+  auto r = run_cmd("cd " + dir + " && " + kBin + " run . --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // As if the controller had died before the end: the state says not complete.
+  json state = json::parse(std::ifstream(out + "/run-state.json"));
+  state["complete"] = false;
+  std::ofstream(out + "/run-state.json") << state.dump(2);
+  fs::rename(dir, dir + "-moved");
+  r = run_cmd("cd / && " + kBin + " run --resume " + out);
+  fs::rename(dir + "-moved", dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(dir + " (a scenario path of run-state.json's invocation) no longer "
+                                "exists: the suite was moved or deleted after the first run"),
+            std::string::npos)
+      << r.output;
+}
+
 // `run --resume` on a run whose controller still runs: refused (exit 2), nothing touched.
 TEST(ExternalJob, ResumeRefusesARunWhoseControllerStillRuns) {
   const auto dir = tmpdir("suite-live");

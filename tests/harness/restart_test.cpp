@@ -121,7 +121,13 @@ TEST(RestartLoader, CheckpointFaultNeedsCheckpointsAndOneSave) {
   EXPECT_EQ(ErrorOf(WithHead(fault + "step = 2\n[expect]\ndeadlock = false\n")),
             "x.toml:6:1: error: [[fault]] #1: kind \"checkpoint\" needs a [checkpoint] table (the "
             "built-in job writes no checkpoint without one)");
-  const std::string ckpt = "[checkpoint]\nevery = 2\n";
+  // Without a relaunch nothing loads the corrupted checkpoint.
+  EXPECT_EQ(ErrorOf(WithHead("[checkpoint]\nevery = 2\n" + fault +
+                             "save = 1\n[expect]\ndeadlock = false\n")),
+            "x.toml:8:1: error: [[fault]] #1: kind \"checkpoint\" needs [job] restarts >= 1 (the "
+            "built-in job reads a checkpoint only when it is relaunched: without a relaunch the "
+            "corrupted file is never loaded and the fault tests nothing)");
+  const std::string ckpt = "restarts = 1\n[checkpoint]\nevery = 2\n";
   EXPECT_NE(ErrorOf(WithHead(ckpt + fault + "[expect]\ndeadlock = false\n"))
                 .find("give exactly one of `save` (1-based) and `step`"),
             std::string::npos);
@@ -180,7 +186,7 @@ TEST(RestartLoader, CheckpointFaultOnExternalJobsNeedsNoTableButOneSave) {
 TEST(RestartLoader, CheckpointFaultStepIsTheStepOfItsSave) {
   // The ground truth's step: the save made before step save x every, however the save is named.
   const std::string head =
-      "[checkpoint]\nevery = 2\n[[fault]]\nkind = \"checkpoint\"\n"
+      "restarts = 1\n[checkpoint]\nevery = 2\n[[fault]]\nkind = \"checkpoint\"\n"
       "mode = \"nan\"\n";
   const Scenario by_save =
       load_scenario_string(WithHead(head + "save = 3\n[expect]\ndeadlock = false\n"), "x.toml");
