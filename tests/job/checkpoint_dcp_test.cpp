@@ -29,7 +29,9 @@ namespace fs = std::filesystem;
 
 constexpr int kRanks = 4;
 
-// Saves before steps 3, 6 and 9; keep = 2 leaves 9 and 6 after a full run.
+// Saves before steps 3, 6 and 9; keep = 2 leaves 9 and 6 after a full run. The tests launch
+// the ranks again themselves; `restarts = 1` is what a scenario with a checkpoint fault must
+// say (the loader refuses one that nothing relaunches).
 std::string base_toml(const std::string& faults = "") {
   return R"([scenario]
 name = "dcp"
@@ -38,6 +40,7 @@ seed = 3
 workload = "mlp"
 ranks = 4
 steps = 12
+restarts = 1
 [workload]
 hidden = 16
 features = 8
