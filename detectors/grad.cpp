@@ -1,6 +1,5 @@
 // Detector `grad`: flags non-finite local gradients in the fused pass that packs the all-reduce
 // buffer. The detector and its keys live here.
-#include <cmath>
 
 #include "detectors/detector.h"
 #include "harness/common/cause.h"

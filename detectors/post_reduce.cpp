@@ -1,6 +1,5 @@
 // Detector `post_reduce`: flags a non-finite reduced gradient buffer (identical on all ranks).
 // The detector and its keys live here.
-#include <cmath>
 
 #include "detectors/detector.h"
 #include "harness/common/cause.h"

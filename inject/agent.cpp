@@ -9,10 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
 #include <set>
 #include <vector>
 

@@ -2,8 +2,6 @@
 // input column, an all-padding target mask). The injector and its keys live here.
 #include <fmt/format.h>
 
-#include <cstring>
-#include <limits>
 #include <optional>
 
 #include "harness/scenario/fault_draw.h"

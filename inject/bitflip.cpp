@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <limits>
-#include <optional>
 
 #include "harness/scenario/fault_draw.h"
 #include "harness/scenario/registry.h"

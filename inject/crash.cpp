@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "harness/scenario/fault_draw.h"
+#include "harness/scenario/key_builder.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/scenario_schema.h"
 #include "inject/injector.h"
 
 namespace nanchaos::inject {

@@ -1,7 +1,6 @@
 // Common injector logic: arming (window, ranks, persistence, probability) and element choice.
 #include "inject/injector.h"
 
-#include <algorithm>
 #include <cmath>
 #include <optional>
 

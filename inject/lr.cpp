@@ -2,14 +2,12 @@
 // blow-up that turns into Inf/NaN organically). The injector and its keys live here.
 #include <fmt/format.h>
 
-#include <cstring>
-#include <limits>
 #include <optional>
 
 #include "harness/scenario/fault_draw.h"
+#include "harness/scenario/key_builder.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario.h"
-#include "harness/scenario/scenario_schema.h"
 #include "inject/injector.h"
 
 namespace nanchaos::inject {

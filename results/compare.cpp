@@ -5,14 +5,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <tuple>
+
+#include "results/stats.h"
 
 namespace nanchaos::results {
 namespace {

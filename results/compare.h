@@ -47,7 +47,6 @@
 #include <vector>
 
 #include "results/report.h"
-#include "results/stats.h"
 
 namespace nanchaos::results {
 

@@ -15,8 +15,6 @@
 // and a visible note instead of the charts. Nothing here includes torch.
 #pragma once
 
-#include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 

@@ -3,7 +3,6 @@
 // == j for every scenario a run wrote (tests/results/report_read_test.cpp checks it on a real
 // report). Non-finite numbers come back from the strings "nan", "inf", "-inf" (report.cpp's
 // convention); a null optional field stays unset.
-#include <cmath>
 #include <limits>
 #include <stdexcept>
 

@@ -11,10 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "harness/common/percentile.h"

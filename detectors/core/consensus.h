@@ -16,7 +16,6 @@
 // Torch-free.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>

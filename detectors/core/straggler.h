@@ -47,7 +47,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <string>
 #include <vector>
 
 namespace nanchaos::harness {

@@ -34,7 +34,6 @@
 // all-reduced data. docs/architecture.md "Attribution" gives the table per detector.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "detectors/stack/anomaly_engine.h"
 #include "detectors/stack/attribution.h"

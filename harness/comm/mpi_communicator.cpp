@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <ctime>
-#include <stdexcept>
 #include <string>
 
 #include "harness/comm/communicator.h"

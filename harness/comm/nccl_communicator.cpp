@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
-#include <string>
 #include <thread>
 
 #include "harness/common/check.h"

@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 
 #include "harness/common/check.h"
 

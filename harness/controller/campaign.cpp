@@ -23,7 +23,6 @@
 #include "harness/controller/preflight.h"
 #include "harness/controller/stop_signal.h"
 #include "harness/evidence/events.h"
-#include "nanchaos/config.h"
 
 namespace fs = std::filesystem;
 

@@ -36,7 +36,6 @@
 #include "harness/controller/stop_signal.h"
 #include "harness/evidence/event_paths.h"
 #include "harness/evidence/events.h"
-#include "nanchaos/config.h"
 #include "results/html.h"
 #include "results/report.h"
 #include "results/stats.h"

@@ -2,27 +2,20 @@
 // with torch for external jobs (resolve_python), programs on PATH. Declared in host_probe.h.
 #include "harness/controller/host_probe.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "harness/common/child_process.h"
 #include "harness/common/cuda_device.h"
-#include "harness/common/log.h"
 #include "harness/common/version_req.h"
 #include "nanchaos/config.h"
 

@@ -18,8 +18,8 @@
 
 #include "detectors/core/cuda_scan.h"
 #include "detectors/core/fused_scan.h"
-#include "harness/comm/collective.h"
-#include "harness/scenario/scenario.h"
+#include "harness/common/dtype.h"
+#include "harness/common/wire.h"
 
 namespace nanchaos::harness {
 

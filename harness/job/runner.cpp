@@ -9,7 +9,6 @@
 
 #include "detectors/core/half_round.h"
 #include "harness/comm/in_process.h"  // WorldAborted
-#include "harness/common/proc_status.h"
 #include "harness/evidence/event_types.h"
 #include "harness/job/rank_runner.h"
 

@@ -4,13 +4,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "harness/scenario/loader.h"

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <regex>
 #include <set>
@@ -15,7 +13,6 @@
 #include <utility>
 
 #include "harness/scenario/loader.h"
-#include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario_schema.h"
 

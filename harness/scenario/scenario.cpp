@@ -11,19 +11,15 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <utility>
 
 #include "harness/common/version_req.h"
 #include "harness/scenario/loader.h"
-#include "harness/scenario/model_spec.h"
 #include "harness/scenario/registry.h"
 #include "harness/scenario/scenario_schema.h"
 

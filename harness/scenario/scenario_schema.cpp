@@ -9,7 +9,7 @@
 #include <string>
 
 #include "harness/common/cause.h"
-#include "harness/scenario/registry.h"
+#include "harness/scenario/detector_registry.h"
 
 namespace nanchaos::harness {
 
