@@ -10,6 +10,7 @@
 
 #include "harness/controller/judge.h"
 #include "harness/evidence/event_paths.h"
+#include "harness/evidence/event_types.h"
 #include "harness/evidence/events.h"
 #include "harness/scenario/registry.h"
 
@@ -42,7 +43,7 @@ Window window_of(const Scenario& s, const std::string& dir, int* code) {
     trim_event_log(path);
     bool exited = false;
     for (const auto& e : read_events(path)) {
-      if (e.value("ev", "") != "exit") continue;
+      if (event_type(e) != ExitEvent::kEv) continue;
       exited = true;
       const int c = e.value("code", 0);
       if (c != 0 && *code == 0) *code = c;

@@ -35,7 +35,7 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   std::set<std::string> seen;
   bool started = false;
   for (const auto& e : read_events(event_log_path(run_dir, 0))) {
-    const std::string ev = e.value("ev", "");
+    const std::string ev = event_type(e);
     if (ev == StartEvent::kEv && !started) {
       started = true;
       StartEvent start;
@@ -51,7 +51,8 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
       }
       out.parameters = start.parameters;
     } else if (ev == "probe") {
-      const std::string name = e.value("name", "");
+      const auto n = e.find("name");
+      const std::string name = n != e.end() && n->is_string() ? n->get<std::string>() : "";
       if (!name.empty() && seen.insert(name).second) out.modules.push_back(name);
     }
   }
@@ -67,7 +68,7 @@ ExternalTargets external_targets(const Scenario& base, const LaunchContext& ctx)
   for (int64_t r = 0; r < s.job.ranks; ++r) {
     bool done = false;
     for (const auto& e : read_events(event_log_path(run_dir, r)))
-      done |= e.value("ev", "") == "dry_run_done";
+      done |= event_type(e) == "dry_run_done";
     if (done) continue;
     auto res = judge_run(s, run_dir, job);
     out.error = fmt::format(

@@ -67,15 +67,21 @@ void scan_attach(const std::string& path, AttachWatch& w) {
     w.offset += std::streamoff(line.size() + 1);
     const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!e.is_object()) continue;
-    const std::string ev = e.value("ev", "");
+    // A live log may hold anything a job wrote: nothing read here throws.
+    const std::string ev = event_type(e);
+    const auto text = [&](const char* key, const char* def) {
+      const auto it = e.find(key);
+      return it != e.end() && it->is_string() ? it->get<std::string>() : std::string(def);
+    };
     if (ev == LaunchEvent::kEv) {
-      w.launch_t = int_field(e, "t_us", 0);
+      const auto t = e.find("t_us");
+      w.launch_t = t != e.end() && t->is_number_integer() ? t->get<int64_t>() : 0;
     } else if (ev == "agent") {
       w.agent = true;
     } else if (ev == StartEvent::kEv) {
       w.start = true;
     } else if (ev == "attach_error" && w.attach_error.empty()) {
-      w.attach_error = e.value("reason", std::string("attach_error"));
+      w.attach_error = text("reason", "attach_error");
     }
   }
 }
@@ -235,10 +241,11 @@ bool lost_master_port(const std::string& run_dir, int world) {
     while (std::getline(in, line)) {
       const auto e = nlohmann::json::parse(line, nullptr, false);
       if (!e.is_object()) continue;
-      const std::string ev = e.value("ev", std::string());
+      const std::string ev = event_type(e);
       // A rank that attached may have measured something: never launched again.
       if (ev == StartEvent::kEv) return false;
-      const std::string message = e.value("message", std::string());
+      const auto m = e.find("message");
+      const std::string message = m != e.end() && m->is_string() ? m->get<std::string>() : "";
       if (ev == "exception" && (message.find("Address already in use") != std::string::npos ||
                                 message.find("EADDRINUSE") != std::string::npos)) {
         taken = true;
@@ -434,9 +441,7 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
         std::string line;
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-          const std::string ev = e.is_object() && e.contains("ev") && e["ev"].is_string()
-                                     ? e["ev"].get<std::string>()
-                                     : "";
+          const std::string ev = event_type(e);
           if (ev == StartEvent::kEv || ev == LaunchEvent::kEv) {
             std::optional<RankIdentity> id;
             try {

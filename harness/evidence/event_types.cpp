@@ -307,6 +307,12 @@ CollLeaveEvent parse_coll_leave(const json& e) {
 
 // --- any ---------------------------------------------------------------------------------------
 
+std::string event_type(const json& e) {
+  if (!e.is_object()) return "";
+  const auto it = e.find("ev");
+  return it != e.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 TypedEvent parse_event(const json& e) {
   const std::string ev = e.value("ev", "");
   if (ev == InjectEvent::kEv) return parse_inject(e);

@@ -355,6 +355,11 @@ void append_coll_leave(fmt::memory_buffer& out, int64_t t_us, int64_t seq, std::
 void append_step_begin(fmt::memory_buffer& out, int64_t t_us, const StepBeginEvent& e);
 void append_step_end(fmt::memory_buffer& out, int64_t t_us, const StepEndEvent& e);
 
+/// An event's type for a reader that watches a live log (the controller during the job): its "ev"
+/// when that is a string, else "" (a hostile line never throws there; the judge's parse_event
+/// stays strict and makes it an `error` verdict).
+std::string event_type(const nlohmann::json& e);
+
 /// Dispatches on "ev" (a string; absent: "", another type: type_error) to the parsers above.
 TypedEvent parse_event(const nlohmann::json& e);
 

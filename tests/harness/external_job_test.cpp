@@ -640,6 +640,26 @@ TEST(ExternalJob, ExcludeTagQuietSummaryAndAReusedOutFolder) {
       << r.output;
 }
 
+// A job that writes a line whose "ev" is not a string into its event log while the controller
+// watches it: an `error` verdict with the reports written (the controller's live readers threw
+// json::type_error and nanchaos ended with exit 134 and no report: break-it finding).
+TEST(ExternalJob, AnEventTypeThatIsNotAStringIsAnErrorNotACrash) {
+  const auto dir = tmpdir("ev-null");
+  const auto out = tmpdir("out-ev-null");
+  write_file(dir, "one.sh", "#!/bin/sh\nprintf '%s\\n' '{\"ev\":null}' >> \"$NANCHAOS_EVENTS\"\n");
+  write_file(dir, "n.toml",
+             "[scenario]\nname = \"n\"\n[job]\nworkload = \"external\"\nranks = 1\nsteps = 4\n"
+             "timeout_ms = 20000\nattach_timeout_ms = 5000\ncommand = [\"sh\", \"" +
+                 dir + "/one.sh\"]\n[expect]\noutcome = \"completed\"\n");
+  const auto r = run_cmd(kBin + " run " + dir + " --quiet --out " + out);
+  EXPECT_EQ(r.code, 3) << r.output;  // a scenario could not be judged
+  const json rep = read_report(out);
+  ASSERT_EQ(rep["scenarios"].size(), 1u);
+  EXPECT_EQ(rep["scenarios"][0]["verdict"], "error");
+  EXPECT_NE(rep["scenarios"][0]["reason"].get<std::string>().find("wrong type"), std::string::npos)
+      << rep["scenarios"][0]["reason"];
+}
+
 // `run --resume` of a run whose suite folder moved since: refused (exit 2) naming the missing
 // path as run-state.json's, not as a loader error of a bare path.
 TEST(ExternalJob, ResumeOfASuiteThatMovedNamesThePathFromTheRunState) {
