@@ -1,8 +1,10 @@
 // Open MPI engine: non-blocking MPI_Iallreduce polled with MPI_Test against a deadline.
 #include <fmt/format.h>
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -35,9 +37,26 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   wire_sum(in, inout, size_t(*len), WireType::kBf16);
 }
 
+// The launcher's count of this host's ranks: Open MPI's, else srun --ntasks-per-node's.
+const char* local_ranks_env() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return v ? v : std::getenv("SLURM_NTASKS_PER_NODE");
+}
+
+int affinity_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
 class MpiWork final : public Work {
  public:
-  explicit MpiWork(MPI_Request req) : req_(req) {}
+  MpiWork(MPI_Request req, bool own_core) : req_(req), own_core_(own_core) {}
+  /// Polls MPI_Test until the collective completes or `deadline_us` passes. A non-blocking
+  /// collective (libnbc) moves on only inside MPI_Test, a round per call, so a gap between two
+  /// tests is latency paid per round. After 64 tests a rank with a core of its own
+  /// (rank_keeps_core, communicator.h) gives the core away with sched_yield between tests;
+  /// an oversubscribed one sleeps 50 us between them.
   CollStatus wait(int64_t deadline_us) override {
     if (done_) return CollStatus::kOk;
     for (int spins = 0;; ++spins) {
@@ -47,10 +66,12 @@ class MpiWork final : public Work {
         done_ = true;
         return CollStatus::kOk;
       }
-      // Spin briefly (reading the clock every 16th test only: a small collective completes in a
-      // few us), then yield the core: ranks are often oversubscribed on small hosts.
+      // The clock is read every 16th test only: a small collective completes in a few us.
       if ((spins > 64 || (spins & 15) == 15) && now_us() > deadline_us) return CollStatus::kTimeout;
-      if (spins > 64) {
+      if (spins <= 64) continue;
+      if (own_core_) {
+        sched_yield();
+      } else {
         timespec ts{0, 50000};
         nanosleep(&ts, nullptr);
       }
@@ -59,6 +80,7 @@ class MpiWork final : public Work {
 
  private:
   MPI_Request req_;
+  bool own_core_;
   bool done_ = false;
 };
 
@@ -101,7 +123,7 @@ class MpiCommunicator final : public Communicator {
     }
     MPI_Request req;
     NANCHAOS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), dt, op, MPI_COMM_WORLD, &req));
-    return std::make_unique<MpiWork>(req);
+    return std::make_unique<MpiWork>(req, own_core_);
   }
 
   [[noreturn]] void abort_job(int exit_code) override {
@@ -111,6 +133,8 @@ class MpiCommunicator final : public Communicator {
 
  private:
   int rank_ = 0, world_ = 1;
+  // The launcher's count of this host's ranks (Open MPI; srun --ntasks-per-node).
+  const bool own_core_ = rank_keeps_core(local_ranks_env(), affinity_cores());
   MPI_Op fp16_op_ = MPI_OP_NULL, bf16_op_ = MPI_OP_NULL;
 };
 

@@ -483,6 +483,8 @@ class SuiteRun {
     launch.python = python.path;
     results::ScenarioResult res;
     if (const Blocker blocked = preflight.blocker(s)) {
+      progress_->start(index, s.name, 0,
+                       1);      // its line's seconds: this decision's, not the last job's
       res = result_for(s, "");  // no run folder
       res.trial_count = 0;      // a skipped or refused scenario has no trials
       res.verdict = blocked.skip ? results::Verdict::kSkipped : results::Verdict::kError;

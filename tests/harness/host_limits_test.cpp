@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "harness/comm/communicator.h"
 #include "harness/scenario/scenario.h"
 #include "tests/test_util.h"
 
@@ -246,6 +247,19 @@ TEST(HostLimitsCli, RunRefusesBeforeAnyJob) {
   EXPECT_NE(r.output.find(":6:9: error: [job] ranks = 100000: more ranks"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("no job started"), std::string::npos) << r.output;
+}
+
+// A waiting rank polls on its core only when the launcher says this host's ranks fit its cores
+// (the 2-rank jobs of a 2-core host); 64 ranks on 2 cores, or no count, sleep between tests.
+TEST(RankKeepsCore, OnlyWhenTheHostsRanksFitItsCores) {
+  EXPECT_TRUE(rank_keeps_core("2", 2));
+  EXPECT_TRUE(rank_keeps_core("1", 2));
+  EXPECT_FALSE(rank_keeps_core("3", 2));
+  EXPECT_FALSE(rank_keeps_core("64", 2));
+  EXPECT_FALSE(rank_keeps_core(nullptr, 2));
+  EXPECT_FALSE(rank_keeps_core("", 2));
+  EXPECT_FALSE(rank_keeps_core("0", 2));
+  EXPECT_FALSE(rank_keeps_core("2(x3)", 8));  // srun's SLURM_TASKS_PER_NODE form: not a count
 }
 
 }  // namespace
