@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "harness/controller/judge.h"
 #include "harness/evidence/event_paths.h"
@@ -27,11 +31,17 @@ bool enabled(const Scenario& s, const std::string& detector) {
 std::string rank_log(const std::string& dir, int64_t r) { return event_log_path(dir, r); }
 
 // Where a fault's window stands after the launch: not started (no log), finished (every rank
-// wrote `exit`; *code is the first non-zero one), or cut short by the launch's end.
+// wrote `exit`), or cut short by the launch's end.
 enum class Window { kNotStarted, kFinished, kCut };
 
-Window window_of(const Scenario& s, const std::string& dir, int* code) {
-  *code = 0;
+struct WindowState {
+  Window state = Window::kNotStarted;
+  int code = 0;        // the first non-zero `exit` code of its ranks
+  int64_t end_us = 0;  // its last `exit` record (CLOCK_MONOTONIC us): when the window ended
+};
+
+WindowState window_of(const Scenario& s, const std::string& dir) {
+  WindowState w;
   bool any = false, all_exited = true;
   for (int64_t r = 0; r < s.job.ranks; ++r) {
     const std::string path = rank_log(dir, r);
@@ -46,12 +56,14 @@ Window window_of(const Scenario& s, const std::string& dir, int* code) {
       if (event_type(e) != ExitEvent::kEv) continue;
       exited = true;
       const int c = e.value("code", 0);
-      if (c != 0 && *code == 0) *code = c;
+      if (c != 0 && w.code == 0) w.code = c;
+      const auto t = e.find("t_us");
+      if (t != e.end() && t->is_number_integer()) w.end_us = std::max(w.end_us, t->get<int64_t>());
     }
     all_exited &= exited;
   }
-  if (!any) return Window::kNotStarted;
-  return all_exited ? Window::kFinished : Window::kCut;
+  w.state = !any ? Window::kNotStarted : all_exited ? Window::kFinished : Window::kCut;
+  return w;
 }
 
 }  // namespace
@@ -98,29 +110,32 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
   }
   for (int64_t r = 0; r < first.job.ranks; ++r) trim_event_log(rank_log(launch_dir, r));
   const double share_ms = double(job.t_end_us - job.t0_us) / 1000.0 / double(faults.size());
-  for (size_t i = 0; i < faults.size(); ++i) {
+  // Each fault's folder is judged on its own (the judge reads only that folder): in parallel,
+  // one thread per core.
+  auto judge_one = [&](size_t i) {
     const Scenario& s = faults[i];
     const std::string dir = fs::path(s.file).parent_path().string();
     if (!launch_error.empty()) {
       results::ScenarioResult res = result_for(s, dir);
       res.reason = launch_error;  // verdict stays "error"
       out[i] = res;
-      continue;
+      return;
     }
-    int code = 0;
-    const Window w = window_of(s, dir, &code);
-    if (w == Window::kNotStarted) continue;
+    const WindowState w = window_of(s, dir);
+    if (w.state == Window::kNotStarted) return;
     JobResult mine = job;  // the launch's: a window cut short is judged with its end
-    if (w == Window::kFinished) {
+    if (w.state == Window::kFinished) {
       mine = JobResult{};
-      mine.exit_code = code;
+      mine.exit_code = w.code;
       mine.t0_us = job.t0_us;
-      mine.t_end_us = job.t_end_us;
+      // The window ended with its ranks' `exit` records, as a job run alone ends with them (not
+      // with the rest of the launch).
+      mine.t_end_us = w.end_us > 0 ? w.end_us : job.t_end_us;
       mine.host = job.host;
       mine.real_minus_mono_us = job.real_minus_mono_us;
     }
     results::ScenarioResult res = judge_run(s, dir, mine);
-    if (job.interrupted_by != 0 && w == Window::kCut) {
+    if (job.interrupted_by != 0 && w.state == Window::kCut) {
       res.verdict = results::Verdict::kError;
       res.reason = "interrupted";
     }
@@ -128,7 +143,27 @@ std::vector<std::optional<results::ScenarioResult>> run_inlaunch_batch(
     res.in_launch = launch_dir;
     res.timeline = {};  // the launch's whole timeline, once per fault: campaigns draw none
     out[i] = std::move(res);
-  }
+  };
+  const size_t threads =
+      std::min<size_t>(faults.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  std::mutex error_mu;
+  std::exception_ptr error;  // the first judge that threw: thrown here, as from one thread
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < faults.size();) {
+      try {
+        judge_one(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
   return out;
 }
 
