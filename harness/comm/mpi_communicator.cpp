@@ -133,7 +133,6 @@ class MpiCommunicator final : public Communicator {
 
  private:
   int rank_ = 0, world_ = 1;
-  // The launcher's count of this host's ranks (Open MPI; srun --ntasks-per-node).
   const bool own_core_ = rank_keeps_core(local_ranks_env(), affinity_cores());
   MPI_Op fp16_op_ = MPI_OP_NULL, bf16_op_ = MPI_OP_NULL;
 };

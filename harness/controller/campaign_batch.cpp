@@ -55,10 +55,9 @@ WindowState window_of(const Scenario& s, const std::string& dir) {
     for (const auto& e : read_events(path)) {
       if (event_type(e) != ExitEvent::kEv) continue;
       exited = true;
-      const int c = e.value("code", 0);
-      if (c != 0 && w.code == 0) w.code = c;
-      const auto t = e.find("t_us");
-      if (t != e.end() && t->is_number_integer()) w.end_us = std::max(w.end_us, t->get<int64_t>());
+      const ExitEvent x = parse_exit(e);  // as the judge reads it (rank_evidence.cpp)
+      if (x.code != 0 && w.code == 0) w.code = x.code;
+      w.end_us = std::max(w.end_us, x.t_us);
     }
     all_exited &= exited;
   }
