@@ -186,6 +186,11 @@ struct RunCommand {
                     "run each scenario N times (trial i uses seed + i); report.json gets "
                     "p50/p95/max per scenario and detector")
         ->check(CLI::Range(1, 10000));
+    cmd->add_option("--jobs,-j", opts.jobs,
+                    "run N scenarios at a time, in suite order (one with more ranks than twice "
+                    "this host's cores runs alone); the reports stay in suite order")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256));
     add_host_limit_flags(cmd, opts.host_limits);
     cmd->add_option("--shard", shard,
                     "run only part I of N of the suite (e.g. 2/4; after --tag); "

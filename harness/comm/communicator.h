@@ -52,13 +52,14 @@ class Communicator {
   [[noreturn]] virtual void abort_job(int exit_code) = 0;
 };
 
-/// Whether a rank waiting on a collective may keep polling on its core (sched_yield between
-/// MPI_Test calls) rather than sleep 50 us between them: true when `local_ranks` (the launcher's
-/// count of ranks on this host: OMPI_COMM_WORLD_LOCAL_SIZE, or srun's SLURM_NTASKS_PER_NODE) is
-/// a number from 1 to `cores` (the cores this process may run on). Unknown or oversubscribed:
-/// false, so ranks with work get the cores (Open MPI decides its own mpi_yield_when_idle from
-/// the same count). Measured on the 2-rank mlp (2 cores): the sleeping poll cost ~0.6 ms of a
-/// ~1.7 ms step, since a non-blocking all-reduce only moves on inside MPI_Test.
+/// Whether a rank waiting on a collective may keep polling on its core for a while (sched_yield
+/// between MPI_Test calls, up to 0.5 ms a wait) before it sleeps 50 us between them: true when
+/// `local_ranks` (the launcher's count of ranks on this host: OMPI_COMM_WORLD_LOCAL_SIZE, or srun's
+/// SLURM_NTASKS_PER_NODE) is a number from 1 to `cores` (the cores this process may run on).
+/// Unknown or oversubscribed: false, so ranks with work get the cores (Open MPI decides its own
+/// mpi_yield_when_idle from the same count). Measured on the 2-rank mlp (2 cores): the sleeping
+/// poll cost ~0.6 ms of a ~1.7 ms step, since a non-blocking all-reduce only moves on inside
+/// MPI_Test.
 inline bool rank_keeps_core(const char* local_ranks, int cores) {
   if (local_ranks == nullptr || *local_ranks == '\0') return false;
   char* end = nullptr;

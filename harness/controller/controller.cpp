@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -17,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -405,7 +408,8 @@ nlohmann::json invocation_json(const RunOptions& o) {
       {"junit", o.junit.empty() ? "" : fs::absolute(o.junit).string()},
       {"shard",
        o.shard.on() ? nlohmann::json({o.shard.index, o.shard.count}) : nlohmann::json(nullptr)},
-      {"shard_balance", o.shard_balance.empty() ? "" : fs::absolute(o.shard_balance).string()}};
+      {"shard_balance", o.shard_balance.empty() ? "" : fs::absolute(o.shard_balance).string()},
+      {"jobs", o.jobs}};
   return j;
 }
 
@@ -428,6 +432,7 @@ RunOptions options_from_invocation(const nlohmann::json& j) {
     o.shard.count = j["shard"][1].get<int>();
   }
   o.shard_balance = j.value("shard_balance", std::string());
+  o.jobs = j.value("jobs", 1);
   return o;
 }
 
@@ -435,7 +440,7 @@ RunOptions options_from_invocation(const nlohmann::json& j) {
 class SuiteRun {
  public:
   SuiteRun(const RunOptions& opts, std::vector<Scenario> scenarios)
-      : opts_(opts), scenarios_(std::move(scenarios)) {
+      : opts_(opts), scenarios_(std::move(scenarios)), started_(scenarios_.size(), false) {
     report_.suite = suite_name(opts.paths);
     report_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
     report_.nanchaos_version = NANCHAOS_VERSION;
@@ -472,17 +477,26 @@ class SuiteRun {
   size_t adopted() const { return done_.size(); }
 
   // Step 2, run one scenario with its trials (or refuse it: a Blocker), record and show it,
-  // write the reports. False once a stop signal ended the suite.
-  bool scenario(size_t index, Preflight& preflight, LaunchContext& launch) {
+  // write the reports. False once a stop signal ended the suite. Called from --jobs threads at
+  // once: what they share (the report, its files, `preflight`, the console) is under mu_.
+  bool scenario(size_t index, Preflight& preflight, LaunchContext launch) {
     if (stop_signal() != 0) {
-      note_interruption(index);
+      std::lock_guard<std::mutex> lock(mu_);
+      note_interruption();
       return false;
     }
     const Scenario& s = scenarios_[index];
-    const PythonInterpreter python = preflight.python_for(s);
+    PythonInterpreter python;
+    Blocker blocked;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_[index] = true;
+      python = preflight.python_for(s);
+      blocked = preflight.blocker(s);
+    }
     launch.python = python.path;
     results::ScenarioResult res;
-    if (const Blocker blocked = preflight.blocker(s)) {
+    if (blocked) {
       progress_->start(index, s.name, 0,
                        1);      // its line's seconds: this decision's, not the last job's
       res = result_for(s, "");  // no run folder
@@ -494,26 +508,17 @@ class SuiteRun {
       res = run_trials(s, index, launch);
     }
     note_python(s, python, res);
+    std::lock_guard<std::mutex> lock(mu_);
     record(index, res);
-    if (stop_signal() != 0) note_interruption(index + 1);
+    if (stop_signal() != 0) note_interruption();
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
     return !report_.interrupted;
   }
 
   // Step 3, the final reports and the exit status.
   int finish() {
-    if (stop_signal() != 0 && !report_.interrupted) note_interruption(scenarios_.size());
+    if (stop_signal() != 0) note_interruption();
     progress_->done();
-    if (!done_.empty()) {  // resumed: the adopted results first so far; back into suite order
-      std::map<std::string, size_t> order;
-      for (size_t i = 0; i < scenarios_.size(); ++i) order[scenarios_[i].name] = i;
-      std::stable_sort(report_.scenarios.begin(), report_.scenarios.end(),
-                       [&](const auto& a, const auto& b) {
-                         const auto ia = order.find(a.name), ib = order.find(b.name);
-                         return (ia == order.end() ? order.size() : ia->second) <
-                                (ib == order.end() ? order.size() : ib->second);
-                       });
-    }
     if (!report_.interrupted) write_state(true);
     report_.detector_stats = results::suite_detector_stats(report_);
     write_reports();
@@ -578,11 +583,20 @@ class SuiteRun {
     return res;
   }
 
-  // Into the report, the progress lines and the console table.
+  // Into the report (in suite order: --jobs and a resume's adopted results come out of it), the
+  // progress lines and the console table. Under mu_.
   void record(size_t index, const results::ScenarioResult& res) {
     if (res.verdict == results::Verdict::kError) usage_error_ = true;
     write_timeline(res);
     report_.scenarios.push_back(res);
+    std::map<std::string, size_t> order;
+    for (size_t i = 0; i < scenarios_.size(); ++i) order[scenarios_[i].name] = i;
+    std::stable_sort(report_.scenarios.begin(), report_.scenarios.end(),
+                     [&](const auto& a, const auto& b) {
+                       const auto ia = order.find(a.name), ib = order.find(b.name);
+                       return (ia == order.end() ? order.size() : ia->second) <
+                              (ib == order.end() ? order.size() : ib->second);
+                     });
     progress_->finish(index, res);
     if (!opts_.quiet) {
       std::cout << results::console_row(res) << std::flush;
@@ -596,13 +610,14 @@ class SuiteRun {
     }
   }
 
-  // A stop signal: the scenario it interrupted is an `error` (reason "interrupted"), the ones
-  // after it are listed as not run, and the reports say so at the top level.
-  void note_interruption(size_t first_not_run) {
+  // A stop signal: the scenarios it interrupted are `error`s (reason "interrupted"), the ones
+  // not started are listed as not run, and the reports say so at the top level. Once; under mu_.
+  void note_interruption() {
+    if (report_.interrupted) return;
     report_.interrupted = true;
     report_.interrupt_signal = signal_name(stop_signal());
-    for (size_t i = first_not_run; i < scenarios_.size(); ++i) {
-      report_.not_run.push_back(scenarios_[i].name);
+    for (size_t i = 0; i < scenarios_.size(); ++i) {
+      if (!started_[i] && !done(i)) report_.not_run.push_back(scenarios_[i].name);
     }
   }
 
@@ -661,8 +676,10 @@ class SuiteRun {
   results::SuiteReport report_;
   std::string out_;
   std::optional<harness::Progress> progress_;  // from start()
-  int job_counter_ = 0;
+  std::atomic<int> job_counter_{0};
   std::set<std::string> done_;  // resumed: judged by the earlier controller
+  std::vector<bool> started_;   // by scenario index: this controller began it
+  std::mutex mu_;               // --jobs: the report, its files, the console, the Preflight
   bool usage_error_ = false;
   bool write_failed_ = false;
 };
@@ -670,6 +687,46 @@ class SuiteRun {
 }  // namespace
 
 namespace {
+
+// --jobs J: J threads take the scenarios in suite order, each running one at a time. A scenario
+// with more ranks than twice the host's cores runs alone: it waits for the running ones to end
+// and none starts beside it (64 ranks on 2 cores take every core for ~20 s, and the others'
+// deadlines would pay for it). A worker outlives the jobs it starts (their death signal is tied
+// to the thread that started them). After a stop signal no scenario starts.
+void run_concurrently(SuiteRun& run, Preflight& preflight, const LaunchContext& launch, int jobs,
+                      int cores) {
+  std::mutex mu;
+  std::condition_variable cv;
+  const size_t n = run.scenarios().size();
+  size_t next = 0;
+  int running = 0;
+  bool alone = false, stopped = false;
+  auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      while (next < n && run.done(next)) ++next;
+      if (next >= n || stopped || stop_signal() != 0) return;
+      const bool big = run.scenarios()[next].job.ranks > 2 * int64_t(cores);
+      if (alone || (big && running > 0)) {
+        cv.wait(lock);
+        continue;
+      }
+      const size_t index = next++;
+      ++running;
+      alone = big;
+      lock.unlock();
+      const bool go_on = run.scenario(index, preflight, launch);
+      lock.lock();
+      --running;
+      if (big) alone = false;
+      if (!go_on) stopped = true;
+      cv.notify_all();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+}
 
 int run_planned(const RunOptions& opts, const results::SuiteReport* earlier) {
   // Ctrl-C / SIGTERM end the running job, write the reports (interrupted) and return 128 + sig.
@@ -706,9 +763,14 @@ int run_planned(const RunOptions& opts, const results::SuiteReport* earlier) {
         "nanchaos run: resuming {}: {} of {} scenario(s) judged already, running the rest\n",
         run.out(), run.adopted(), run.scenarios().size());
   }
-  for (size_t index = 0; index < run.scenarios().size(); ++index) {
-    if (earlier && run.done(index)) continue;
-    if (!run.scenario(index, preflight, launch)) break;
+  if (opts.jobs > 1) {
+    launch.private_mpi_tmpdir = true;  // launches that start or end together race on /tmp/ompi.*
+    run_concurrently(run, preflight, launch, opts.jobs, probe_host().cores);
+  } else {
+    for (size_t index = 0; index < run.scenarios().size(); ++index) {
+      if (run.done(index)) continue;
+      if (!run.scenario(index, preflight, launch)) break;
+    }
   }
   return run.finish();
 }

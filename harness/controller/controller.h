@@ -40,6 +40,10 @@ struct RunOptions {
   /// record the whole suite's names in report.json "shard" for `nanchaos merge`.
   ShardSpec shard;
   std::string shard_balance;  ///< --shard-balance: an earlier report.json whose wall times balance
+  /// --jobs J: scenarios run at a time, taken in suite order (each with its own Open MPI
+  /// session folder); one whose [job].ranks exceed twice this host's cores runs alone. The
+  /// reports stay in suite order; the console rows and progress lines come as scenarios finish.
+  int jobs = 1;
 };
 
 /// `nanchaos run`: returns the exit status (0 all passed or skipped, 1 a check failed,

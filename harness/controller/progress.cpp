@@ -19,13 +19,13 @@ std::string format_elapsed(double seconds) {
 Progress::Progress(size_t total, bool enabled, std::FILE* out, int tty)
     : total_(total), enabled_(enabled), out_(out) {
   tty_ = tty >= 0 ? tty != 0 : (out_ && isatty(fileno(out_)));
-  suite_start_ = scenario_start_ = std::chrono::steady_clock::now();
+  suite_start_ = std::chrono::steady_clock::now();
   if (enabled_ && tty_) {
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
       while (!stop_) {
         cv_.wait_for(lock, std::chrono::seconds(1));
-        if (!stop_ && active_) draw_locked();
+        if (!stop_ && !running_.empty()) draw_locked();
       }
     });
   }
@@ -38,7 +38,7 @@ void Progress::done() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
-    active_ = false;
+    running_.clear();
     if (enabled_) erase_locked();
   }
   cv_.notify_all();
@@ -47,40 +47,52 @@ void Progress::done() {
 
 void Progress::start(size_t index, const std::string& name, int trial, int trials) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (index != index_ || !active_) {
-    if (trial == 0) scenario_start_ = std::chrono::steady_clock::now();
-  }
-  index_ = index;
-  name_ = name;
-  trial_ = trial;
-  trials_ = trials;
-  active_ = true;
+  auto [it, first] = running_.try_emplace(index);
+  if (first) it->second.start = std::chrono::steady_clock::now();
+  it->second.name = name;
+  it->second.trial = trial;
+  it->second.trials = trials;
   if (enabled_ && tty_) draw_locked();
 }
 
 void Progress::finish(size_t index, const results::ScenarioResult& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  active_ = false;
+  const auto it = running_.find(index);
+  const auto start = it == running_.end() ? std::chrono::steady_clock::now() : it->second.start;
+  if (it != running_.end()) running_.erase(it);
   if (!enabled_) return;
   erase_locked();
   const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - scenario_start_).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string line = fmt::format("[{}/{}] {:<7} {}  {}", index + 1, total_, to_string(r.verdict),
                                  r.name, format_elapsed(secs));
   if (r.trial_count > 1 && r.stats.is_object()) {
     line += fmt::format("  ({}/{} trials passed)", r.stats.value("passed", 0), r.trial_count);
   }
   std::fprintf(out_, "%s\n", line.c_str());
+  if (tty_ && !running_.empty()) draw_locked();  // the others still run
   std::fflush(out_);
 }
 
 void Progress::draw_locked() {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - suite_start_).count();
-  std::string line = fmt::format("scenario {} of {}", index_ + 1, total_);
-  if (trials_ > 1) line += fmt::format(" · trial {}/{}", trial_ + 1, trials_);
   const auto whole = static_cast<long long>(secs);
-  line += fmt::format(" · elapsed {}m{:02}s · {}", whole / 60, whole % 60, name_);
+  std::string line;
+  if (running_.size() == 1) {
+    const auto& [index, r] = *running_.begin();
+    line = fmt::format("scenario {} of {}", index + 1, total_);
+    if (r.trials > 1) line += fmt::format(" · trial {}/{}", r.trial + 1, r.trials);
+    line += fmt::format(" · elapsed {}m{:02}s · {}", whole / 60, whole % 60, r.name);
+  } else {
+    std::string numbers, names;
+    for (const auto& [index, r] : running_) {
+      numbers += fmt::format("{}{}", numbers.empty() ? "" : ", ", index + 1);
+      names += (names.empty() ? "" : ", ") + r.name;
+    }
+    line = fmt::format("scenarios {} of {} · elapsed {}m{:02}s · {}", numbers, total_, whole / 60,
+                       whole % 60, names);
+  }
   // \r, then the line, then clear to the end of the terminal line (a shorter redraw).
   std::fprintf(out_, "\r%s\033[K", line.c_str());
   std::fflush(out_);

@@ -4,16 +4,20 @@
 //   also `  (5/5 trials passed)`); the time is the scenario's wall time over all its trials (s).
 // - When the stream is a terminal, a status line `\r` redrawn once a second:
 //   `scenario 3 of 32 · trial 2/5 · elapsed 1m02s · nan-grad-rank1` (the trial part only with
-//   N > 1). It is erased before each finished-scenario line and when the suite ends, so the
-//   lines above never carry a half-drawn status.
+//   N > 1); with `--jobs`, while several run: `scenarios 3, 4 of 32 · elapsed 1m02s · a, b`.
+//   It is erased before each finished-scenario line and when the suite ends, so the lines
+//   above never carry a half-drawn status. Scenarios finish in any order under `--jobs`: a
+//   finished line's [i/N] is the scenario's place in the suite and its time its own.
 // `nanchaos run --quiet` constructs it disabled: it prints nothing.
-// Thread-safety: the controller thread calls every method; a private ticker thread redraws the
-// status line (terminal only) under the same mutex. Never blocks longer than a write.
+// Thread-safety: any thread may call every method (the `--jobs` workers do); a private ticker
+// thread redraws the status line (terminal only) under the same mutex. Never blocks longer
+// than a write.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,16 +53,19 @@ class Progress {
   bool enabled_;
   std::FILE* out_;
   bool tty_;
-  std::chrono::steady_clock::time_point suite_start_, scenario_start_;
+  struct Running {
+    std::string name;
+    int trial = 0, trials = 1;
+    std::chrono::steady_clock::time_point start;  ///< its first trial's
+  };
+
+  std::chrono::steady_clock::time_point suite_start_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::thread ticker_;
   bool stop_ = false;
-  bool active_ = false;  ///< a scenario is running: the status line is (to be) shown
-  bool drawn_ = false;   ///< the status line is on the terminal now
-  size_t index_ = 0;
-  int trial_ = 0, trials_ = 1;
-  std::string name_;
+  bool drawn_ = false;                 ///< the status line is on the terminal now
+  std::map<size_t, Running> running_;  ///< by suite index: the status line shows them
 };
 
 }  // namespace nanchaos::harness

@@ -1,6 +1,7 @@
 // End-to-end: the real binary launches real `mpirun -np N` jobs; assertions read report.json.
 // Deadlock.HangAndCrash*, Deadlock.NaiveStack* and LossScale.* check shipped scenarios: they read
 // the shipped suite's run (NANCHAOS_SHIPPED_RUN) and are registered by tests/CMakeLists.txt.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "detectors/core/consensus.h"
+#include "harness/controller/host_limits.h"
 #include "harness/controller/host_probe.h"
 #include "harness/controller/launch.h"
 #include "harness/scenario/scenario.h"
@@ -323,6 +325,43 @@ TEST(Controller, GpuSkipReasonNamesCpuOnlyLibTorchFirst) {
   EXPECT_EQ(gpu_skip_reason(s, GpuHost{false, true, 0, ""}),
             "device cuda needs a GPU build: nanchaos was built without CUDA/NCCL (nvcc or nccl.h "
             "not found)");
+}
+
+// `run --jobs 2`: two scenarios run at once (their jobs overlap in time), one with more ranks
+// than twice the host's cores runs alone (its job overlaps no other), and report.json keeps the
+// suite's order although the scenarios finished out of it.
+TEST(Controller, JobsRunTwoAtOnceABigOneAloneAndReportInSuiteOrder) {
+  const auto dir = tmpdir("jobs-in");
+  const int64_t big_ranks = 2 * nanchaos::harness::probe_host().cores + 1;
+  auto scenario = [](const std::string& name, int64_t ranks, int steps) {
+    return fmt::format(
+        "[scenario]\nname = \"{}\"\nseed = 3\n[job]\nworkload = \"mlp\"\nranks = {}\n"
+        "steps = {}\n[workload]\nhidden = 16\nfeatures = 8\n[[fault]]\nkind = \"tensor\"\n"
+        "target = \"activation:layers.1\"\nranks = [1]\nstep = 3\n[expect]\ndetected = true\n"
+        "rank = 1\n",
+        name, ranks, steps);
+  };
+  write_file(dir, "a.toml", scenario("jobs-a", 2, 40));
+  write_file(dir, "b.toml", scenario("jobs-b", 2, 40));
+  write_file(dir, "c.toml", scenario("jobs-c-big", big_ranks, 8));
+  write_file(dir, "d.toml", scenario("jobs-d", 2, 8));
+  const auto out = tmpdir("jobs-out");
+  const auto r = run_cmd(kBin + " run " + dir + " --jobs 2 --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json report = read_report(out);
+  std::vector<std::string> names;
+  std::vector<std::pair<int64_t, int64_t>> jobs;  // [start, end] of each job, us
+  for (const auto& s : report["scenarios"]) {
+    names.push_back(s["name"]);
+    const int64_t t0 = s["job_start_us"];
+    jobs.push_back({t0, t0 + int64_t(s["wall_ms"].get<double>() * 1000)});
+  }
+  ASSERT_EQ(names, (std::vector<std::string>{"jobs-a", "jobs-b", "jobs-c-big", "jobs-d"}));
+  auto overlap = [&](size_t i, size_t k) {
+    return jobs[i].first < jobs[k].second && jobs[k].first < jobs[i].second;
+  };
+  EXPECT_TRUE(overlap(0, 1)) << report.dump(1);
+  for (size_t i : {0, 1, 3}) EXPECT_FALSE(overlap(2, i)) << i << report.dump(1);
 }
 
 // `--fail-on-skip` turns a skipped scenario into exit 1 with a message on stderr; the

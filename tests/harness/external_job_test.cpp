@@ -740,7 +740,8 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   write_file(dir, "fake_agent.sh", kFakeAgent);
   write_file(dir, "kill_controller.sh",
              std::string("#!/bin/sh\nif [ ! -e \"") + dir + "/killed\" ]; then touch \"" + dir +
-                 "/killed\"; kill -9 \"$NANCHAOS_CONTROLLER_PID\"; sleep 120; exit 1; fi\n" +
+                 "/killed\"; sleep 120 & kill -9 \"$NANCHAOS_CONTROLLER_PID\"; wait; exit 1; "
+                 "fi\n" +
                  "exec sh \"" + dir + "/fake_agent.sh\"\n");
   auto scenario = [&](const std::string& name, const std::string& script) {
     write_file(dir, name + ".toml",
@@ -760,7 +761,9 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_EQ(state["planned"], json({"r1-first", "r2-kills", "r3-last"}));
   ASSERT_EQ(read_report(out)["scenarios"].size(), 1u);  // written after the first scenario
   const auto first_log = fs::last_write_time(out + "/r1-first/ranks.log");
-  // The dead controller's job is still there (its ranks sleep 120 s; no agent guards them).
+  // The dead controller's job is still there (its ranks sleep 120 s; no agent guards them). The
+  // sleep starts before the kill: mpirun, left without its controller, may end the rank's shell
+  // before that shell would have started a sleep after it (under load it did, 1 run in ~10).
   const std::string dead_pid = std::to_string(state["controller"]["pid"].get<int64_t>());
   const std::string dead_start = std::to_string(state["controller"]["start"].get<uint64_t>());
   const auto left_by_dead = [&] {

@@ -64,6 +64,30 @@ TEST(Progress, TerminalGetsAStatusLineThatIsErasedBeforeEachResult) {
   EXPECT_NE(s.find("\r\033[K[3/32] pass    nan-grad-rank1"), std::string::npos) << s;
 }
 
+// `run --jobs`: two scenarios at once share the status line; each finished line carries the
+// scenario's own place in the suite, and the other one's status is drawn again after it.
+TEST(Progress, ScenariosRunningTogetherShareTheStatusLine) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    Progress p(32, true, f, 1);
+    p.start(2, "nan-a", 0, 1);
+    p.start(3, "hang-b", 0, 1);
+    p.finish(3, result("hang-b", "pass"));
+    p.finish(2, result("nan-a", "fail"));
+  }
+  const std::string s = contents(f);
+  std::fclose(f);
+  EXPECT_NE(s.find("\rscenarios 3, 4 of 32 · elapsed 0m00s · nan-a, hang-b\033[K"),
+            std::string::npos)
+      << s;
+  const size_t b = s.find("\r\033[K[4/32] pass    hang-b  ");
+  ASSERT_NE(b, std::string::npos) << s;
+  const size_t again = s.find("\rscenario 3 of 32 · elapsed 0m00s · nan-a\033[K", b);
+  ASSERT_NE(again, std::string::npos) << s;
+  EXPECT_NE(s.find("\r\033[K[3/32] fail    nan-a  ", again), std::string::npos) << s;
+}
+
 TEST(Progress, QuietPrintsNothing) {
   std::FILE* f = std::tmpfile();
   ASSERT_NE(f, nullptr);
