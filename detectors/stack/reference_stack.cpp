@@ -493,7 +493,9 @@ bool ReferenceStack::recover(Decision& decision, int64_t step, bool* skip) {
   if (scaler_ && consensus_) update_scaler(&decision, skip);
   if (!decision.flagged) return false;
   apply_policy(decision, skip);
-  return true;
+  // A report-only finding (a straggler) is written, but it is no detection to recover from:
+  // the post-reduce detectors still act on this step, and it counts toward no max_consecutive.
+  return !harness::detectors().at(decision.detector).report_only;
 }
 
 /// GradScaler update from the consensus: found_inf is any rank's non-finite scaled gradient.
@@ -536,7 +538,7 @@ void ReferenceStack::apply_policy(const Decision& d, bool* skip) {
   *skip = *skip || act.skip;
   rollback_requested_ = rollback_requested_ || act.rollback;
   if (act.lr_factor != 1.0) carry_.lr_scale *= act.lr_factor;
-  if (!d.cause.empty()) carry_.abort_cause = d.cause;
+  if (!d.cause.empty() && !info.report_only) carry_.abort_cause = d.cause;
   harness::DecisionEvent dec;
   dec.step = step_;
   dec.detector = d.detector;

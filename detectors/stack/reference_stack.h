@@ -166,7 +166,7 @@ class ReferenceStack {
   harness::Decision decide(int64_t step, const std::function<ReplayResult(int64_t)>& replay);
   /// The loss scaler's update (found_inf from the consensus) and the policy's action on
   /// `decision`: sets *skip (no optimizer step) and returns whether the stack detected
-  /// something this step.
+  /// something this step to recover from (false for a report-only finding: a straggler).
   bool recover(harness::Decision& decision, int64_t step, bool* skip);
   /// After the gradient all-reduce: the post_reduce detectors on the reduced buffer's scan
   /// (`view.reduce_stats`), the same on every rank; a finding is decided without consensus.

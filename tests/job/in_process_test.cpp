@@ -102,6 +102,62 @@ TEST(InProcess, CleanRunIsConsistentAndQuiet) {
   EXPECT_EQ(j.res.steps_completed, 30);
 }
 
+// A straggler's finding takes no recovery action (report-only), and it must not keep the
+// post-reduce detectors from taking theirs on the same step: a NaN put on the all-reduce's wire
+// at the step the straggler is named is still skipped. First a run with the slow rank alone
+// finds that step; the second puts the comm fault there. (Before the fix the straggler's
+// decision counted as the step's detection, post_reduce's finding was not acted on, and the
+// NaN reached the parameters.)
+TEST(InProcess, AStragglerFindingDoesNotMaskAPostReduceDetectionOnItsStep) {
+  const std::string slow = R"([[fault]]
+kind = "slow"
+ranks = [2]
+step = 4
+steps = 0
+delay_ms = 40
+where = "compute"
+[detectors]
+collective_timeout_ms = 60000
+)";
+  const std::string base = std::string(kMlp4) + slow;
+  const std::string dir =
+      (fs::path(::testing::TempDir()) / ("nanchaos_inproc_straggler_" + std::to_string(getpid())))
+          .string();
+  // The step the straggler is named at, from the first run's events.
+  const auto named_at = [&]() -> int64_t {
+    const Scenario s = load_scenario_string(base + "[expect]\ndetected = true\n", "straggler.toml");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    InProcessWorld world(int(s.job.ranks));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < int(s.job.ranks); ++r) {
+      ranks.emplace_back([&, r] { run_rank_on(s, world.communicator(r), dir); });
+    }
+    for (auto& t : ranks) t.join();
+    for (const auto& e : read_events(dir + "/events/rank-0.jsonl")) {
+      if (e.value("ev", "") == "decision" && e.value("detector", "") == "straggler")
+        return e.value("step", int64_t(-1));
+    }
+    return -1;
+  }();
+  fs::remove_all(dir);
+  ASSERT_GE(named_at, 5) << "the slow rank was never named a straggler";
+  ASSERT_LT(named_at, 29);
+  const auto j = RunInProcess(base + "[[fault]]\nkind = \"comm\"\nvalue = \"nan\"\nranks = [1]\n" +
+                                  "step = " + std::to_string(named_at) +
+                                  "\n[expect]\ndetected = true\nconsistent = true\n"
+                                  "recovered = true\n",
+                              "straggler_comm");
+  EXPECT_EQ(j.codes, std::vector<int>(4, 0));
+  EXPECT_EQ(j.res.outcome, results::Outcome::kCompleted);
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
+  bool post_reduce_acted = false;
+  for (const auto& d : j.res.detections) {
+    if (d.step == named_at && d.detector == "post_reduce") post_reduce_acted = true;
+  }
+  EXPECT_TRUE(post_reduce_acted) << "no post_reduce detection at step " << named_at;
+}
+
 TEST(InProcess, PersistentFaultUnderRollbackEscalatesToAbort) {
   const auto j = RunInProcess(std::string(kMlp4) + R"([[fault]]
 kind = "tensor"
