@@ -441,6 +441,7 @@ class SuiteRun {
  public:
   SuiteRun(const RunOptions& opts, std::vector<Scenario> scenarios)
       : opts_(opts), scenarios_(std::move(scenarios)), started_(scenarios_.size(), false) {
+    for (size_t i = 0; i < scenarios_.size(); ++i) order_[scenarios_[i].name] = i;
     report_.suite = suite_name(opts.paths);
     report_.started = utc_stamp("%Y-%m-%dT%H:%M:%SZ");
     report_.nanchaos_version = NANCHAOS_VERSION;
@@ -588,15 +589,14 @@ class SuiteRun {
   void record(size_t index, const results::ScenarioResult& res) {
     if (res.verdict == results::Verdict::kError) usage_error_ = true;
     write_timeline(res);
+    // Adopted results arrive in the earlier report's order: the whole list is kept sorted.
+    auto place = [&](const results::ScenarioResult& r) {
+      const auto it = order_.find(r.name);
+      return it == order_.end() ? order_.size() : it->second;
+    };
     report_.scenarios.push_back(res);
-    std::map<std::string, size_t> order;
-    for (size_t i = 0; i < scenarios_.size(); ++i) order[scenarios_[i].name] = i;
     std::stable_sort(report_.scenarios.begin(), report_.scenarios.end(),
-                     [&](const auto& a, const auto& b) {
-                       const auto ia = order.find(a.name), ib = order.find(b.name);
-                       return (ia == order.end() ? order.size() : ia->second) <
-                              (ib == order.end() ? order.size() : ib->second);
-                     });
+                     [&](const auto& a, const auto& b) { return place(a) < place(b); });
     progress_->finish(index, res);
     if (!opts_.quiet) {
       std::cout << results::console_row(res) << std::flush;
@@ -677,9 +677,10 @@ class SuiteRun {
   std::string out_;
   std::optional<harness::Progress> progress_;  // from start()
   std::atomic<int> job_counter_{0};
-  std::set<std::string> done_;  // resumed: judged by the earlier controller
-  std::vector<bool> started_;   // by scenario index: this controller began it
-  std::mutex mu_;               // --jobs: the report, its files, the console, the Preflight
+  std::set<std::string> done_;           // resumed: judged by the earlier controller
+  std::vector<bool> started_;            // by scenario index: this controller began it
+  std::map<std::string, size_t> order_;  // name -> index: the reports' order
+  std::mutex mu_;  // --jobs: the report, its files, the console, the Preflight
   bool usage_error_ = false;
   bool write_failed_ = false;
 };
