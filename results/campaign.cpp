@@ -452,6 +452,7 @@ ojson to_json(const Campaign& c) {
   j["started"] = c.started;
   j["nanchaos_version"] = c.nanchaos_version;
   j["wall_s"] = c.wall_s;
+  j["complete"] = c.complete;
   j["interrupted"] = c.interrupted;
   ojson rows = ojson::array();
   for (const auto& f : c.faults) rows.push_back(fault_json(f));

@@ -202,6 +202,10 @@ struct Campaign {
   std::string nanchaos_version;
   double wall_s = 0;
   bool interrupted = false;
+  /// The controller finished the campaign (campaign.json "complete", always written): false in
+  /// the campaign.json rewritten after each fault while it runs, so also in one a controller
+  /// killed with SIGKILL leaves, and after an interruption. Absent (older files): true.
+  bool complete = true;
   std::vector<CampaignFault> faults;  ///< by index
   CampaignSummary summary;
   nlohmann::json thresholds = nlohmann::json::object();  ///< [campaign] minima and their checks

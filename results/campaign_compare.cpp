@@ -201,6 +201,11 @@ CampaignComparison compare_campaigns(const json& base, const json& fresh,
       c.notes.push_back(fmt::format("{} was interrupted: {} of {} faults measured", label,
                                     (*doc)["faults"].size(),
                                     doc->value("faults_requested", json()).dump()));
+    } else if (!doc->value("complete", true)) {
+      c.notes.push_back(fmt::format(
+          "{} is incomplete (its controller had not finished: still running, or it died): {} of "
+          "{} faults measured",
+          label, (*doc)["faults"].size(), doc->value("faults_requested", json()).dump()));
     }
   }
   const json& fa = base.at("faults");

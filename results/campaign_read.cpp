@@ -88,6 +88,7 @@ Campaign campaign_from_json(const ojson& j) {
     c.nanchaos_version = j.value("nanchaos_version", std::string());
     c.wall_s = j.value("wall_s", 0.0);
     c.interrupted = j.value("interrupted", false);
+    c.complete = j.value("complete", true);
     for (const auto& row : j.at("faults")) {
       try {
         c.faults.push_back(fault_from(row));

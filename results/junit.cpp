@@ -37,13 +37,15 @@ void write_junit(const SuiteReport& r, const std::string& path) {
   x += fmt::format(
       "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
       "time=\"{:.3f}\" timestamp=\"{}\" hostname=\"{}\">\n",
-      xml_escape(r.suite), r.scenarios.size() + r.not_run.size(), r.failed(), r.errors(),
-      r.skipped() + int(r.not_run.size()), total_ms / 1000.0, xml_escape(r.started),
-      xml_escape(r.host));
+      xml_escape(r.suite), r.scenarios.size() + r.not_run.size() + r.pending.size(), r.failed(),
+      r.errors() + int(r.pending.size()), r.skipped() + int(r.not_run.size()), total_ms / 1000.0,
+      xml_escape(r.started), xml_escape(r.host));
   if (r.interrupted) {
     x += fmt::format(
         "  <properties>\n    <property name=\"interrupted\" value=\"{}\"/>\n  </properties>\n",
         xml_escape(r.interrupt_signal));
+  } else if (!r.complete) {
+    x += "  <properties>\n    <property name=\"complete\" value=\"false\"/>\n  </properties>\n";
   }
   for (const auto& s : r.scenarios) {
     const double secs = all_trials_ms(s) / 1000.0;
@@ -82,6 +84,16 @@ void write_junit(const SuiteReport& r, const std::string& path) {
         "  <testcase classname=\"nanchaos.{}\" name=\"{}\" time=\"0.000\">\n    <skipped "
         "message=\"not run: the run was interrupted by {}\"/>\n  </testcase>\n",
         xml_escape(r.suite), xml_escape(name), xml_escape(r.interrupt_signal));
+  }
+  // Not judged yet when this file was written: an error, so that a file a dead controller left
+  // never reads as a pass.
+  for (const auto& name : r.pending) {
+    x += fmt::format(
+        "  <testcase classname=\"nanchaos.{}\" name=\"{}\" time=\"0.000\">\n    <error "
+        "message=\"not judged: the run had not finished when this file was written (the "
+        "controller still runs, or it died: nanchaos run --resume RUN)\" "
+        "type=\"incomplete\"/>\n  </testcase>\n",
+        xml_escape(r.suite), xml_escape(name));
   }
   x += "</testsuite>\n";
   write_file(path, [&](std::ofstream& out) { out << x; });

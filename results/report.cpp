@@ -167,6 +167,12 @@ J suite_json(const SuiteReport& r) {
   summary["errors"] = r.errors();
   summary["skipped"] = r.skipped();
   j["summary"] = std::move(summary);
+  j["complete"] = r.complete;
+  if (!r.pending.empty()) {
+    J pending = J::array();
+    for (const auto& n : r.pending) pending.push_back(n);
+    j["pending"] = std::move(pending);
+  }
   j["interrupted"] = r.interrupted;
   if (r.interrupted) {
     j["interrupt_signal"] = r.interrupt_signal;

@@ -188,6 +188,14 @@ struct SuiteReport {
   bool interrupted = false;
   std::string interrupt_signal;  ///< "SIGINT", "SIGTERM" ("" when not interrupted)
   std::vector<std::string> not_run;
+  /// Whether the controller finished the run (report.json "complete", always written): false in
+  /// the reports written after each scenario while the run goes on, so also in what a
+  /// controller killed with SIGKILL leaves behind, and after an interruption. `pending` names,
+  /// in suite order, the planned scenarios not judged yet (running or queued; those an
+  /// interruption left are in `not_run`). A report without the key (written before it existed)
+  /// reads as complete.
+  bool complete = true;
+  std::vector<std::string> pending;
   std::optional<ShardInfo> shard;  ///< set for `run --shard I/N` (absent from report.json if not)
   int passed() const;
   int failed() const;

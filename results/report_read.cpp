@@ -176,6 +176,8 @@ SuiteReport suite_from_json(const json& j) {
     r.interrupted = j.value("interrupted", false);
     r.interrupt_signal = j.value("interrupt_signal", std::string());
     r.not_run = j.value("not_run", std::vector<std::string>());
+    r.complete = j.value("complete", true);
+    r.pending = j.value("pending", std::vector<std::string>());
     if (auto it = j.find("shard"); it != j.end() && it->is_object()) {
       r.shard = ShardInfo{it->value("index", 0), it->value("count", 0),
                           it->value("suite", std::vector<std::string>())};

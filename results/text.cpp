@@ -82,6 +82,9 @@ std::string summary_text(const SuiteReport& r) {
   if (r.interrupted) {
     text += fmt::format("; INTERRUPTED by {}: {} not run", r.interrupt_signal, r.not_run.size());
     if (!r.not_run.empty()) text += fmt::format(" ({})", fmt::join(r.not_run, ", "));
+  } else if (!r.complete) {
+    text += fmt::format("; INCOMPLETE: {} not judged yet", r.pending.size());
+    if (!r.pending.empty()) text += fmt::format(" ({})", fmt::join(r.pending, ", "));
   }
   return text;
 }

@@ -420,15 +420,20 @@ class CampaignRun {
     const std::string job_id = fmt::format("{}-b{}-{}", getpid(), batch.front(), now_us());
     auto judged = run_inlaunch_batch(scenarios, launch_dir, ctx_, job_id);
     std::vector<size_t> rest;
+    std::vector<std::pair<size_t, results::ScenarioResult>> done;
+    bool interrupted = false;
     for (size_t k = 0; k < batch.size(); ++k) {
       if (!judged[k]) {
         rest.push_back(batch[k]);
       } else if (judged[k]->reason == "interrupted") {
-        return;
+        interrupted = true;
+        break;
       } else {
-        record(batch[k], std::move(*judged[k]));
+        done.emplace_back(batch[k], std::move(*judged[k]));
       }
     }
+    record(std::move(done));  // the batch's rows were judged together: one rewrite of the files
+    if (interrupted) return;
     if (rest.empty() || stop_signal() != 0) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (rest.size() < batch.size()) {
@@ -439,22 +444,39 @@ class CampaignRun {
   }
 
   void record(size_t i, results::ScenarioResult judged) {
-    const DrawnFault& d = drawn_[i];
-    results::CampaignFault row =
-        results::score_fault(d.index, d.fault, d.fault_class, d.truth, judged, rules_);
-    row.finite = d.finite;
-    row.slows = d.slows;
-    row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
-    row.rerun = "nanchaos run " + files_[i];
+    std::vector<std::pair<size_t, results::ScenarioResult>> one;
+    one.emplace_back(i, std::move(judged));
+    record(std::move(one));
+  }
+
+  // Scores judged faults (drawn_ index, the judge's result) and rewrites campaign.json once:
+  // after every fault's (or in-launch batch's) judgement, nothing measured is lost if the
+  // controller dies.
+  void record(std::vector<std::pair<size_t, results::ScenarioResult>> judged) {
+    if (judged.empty()) return;
+    std::vector<std::pair<size_t, results::CampaignFault>> rows;
+    for (auto& [i, res] : judged) {
+      const DrawnFault& d = drawn_[i];
+      results::CampaignFault row =
+          results::score_fault(d.index, d.fault, d.fault_class, d.truth, res, rules_);
+      row.finite = d.finite;
+      row.slows = d.slows;
+      row.scenario = fmt::format("faults/{:03}/scenario.toml", d.index);
+      row.rerun = "nanchaos run " + files_[i];
+      rows.emplace_back(i, std::move(row));
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!o_.quiet) std::cerr << progress_line(row, int(c_.requested)) << std::flush;
-    rows_[i] = std::move(row);
-    write_files(false);  // after every fault: nothing measured is lost if the controller dies
+    for (auto& [i, row] : rows) {
+      if (!o_.quiet) std::cerr << progress_line(row, int(c_.requested)) << std::flush;
+      rows_[i] = std::move(row);
+    }
+    write_files(false);
   }
 
   // campaign.json (and with `final_files` campaign.md and campaign.xml) from the rows so far.
   // Called under mu_ or after the workers are joined.
   void write_files(bool final_files) {
+    c_.complete = final_files && !c_.interrupted;  // while it runs (or if it dies): not finished
     c_.faults.clear();
     for (const auto& r : rows_) {
       if (r) c_.faults.push_back(*r);

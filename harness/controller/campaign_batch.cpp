@@ -30,6 +30,18 @@ bool enabled(const Scenario& s, const std::string& detector) {
 
 std::string rank_log(const std::string& dir, int64_t r) { return event_log_path(dir, r); }
 
+// The lines of an event log that can be its `exit` records: the judge parses the whole log once
+// more right after (judge_run), so this pass only scans the text. A string value cannot hold
+// the unescaped `"ev":"exit"`, so no other record's line matches.
+std::string exit_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"ev\":\"exit\"") != std::string::npos) out += line + "\n";
+  }
+  return out;
+}
+
 // Where a fault's window stands after the launch: not started (no log), finished (every rank
 // wrote `exit`), or cut short by the launch's end.
 enum class Window { kNotStarted, kFinished, kCut };
@@ -52,7 +64,7 @@ WindowState window_of(const Scenario& s, const std::string& dir) {
     any = true;
     trim_event_log(path);
     bool exited = false;
-    for (const auto& e : read_events(path)) {
+    for (const auto& e : parse_events(exit_lines(path))) {
       if (event_type(e) != ExitEvent::kEv) continue;
       exited = true;
       const ExitEvent x = parse_exit(e);  // as the judge reads it (rank_evidence.cpp)

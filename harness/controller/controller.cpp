@@ -475,6 +475,12 @@ class SuiteRun {
     }
   }
   bool done(size_t index) const { return done_.count(scenarios_[index].name) > 0; }
+  // The reports before any scenario of this controller ran: complete false, all pending.
+  void write_pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    note_pending();
+    write_reports();
+  }
   size_t adopted() const { return done_.size(); }
 
   // Step 2, run one scenario with its trials (or refuse it: a Blocker), record and show it,
@@ -512,6 +518,7 @@ class SuiteRun {
     std::lock_guard<std::mutex> lock(mu_);
     record(index, res);
     if (stop_signal() != 0) note_interruption();
+    note_pending();
     write_reports();  // after every scenario: nothing measured is lost if the controller dies
     return !report_.interrupted;
   }
@@ -521,6 +528,8 @@ class SuiteRun {
     if (stop_signal() != 0) note_interruption();
     progress_->done();
     if (!report_.interrupted) write_state(true);
+    report_.complete = !report_.interrupted;
+    report_.pending.clear();
     report_.detector_stats = results::suite_detector_stats(report_);
     write_reports();
     if (report_.interrupted) {
@@ -618,6 +627,22 @@ class SuiteRun {
     report_.interrupt_signal = signal_name(stop_signal());
     for (size_t i = 0; i < scenarios_.size(); ++i) {
       if (!started_[i] && !done(i)) report_.not_run.push_back(scenarios_[i].name);
+    }
+  }
+
+  // While the run goes on, the reports say so (complete: false) and name the scenarios not judged
+  // yet: a report a controller killed with SIGKILL leaves never reads as a finished run. Under
+  // mu_.
+  void note_pending() {
+    report_.complete = false;
+    report_.pending.clear();
+    std::set<std::string> judged;
+    for (const auto& r : report_.scenarios) judged.insert(r.name);
+    for (const auto& sc : scenarios_) {
+      if (judged.count(sc.name) == 0 && std::find(report_.not_run.begin(), report_.not_run.end(),
+                                                  sc.name) == report_.not_run.end()) {
+        report_.pending.push_back(sc.name);
+      }
     }
   }
 
@@ -764,6 +789,7 @@ int run_planned(const RunOptions& opts, const results::SuiteReport* earlier) {
         "nanchaos run: resuming {}: {} of {} scenario(s) judged already, running the rest\n",
         run.out(), run.adopted(), run.scenarios().size());
   }
+  run.write_pending();  // a controller that dies in its first scenario leaves reports too
   if (opts.jobs > 1) {
     launch.private_mpi_tmpdir = true;  // launches that start or end together race on /tmp/ompi.*
     run_concurrently(run, preflight, launch, opts.jobs, probe_host().cores);

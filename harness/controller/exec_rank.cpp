@@ -250,6 +250,12 @@ int exec_rank(const ExecRankOptions& opts) {
     set("LOCAL_WORLD_SIZE", std::to_string(id.local_world));
     set("MASTER_ADDR", master_addr(id));
     set("MASTER_PORT", std::to_string(opts.master_port));
+    // torchrun's default: with more than one rank on a host, OMP_NUM_THREADS=1 unless the
+    // environment sets it (torch.distributed.run); [job] env, applied below, still overrides.
+    // OpenBLAS's pthread pool reads it too, so ranks do not each start a thread per core.
+    if (id.local_world > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+      set("OMP_NUM_THREADS", "1");
+    }
   }
   set("NANCHAOS_PLAN", plan_text);
   set("NANCHAOS_PLAN_FILE", plan_file);

@@ -150,6 +150,8 @@ results::SuiteReport combine(std::vector<Part>& parts, const Plan& p, const std:
       by_name.emplace(s.name, std::move(s));
     }
     merged.not_run.insert(merged.not_run.end(), r.not_run.begin(), r.not_run.end());
+    merged.pending.insert(merged.pending.end(), r.pending.begin(), r.pending.end());
+    merged.complete = merged.complete && r.complete;
   }
   merged.host = fmt::format("{}", fmt::join(hosts, ","));
   for (const auto& name : p.order.empty() ? arrival : p.order) {
@@ -158,11 +160,14 @@ results::SuiteReport combine(std::vector<Part>& parts, const Plan& p, const std:
       merged.scenarios.push_back(std::move(it->second));
       by_name.erase(it);
     } else if (std::find(merged.not_run.begin(), merged.not_run.end(), name) ==
-               merged.not_run.end()) {
+                   merged.not_run.end() &&
+               std::find(merged.pending.begin(), merged.pending.end(), name) ==
+                   merged.pending.end()) {
       merged.not_run.push_back(name);  // its shard is missing
     }
   }
   if (!p.missing.empty()) merged.interrupted = true;
+  if (merged.interrupted) merged.complete = false;
   merged.detector_stats = results::suite_detector_stats(merged);
   return merged;
 }
@@ -236,6 +241,7 @@ int merge_campaigns(const MergeOptions& opts) {
     merged.started = std::min(merged.started, c.started);
     merged.wall_s = std::max(merged.wall_s, c.wall_s);  // the parts ran side by side
     merged.interrupted = merged.interrupted || c.interrupted;
+    merged.complete = merged.complete && c.complete;
     for (auto f : c.faults) {
       const std::string dir = fmt::format("faults/{:03}", f.index);
       fs::copy(fs::path(opts.runs[k]) / dir, fs::path(opts.out_dir) / dir,

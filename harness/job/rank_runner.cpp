@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "detectors/detector.h"
+#include "harness/common/blas_threads.h"
 #include "harness/common/check.h"
 #include "harness/common/log.h"
 #include "harness/common/proc_status.h"
@@ -58,6 +59,7 @@ RankRunner::RankRunner(Scenario s, std::unique_ptr<Communicator> comm, const std
                                          s_.job.ranks, world_));
   }
   torch::set_num_threads(1);
+  pin_blas_threads(1);  // OpenBLAS's own pool, which set_num_threads misses (blas_threads.h)
   static compat::WarningSink quiet(&torch_warning);
   compat::set_warning_handler(&quiet);
   workload_ = make_workload(s_);

@@ -184,8 +184,9 @@ const std::vector<KeySpec>& job_keys() {
           .def(Value(std::vector<std::string>{})),
       Key("launch", K::kString,
           "external: torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR "
-          "and MASTER_PORT for every rank; plain sets none of them (the NANCHAOS_* variables "
-          "still) and needs ranks = 1")
+          "and MASTER_PORT for every rank, and OMP_NUM_THREADS = 1 with more than one rank on a "
+          "host where the environment sets none (torchrun's default; [job] env overrides); plain "
+          "sets none of them (the NANCHAOS_* variables still) and needs ranks = 1")
           .def("torchrun")
           .choices({"torchrun", "plain"}),
   };

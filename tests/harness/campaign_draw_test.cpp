@@ -399,6 +399,7 @@ TEST(CampaignOptions, InterruptedMidRunSaysHowManyFaultsItMeasured) {
   EXPECT_NE(stop.output.find(" of 6 faults, interrupted (seed "), std::string::npos) << stop.output;
   const auto c = nlohmann::json::parse(std::ifstream(dir + "/mid/campaign.json"));
   EXPECT_EQ(c["interrupted"], true);
+  EXPECT_EQ(c["complete"], false);
 }
 
 // --values finite: tensor scales by a factor in [1.01, 100], bitflip flips a mantissa bit or one

@@ -105,6 +105,8 @@ void stop_during_hang(int sig) {
 
   const json rep = read_report(out);
   EXPECT_EQ(rep["interrupted"], true);
+  EXPECT_EQ(rep["complete"], false);
+  EXPECT_FALSE(rep.contains("pending"));  // the interruption's lists: the cut one, not_run
   EXPECT_EQ(rep["interrupt_signal"], name);
   EXPECT_EQ(rep["not_run"], json::array({"3-never"}));
   ASSERT_EQ(rep["scenarios"].size(), 2u);

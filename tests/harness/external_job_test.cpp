@@ -68,9 +68,13 @@ TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) 
                  head("ext-env",
                       "command = [\"sh\", \"-c\", \"env > $NANCHAOS_RUN_DIR/env-$RANK.txt\"]\n"
                       "env = { FOO = \"bar baz\" }\n"));
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string omp_before = omp ? omp : "";
+  unsetenv("OMP_NUM_THREADS");  // torchrun's default applies only where the environment has none
   const auto t0 = std::chrono::steady_clock::now();
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (omp) setenv("OMP_NUM_THREADS", omp_before.c_str(), 1);
   EXPECT_EQ(r.code, 3) << r.output;
   const json s = read_report(out)["scenarios"][0];
   EXPECT_EQ(s["verdict"], "error");
@@ -104,6 +108,7 @@ TEST(ExternalJob, ExecRankSetsTheRankEnvironmentAndANeverAttachedJobEndsAtOnce) 
     EXPECT_EQ(env["NANCHAOS_STEPS"], "3");
     EXPECT_EQ(env["NANCHAOS_SEED"], "11");
     EXPECT_EQ(env["FOO"], "bar baz");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");  // torchrun's default with 2 ranks on a host
     const json plan = json::parse(env["NANCHAOS_PLAN"]);
     EXPECT_EQ(plan["scenario"], "ext-env");
     EXPECT_EQ(plan["world"], 2);
@@ -467,8 +472,12 @@ TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
   text.replace(text.find("ranks = 2"), 9, "ranks = 1");
   const auto file = write_file(dir, "plain.toml", text);
   setenv("RANK", "7", 1);  // inherited by the launcher: must not reach the job
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string omp_before = omp ? omp : "";
+  unsetenv("OMP_NUM_THREADS");
   auto r = run_cmd(kBin + " run " + file + " --quiet --out " + out);
   unsetenv("RANK");
+  if (omp) setenv("OMP_NUM_THREADS", omp_before.c_str(), 1);
   EXPECT_EQ(r.code, 3) << r.output;  // sh never loads the agent: error, as for torchrun
   const auto env = read_env(out + "/ext-plain/env-plain.txt");
   ASSERT_FALSE(env.empty()) << r.output;
@@ -476,6 +485,7 @@ TEST(ExternalJob, PlainLaunchSetsNoneOfTorchrunsVariables) {
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
     EXPECT_EQ(env.count(k), 0u) << k;
   }
+  EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // one rank: torchrun leaves it unset too
   EXPECT_EQ(env.count("NANCHAOS_EVENTS"), 1u);
   EXPECT_EQ(env.at("NANCHAOS_STEPS"), "3");
 }
@@ -759,7 +769,17 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   json state = json::parse(std::ifstream(out + "/run-state.json"));
   EXPECT_EQ(state["complete"], false);
   EXPECT_EQ(state["planned"], json({"r1-first", "r2-kills", "r3-last"}));
-  ASSERT_EQ(read_report(out)["scenarios"].size(), 1u);  // written after the first scenario
+  const json left = read_report(out);
+  ASSERT_EQ(left["scenarios"].size(), 1u);  // written after the first scenario
+  // What the dead controller left says it is no finished run, in every report.
+  EXPECT_EQ(left["complete"], false);
+  EXPECT_EQ(left["interrupted"], false);
+  EXPECT_EQ(left["pending"], json({"r2-kills", "r3-last"}));
+  {
+    std::ifstream junit(out + "/junit.xml");
+    const std::string x((std::istreambuf_iterator<char>(junit)), std::istreambuf_iterator<char>());
+    EXPECT_NE(x.find("tests=\"3\" failures=\"0\" errors=\"2\""), std::string::npos) << x;
+  }
   const auto first_log = fs::last_write_time(out + "/r1-first/ranks.log");
   // The dead controller's job is still there (its ranks sleep 120 s; no agent guards them). The
   // sleep starts before the kill: mpirun, left without its controller, may end the rank's shell
@@ -786,6 +806,8 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_EQ(rep["scenarios"][1]["name"], "r2-kills");
   EXPECT_EQ(rep["scenarios"][2]["name"], "r3-last");
   for (const auto& s : rep["scenarios"]) EXPECT_EQ(s["verdict"], "pass") << s["reason"];
+  EXPECT_EQ(rep["complete"], true);
+  EXPECT_FALSE(rep.contains("pending"));
   // The resumed controller named its scenarios as the first one did: as written, relative to the
   // folder the run was started in.
   for (const auto& s : rep["scenarios"]) {

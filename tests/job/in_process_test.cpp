@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/common/blas_threads.h"
 #include "harness/controller/job_result.h"
 #include "harness/controller/judge.h"
 #include "harness/evidence/events.h"
@@ -100,6 +101,18 @@ TEST(InProcess, CleanRunIsConsistentAndQuiet) {
   EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
   EXPECT_EQ(j.res.outcome, results::Outcome::kCompleted);
   EXPECT_EQ(j.res.steps_completed, 30);
+}
+
+// One BLAS thread per rank, as one torch thread: a rank pins the OpenBLAS pool that
+// torch::set_num_threads does not reach (harness/common/blas_threads.h). Runs where the process
+// loaded an OpenBLAS with a pool (Debian's libopenblas0-pthread, what .ci/install-deps installs).
+TEST(InProcess, ARankPinsOpenBlasToOneThread) {
+  if (blas_threads() == 0) GTEST_SKIP() << "no OpenBLAS loaded: libblas.so.3 is another BLAS";
+  ASSERT_TRUE(pin_blas_threads(2));
+  if (blas_threads() != 2) GTEST_SKIP() << "this OpenBLAS runs one thread at most";
+  const auto j = RunInProcess(std::string(kMlp4) + "[expect]\nrecovered = true\n", "blas");
+  EXPECT_EQ(j.res.verdict, results::Verdict::kPass) << j.res.reason;
+  EXPECT_EQ(blas_threads(), 1);
 }
 
 // A straggler's finding takes no recovery action (report-only), and it must not keep the

@@ -655,6 +655,11 @@ TEST(CampaignCompare, NotesDifferentScenariosSeedsAndInterruptedSides) {
                          "A and B are campaigns of different scenarios (mlp-default and tf-full)",
                          "A and B have different seeds (1 and 2): different draws",
                          "B was interrupted: 4 of 10 faults measured"}));
+  b["interrupted"] = false;
+  b["complete"] = false;  // what a controller killed with SIGKILL leaves
+  EXPECT_EQ(compare_campaigns(a, b).notes.back(),
+            "B is incomplete (its controller had not finished: still running, or it died): 4 of "
+            "10 faults measured");
   EXPECT_NE(format_text(c).find("  note: A and B are campaigns of different scenarios"),
             std::string::npos);
   EXPECT_NE(format_markdown(c).find("Note: B was interrupted"), std::string::npos);

@@ -99,9 +99,17 @@ TEST(ReportRead, SuiteWithShardComesBack) {
   s.interrupt_signal = "SIGINT";
   s.not_run = {"later"};
   s.shard = ShardInfo{2, 3, {"a", "every-field", "later"}};
+  s.complete = false;
+  s.pending = {"a"};
   const json written = to_json(s);
   const SuiteReport back = suite_from_json(written);
   EXPECT_EQ(to_json(back), written);
+  EXPECT_FALSE(back.complete);
+  EXPECT_EQ(back.pending, std::vector<std::string>{"a"});
+  json older = written;  // written before the key existed: a finished run
+  older.erase("complete");
+  older.erase("pending");
+  EXPECT_TRUE(suite_from_json(older).complete);
   ASSERT_TRUE(back.shard);
   EXPECT_EQ(back.shard->index, 2);
   EXPECT_EQ(back.shard->suite.size(), 3u);

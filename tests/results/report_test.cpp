@@ -13,6 +13,7 @@
 #include <string>
 
 #include "results/stats.h"
+#include "results/text.h"
 
 namespace nanchaos::results {
 namespace {
@@ -282,6 +283,34 @@ TEST_F(ReportWriters, Junit) {
   EXPECT_NE(x.find("<error message=\"injection not verified\""), std::string::npos);
   EXPECT_NE(x.find("<skipped message=\"needs device = &quot;cuda&quot;; host has no GPU\""),
             std::string::npos);
+}
+
+// A report written while the run goes on (or left by a controller killed with SIGKILL): it says
+// it is incomplete, and its JUnit file counts each scenario not judged yet as an error, so that
+// it never reads as a pass.
+TEST_F(ReportWriters, AnIncompleteRunSaysSoInEveryReport) {
+  SuiteReport s = make_suite();
+  EXPECT_EQ(to_json(s)["complete"], true);
+  EXPECT_FALSE(to_json(s).contains("pending"));
+  s.complete = false;
+  s.pending = {"still-running", "queued"};
+  const json j = to_json(s);
+  EXPECT_EQ(j["complete"], false);
+  EXPECT_EQ(j["pending"], json({"still-running", "queued"}));
+  EXPECT_EQ(j["interrupted"], false);
+  const auto path = dir_ / "junit.xml";
+  write_junit(s, path.string());
+  const std::string x = slurp(path);
+  EXPECT_NE(x.find("tests=\"6\" failures=\"1\" errors=\"3\" skipped=\"1\""), std::string::npos)
+      << x;
+  EXPECT_EQ(count(x, "type=\"incomplete\""), 2u) << x;
+  EXPECT_NE(x.find("name=\"queued\" time=\"0.000\">\n    <error message=\"not judged"),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("<property name=\"complete\" value=\"false\"/>"), std::string::npos) << x;
+  EXPECT_NE(summary_text(s).find("; INCOMPLETE: 2 not judged yet (still-running, queued)"),
+            std::string::npos)
+      << summary_text(s);
 }
 
 TEST_F(ReportWriters, Markdown) {
