@@ -632,8 +632,11 @@ results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const Jo
   results::ScenarioResult res = result_for(s, ev.run_dir);
   res.wall_ms = double(job.t_end_us - job.t0_us) / 1000.0;
   res.verdict = results::Verdict::kError;
-  res.reason = fmt::format("cannot judge: an event in {}/events has a field of the wrong type: {}",
-                           ev.run_dir, unreadable);
+  res.reason =
+      ev.unreadable
+          ? fmt::format("cannot judge: an event has a field of the wrong type: {}", unreadable)
+          : fmt::format("cannot judge: an event in {}/events has a field of the wrong type: {}",
+                        ev.run_dir, unreadable);
   return res;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <vector>
 
 #include "harness/evidence/clock_sync.h"
 #include "harness/evidence/event_paths.h"
@@ -216,22 +217,82 @@ std::string launch_dir(const std::string& run_dir, size_t launch) {
   return fmt::format("{}/launches/{}", run_dir, launch);
 }
 
+namespace {
+
+// Where the event that made a log unreadable is: "PATH:LINE: event \"EV\", field \"KEY\"", found
+// by reading its events one at a time (the line whose event alone throws) and then that event
+// without each of its fields in turn (the field whose absence reads); "" when no single event
+// throws. Only on the error path: a log that reads is never read twice.
+std::string locate_unreadable(const std::string& path, const JobResult& job) {
+  auto throws = [&](const json& e) {
+    try {
+      (void)rank_evidence_from_events({e}, job, std::nullopt);
+      return false;
+    } catch (const json::exception&) {
+      return true;
+    }
+  };
+  std::ifstream in(path);
+  int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    const json e = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (e.is_discarded() || !e.is_object() || !throws(e)) continue;
+    // "ev" last: without its type an event reads as an unknown one, whatever its fields hold.
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : e.items()) {
+      if (k != "ev") keys.push_back(k);
+    }
+    if (e.contains("ev")) keys.push_back("ev");
+    std::string key;
+    for (const auto& k : keys) {
+      json without = e;
+      without.erase(k);
+      if (!throws(without)) {
+        key = k;
+        break;
+      }
+    }
+    const auto ev = e.find("ev");
+    const std::string name = ev == e.end()     ? "?"
+                             : ev->is_string() ? ev->get<std::string>()
+                                               : ev->dump();
+    return key.empty() ? fmt::format("{}:{}: event \"{}\"", path, line_no, name)
+                       : fmt::format("{}:{}: event \"{}\", field \"{}\"", path, line_no, name, key);
+  }
+  return "";
+}
+
+}  // namespace
+
 JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobResult& job,
                               const std::vector<JobResult>& earlier) {
   JobEvidence ev;
   ev.run_dir = run_dir;
-  try {
-    for (size_t k = 0; k < earlier.size(); ++k) {
-      LaunchEvidence launch;
-      launch.job = earlier[k];
-      for (int r = 0; r < world; ++r) {
-        launch.ranks.push_back(read_rank_evidence(launch_dir(run_dir, k), r, earlier[k]));
-      }
-      ev.earlier.push_back(std::move(launch));
+  // A rank's log that cannot be read: unreadable names its file, line and field (and nlohmann's
+  // own text), and the evidence read so far is kept.
+  auto read = [&](const std::string& dir, int r,
+                  const JobResult& j) -> std::optional<RankEvidence> {
+    try {
+      return read_rank_evidence(dir, r, j);
+    } catch (const json::exception& e) {
+      const std::string where = locate_unreadable(event_log_path(dir, r), j);
+      ev.unreadable = where.empty() ? std::string(e.what()) : where + ": " + e.what();
+      return std::nullopt;
     }
-    for (int r = 0; r < world; ++r) ev.ranks.push_back(read_rank_evidence(run_dir, r, job));
-  } catch (const json::exception& e) {
-    ev.unreadable = e.what();
+  };
+  for (size_t k = 0; k < earlier.size() && !ev.unreadable; ++k) {
+    LaunchEvidence launch;
+    launch.job = earlier[k];
+    for (int r = 0; r < world && !ev.unreadable; ++r) {
+      if (auto rank = read(launch_dir(run_dir, k), r, earlier[k])) {
+        launch.ranks.push_back(std::move(*rank));
+      }
+    }
+    if (!ev.unreadable) ev.earlier.push_back(std::move(launch));
+  }
+  for (int r = 0; r < world && !ev.unreadable; ++r) {
+    if (auto rank = read(run_dir, r, job)) ev.ranks.push_back(std::move(*rank));
   }
   std::ifstream log(run_dir + "/ranks.log");
   read_ranks_log(log, ev);

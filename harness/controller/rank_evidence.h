@@ -134,8 +134,9 @@ struct JobEvidence {
   /// Free bytes (statvfs f_bavail x f_frsize) of the run folder's filesystem, sampled when the
   /// evidence was read, right after the job ended; nullopt when statvfs failed or nobody sampled.
   std::optional<uint64_t> free_bytes;
-  /// An event with a field of the wrong type (a corrupted or foreign log): json::type_error's
-  /// text; the ranks are then partial and judge() makes the scenario an `error` naming it.
+  /// An event with a field of the wrong type (a corrupted or foreign log): "PATH:LINE: event
+  /// \"EV\", field \"KEY\": " and json::type_error's text; the ranks are then partial and judge()
+  /// makes the scenario an `error` naming it.
   std::optional<std::string> unreadable;
   /// [expect] final_matches_clean: the clean reference run's digests (RUN/clean/clean.json,
   /// clean_run.h); nullopt when there is none.

@@ -88,14 +88,19 @@ TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
   EventLogDir d("nanchaos_judge_malformed", "wrong_type");
   clean_run(d);
   d.raw(1, "{\"ev\":\"step_end\",\"step\":\"x\",\"t_us\":1000000500}\n");
+  d.flush();  // read from the files, as after a job (judge_run)
   const Scenario s = load_scenario_string(kScenario, "m.toml");
-  const auto res = judge_logs(s, d, clean_job());
+  const auto res = judge_run(s, d.path(), clean_job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
-  EXPECT_EQ(
-      res.reason.rfind("cannot judge: an event in " + d.path() +
-                           "/events has a field of the wrong type: [json.exception.type_error.302]",
-                       0),
-      0u)
+  // The file, its line and the field (the log's last line: the clean run's lines come first).
+  const std::string log = d.path() + "/events/rank-1.jsonl";
+  std::ifstream in(log);
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_EQ(res.reason, "cannot judge: an event has a field of the wrong type: " + log + ":" +
+                            std::to_string(lines) +
+                            ": event \"step_end\", field \"step\": [json.exception.type_error.302] "
+                            "type must be number, but is string")
       << res.reason;
   EXPECT_EQ(res.name, "judge-malformed");
   EXPECT_EQ(res.ranks, 2);
