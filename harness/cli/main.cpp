@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -37,6 +38,17 @@
 #include "results/compare.h"
 
 namespace {
+
+// A count option's text is a whole number before its range is checked: CLI11's Range alone says
+// "Value abc not in range 1 to 256" of a word and of 1.5.
+const CLI::Validator kWholeNumber(
+    [](std::string& text) -> std::string {
+      long long v = 0;
+      const char* end = text.data() + text.size();
+      const auto [p, ec] = std::from_chars(text.data(), end, v);
+      return ec == std::errc() && p == end ? "" : "not a whole number: " + text;
+    },
+    "");
 
 std::string self_exe(const char* argv0) {
   char buf[PATH_MAX];
@@ -185,11 +197,13 @@ struct RunCommand {
     cmd->add_option("--trials", opts.trials,
                     "run each scenario N times (trial i uses seed + i); report.json gets "
                     "p50/p95/max per scenario and detector")
+        ->check(kWholeNumber)
         ->check(CLI::Range(1, 10000));
     cmd->add_option("--jobs,-j", opts.jobs,
                     "run N scenarios at a time, in suite order (one with more ranks than twice "
                     "this host's cores runs alone); the reports stay in suite order")
         ->capture_default_str()
+        ->check(kWholeNumber)
         ->check(CLI::Range(1, 256));
     add_host_limit_flags(cmd, opts.host_limits);
     cmd->add_option("--shard", shard,
@@ -416,6 +430,7 @@ struct CampaignCommand {
                     "campaign folder (default results/campaigns/<UTC>-<name>)");
     cmd->add_option("--jobs", opts.jobs, "launches at a time")
         ->capture_default_str()
+        ->check(kWholeNumber)
         ->check(CLI::Range(1, 256));
     cmd->add_option("--launcher", opts.launcher,
                     "launcher command (default $NANCHAOS_LAUNCHER or mpirun)");

@@ -112,6 +112,14 @@ TEST(Trials, QuietRunPrintsNoProgressAndZeroTrialsIsAUsageError) {
   auto bad = run_cmd(kBin + " run " + in + "/a.toml --trials 0 --out " + out);
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--trials"), std::string::npos) << bad.output;
+  // A count that is no whole number says so (CLI11's range check alone said "not in range").
+  for (const std::string arg : {"--trials 1.5", "--jobs abc"}) {
+    bad = run_cmd(kBin + " run " + in + "/a.toml " + arg + " --out " + out);
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(bad.output.find(": not a whole number: " + arg.substr(arg.find(' ') + 1)),
+              std::string::npos)
+        << bad.output;
+  }
   auto quiet = run_cmd(kBin + " run " + in + "/a.toml --quiet --out " + out);
   EXPECT_EQ(quiet.code, 0) << quiet.output;
   // No progress lines, no table: the one summary line only.
