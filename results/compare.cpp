@@ -265,6 +265,16 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
   c.base_label = base_label;
   c.fresh_label = fresh_label;
   c.options = o;
+  for (const auto& [doc, label] : {std::pair{&base, "BASE"}, std::pair{&fresh, "NEW"}}) {
+    const auto it = doc->find("complete");
+    if (it == doc->end() || !it->is_boolean() || it->get<bool>()) continue;
+    const auto pending = doc->find("pending");
+    const auto not_run = doc->find("not_run");
+    const size_t left = (pending != doc->end() && pending->is_array() ? pending->size() : 0) +
+                        (not_run != doc->end() && not_run->is_array() ? not_run->size() : 0);
+    c.incomplete.push_back(fmt::format(
+        "{} is incomplete (its run had not finished: {} scenario(s) not judged)", label, left));
+  }
   std::map<std::string, const json*> fresh_by_name;
   for (const auto& s : fresh["scenarios"]) fresh_by_name[s["name"].get<std::string>()] = &s;
   std::set<std::string> seen;
@@ -391,6 +401,7 @@ std::string overlap_text(const Comparison& c) {
     t += fmt::format("; {} only in NEW{}", c.only_fresh,
                      c.options.common_only ? " (not compared: --common)" : "");
   }
+  for (const auto& i : c.incomplete) t += "; " + i;
   return t;
 }
 
@@ -490,6 +501,7 @@ json format_json(const Comparison& c) {
   j["only_base"] = c.only_base;
   j["only_new"] = c.only_fresh;
   j["common_only"] = c.options.common_only;
+  j["incomplete"] = c.incomplete;
   return j;
 }
 

@@ -103,6 +103,10 @@ struct Comparison {
   int shared = 0;      ///< scenarios (by name) in both reports
   int only_base = 0;   ///< in BASE only
   int only_fresh = 0;  ///< in NEW only
+  /// The sides whose report says the run had not finished (report.json "complete": false: still
+  /// running, killed, or interrupted), each as "NEW is incomplete (...)"; an older report
+  /// without the key is complete.
+  std::vector<std::string> incomplete;
 };
 
 /// Scenarios with at least one finding (Comparison::regressions names each once or more).

@@ -298,6 +298,27 @@ TEST(Compare, OverlapIsCountedAndCommonComparesOnlySharedScenarios) {
   EXPECT_EQ(kinds(compare_reports(base, worse, o)), std::vector<std::string>{"a:verdict"});
 }
 
+// A report a controller left before it finished (complete: false, what SIGKILL leaves) is named
+// in every rendering; one without the key (older) or complete is not.
+TEST(Compare, AnIncompleteSideIsNamedInTheOverlapLine) {
+  const json base = report({scenario("a", "pass", "", nullptr, "", 0, 0)});
+  json partial = base;
+  partial["complete"] = false;
+  partial["pending"] = {"b", "c"};
+  const auto c = compare_reports(base, partial);
+  EXPECT_EQ(c.incomplete, std::vector<std::string>{
+                              "NEW is incomplete (its run had not finished: 2 scenario(s) not "
+                              "judged)"});
+  EXPECT_EQ(overlap_text(c),
+            "1 shared scenario(s); NEW is incomplete (its run had not finished: 2 scenario(s) not "
+            "judged)");
+  EXPECT_EQ(format_json(c)["incomplete"].size(), 1u);
+  json finished = base;
+  finished["complete"] = true;
+  EXPECT_TRUE(compare_reports(base, finished).incomplete.empty());
+  EXPECT_TRUE(compare_reports(base, base).incomplete.empty());
+}
+
 class CompareFiles : public ::testing::Test {
  protected:
   void SetUp() override {
