@@ -259,6 +259,17 @@ ScenarioSide scenario_side(const json& s) {
   return side;
 }
 
+namespace {
+
+// Whether report `doc`'s string array `key` (pending, not_run) holds `name`.
+bool listed(const json& doc, const char* key, const std::string& name) {
+  const auto it = doc.find(key);
+  return it != doc.end() && it->is_array() &&
+         std::find(it->begin(), it->end(), json(name)) != it->end();
+}
+
+}  // namespace
+
 Comparison compare_reports(const json& base, const json& fresh, const CompareOptions& o,
                            const std::string& base_label, const std::string& fresh_label) {
   Comparison c;
@@ -272,8 +283,11 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     const auto not_run = doc->find("not_run");
     const size_t left = (pending != doc->end() && pending->is_array() ? pending->size() : 0) +
                         (not_run != doc->end() && not_run->is_array() ? not_run->size() : 0);
-    c.incomplete.push_back(fmt::format(
-        "{} is incomplete (its run had not finished: {} scenario(s) not judged)", label, left));
+    const auto interrupted = doc->find("interrupted");
+    const bool stopped = interrupted != doc->end() && *interrupted == true;
+    c.incomplete.push_back(
+        fmt::format("{} is incomplete ({}: {} scenario(s) not judged)", label,
+                    stopped ? "its run was interrupted" : "its run had not finished", left));
   }
   std::map<std::string, const json*> fresh_by_name;
   for (const auto& s : fresh["scenarios"]) fresh_by_name[s["name"].get<std::string>()] = &s;
@@ -292,7 +306,13 @@ Comparison compare_reports(const json& base, const json& fresh, const CompareOpt
     if (it == fresh_by_name.end()) {
       ++c.only_base;
       if (o.common_only) continue;
-      flag(d, "missing", fmt::format("in {}, absent from {}", base_label, fresh_label));
+      // Still a regression (nothing was measured), but said as what it is: a scenario the
+      // unfinished run had not judged yet, or one its interruption never started.
+      const char* why = listed(fresh, "pending", d.name)   ? " (not judged yet: its run had "
+                                                             "not finished)"
+                        : listed(fresh, "not_run", d.name) ? " (not run: its run was interrupted)"
+                                                           : "";
+      flag(d, "missing", fmt::format("in {}, absent from {}{}", base_label, fresh_label, why));
       c.scenarios.push_back(std::move(d));
       continue;
     }

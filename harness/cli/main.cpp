@@ -416,6 +416,7 @@ struct CampaignCommand {
     cmd->add_option("scenario", opts.scenario, "the job and stack under test (*.toml)")->required();
     cmd->add_option("--faults", opts.faults, "how many faults to draw")
         ->required()
+        ->check(kWholeNumber)
         ->check(CLI::Range(1, 1000000));
     seed_opt = cmd->add_option("--seed", seed, "draw seed (default: [scenario].seed)");
     kinds_opt = cmd->add_option("--kinds", kinds,

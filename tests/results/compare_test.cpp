@@ -313,10 +313,26 @@ TEST(Compare, AnIncompleteSideIsNamedInTheOverlapLine) {
             "1 shared scenario(s); NEW is incomplete (its run had not finished: 2 scenario(s) not "
             "judged)");
   EXPECT_EQ(format_json(c)["incomplete"].size(), 1u);
+  // BASE's scenarios the unfinished run had not judged are still missing (nothing measured),
+  // said as such.
+  json more = report(
+      {scenario("a", "pass", "", nullptr, "", 0, 0), scenario("b", "pass", "", nullptr, "", 0, 0)});
+  const auto m = compare_reports(more, partial);
+  ASSERT_EQ(m.regressions.size(), 1u);
+  EXPECT_EQ(m.regressions[0].kind, "missing");
+  EXPECT_EQ(m.regressions[0].detail,
+            "in BASE, absent from NEW (not judged yet: its run had not finished)");
   json finished = base;
   finished["complete"] = true;
   EXPECT_TRUE(compare_reports(base, finished).incomplete.empty());
   EXPECT_TRUE(compare_reports(base, base).incomplete.empty());
+  json stopped = partial;
+  stopped["interrupted"] = true;
+  stopped.erase("pending");
+  stopped["not_run"] = {"c"};
+  EXPECT_EQ(compare_reports(base, stopped).incomplete,
+            std::vector<std::string>{
+                "NEW is incomplete (its run was interrupted: 1 scenario(s) not judged)"});
 }
 
 class CompareFiles : public ::testing::Test {
