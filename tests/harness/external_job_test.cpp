@@ -750,7 +750,8 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   write_file(dir, "fake_agent.sh", kFakeAgent);
   write_file(dir, "kill_controller.sh",
              std::string("#!/bin/sh\nif [ ! -e \"") + dir + "/killed\" ]; then touch \"" + dir +
-                 "/killed\"; sleep 120 & kill -9 \"$NANCHAOS_CONTROLLER_PID\"; wait; exit 1; "
+                 "/killed\"; setsid sleep 120 & kill -9 \"$NANCHAOS_CONTROLLER_PID\"; wait; "
+                 "exit 1; "
                  "fi\n" +
                  "exec sh \"" + dir + "/fake_agent.sh\"\n");
   auto scenario = [&](const std::string& name, const std::string& script) {
@@ -783,7 +784,10 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   const auto first_log = fs::last_write_time(out + "/r1-first/ranks.log");
   // The dead controller's job is still there (its ranks sleep 120 s; no agent guards them). The
   // sleep starts before the kill: mpirun, left without its controller, may end the rank's shell
-  // before that shell would have started a sleep after it (under load it did, 1 run in ~10).
+  // before that shell would have started a sleep after it (under load it did, 1 run in ~10). It
+  // runs in a session of its own (setsid), as a daemon a job forks would: mpirun's teardown of
+  // its ranks reached a sleep in the rank's own process group too, at a time of its choosing, so
+  // it could be gone before the resume looked (CI, once). Only the resume may end it.
   const std::string dead_pid = std::to_string(state["controller"]["pid"].get<int64_t>());
   const std::string dead_start = std::to_string(state["controller"]["start"].get<uint64_t>());
   const auto left_by_dead = [&] {
