@@ -50,6 +50,19 @@ const CLI::Validator kWholeNumber(
     },
     "");
 
+// A seed is what [scenario].seed accepts: a whole number >= 0 (CLI11 alone took "-1" for a
+// uint64_t as 18446744073709551615, a seed nobody asked for).
+const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      uint64_t v = 0;
+      const char* end = text.data() + text.size();
+      const auto [p, ec] = std::from_chars(text.data(), end, v);
+      if (ec == std::errc() && p == end) return "";
+      if (ec == std::errc::result_out_of_range) return "out of range (at most 2^64-1): " + text;
+      return "expected a whole number >= 0 (as [scenario].seed), got " + text;
+    },
+    "");
+
 std::string self_exe(const char* argv0) {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -418,7 +431,8 @@ struct CampaignCommand {
         ->required()
         ->check(kWholeNumber)
         ->check(CLI::Range(1, 1000000));
-    seed_opt = cmd->add_option("--seed", seed, "draw seed (default: [scenario].seed)");
+    seed_opt =
+        cmd->add_option("--seed", seed, "draw seed (default: [scenario].seed)")->check(kSeed);
     kinds_opt = cmd->add_option("--kinds", kinds,
                                 "comma-separated fault kinds to draw from (default: every kind "
                                 "valid for the job)");

@@ -363,6 +363,18 @@ TEST(CampaignOptions, CommandRefusesBadInputsBeforeAnyLaunch) {
   EXPECT_NE(kinds.output.find("--kinds \",\": names no kind"), std::string::npos) << kinds.output;
   EXPECT_FALSE(fs::exists(dir + "/k"));
 
+  // A seed is what [scenario].seed takes: "-1" was read as 2^64-1.
+  for (const std::string seed : {"-1", "1.5", "abc"}) {
+    auto bad = test_util::run_cmd(bin + " campaign " + file + " --faults 2 --seed " + seed +
+                                  " --out " + dir + "/s");
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(
+        bad.output.find("--seed: expected a whole number >= 0 (as [scenario].seed), got " + seed),
+        std::string::npos)
+        << bad.output;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/s"));
+
   test_util::write_file(dir, "campaign.json", "{}");
   auto out = test_util::run_cmd(bin + " campaign " + file + " --faults 2 --out " + dir);
   EXPECT_EQ(out.code, 2) << out.output;
