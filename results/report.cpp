@@ -166,6 +166,10 @@ J suite_json(const SuiteReport& r) {
   summary["failed"] = r.failed();
   summary["errors"] = r.errors();
   summary["skipped"] = r.skipped();
+  // Scenarios without a verdict, counted where junit.xml counts them (its skipped and errors
+  // totals are these plus the verdicts'): present when the lists below are.
+  if (!r.pending.empty()) summary["pending"] = r.pending.size();
+  if (r.interrupted) summary["not_run"] = r.not_run.size();
   j["summary"] = std::move(summary);
   j["complete"] = r.complete;
   if (!r.pending.empty()) {

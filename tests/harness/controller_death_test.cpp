@@ -122,6 +122,10 @@ void stop_during_hang(int sig) {
   EXPECT_TRUE(rep["scenarios"][1].value("postmortem", json(nullptr)).is_null())
       << rep["scenarios"][1].dump();
   EXPECT_EQ(rep["summary"]["errors"], 1);
+  // The summary counts what junit.xml counts: its skipped total is skipped + not_run.
+  EXPECT_EQ(rep["summary"]["skipped"], 0);
+  EXPECT_EQ(rep["summary"]["not_run"], 1);
+  EXPECT_FALSE(rep["summary"].contains("pending"));
   const std::string junit = read_text(out + "/junit.xml");
   EXPECT_NE(junit.find("tests=\"3\" failures=\"0\" errors=\"1\" skipped=\"1\""), std::string::npos)
       << junit;

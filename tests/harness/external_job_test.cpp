@@ -776,6 +776,8 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   EXPECT_EQ(left["complete"], false);
   EXPECT_EQ(left["interrupted"], false);
   EXPECT_EQ(left["pending"], json({"r2-kills", "r3-last"}));
+  EXPECT_EQ(left["summary"]["pending"], 2);  // junit.xml's errors: errors + pending
+  EXPECT_FALSE(left["summary"].contains("not_run"));
   {
     std::ifstream junit(out + "/junit.xml");
     const std::string x((std::istreambuf_iterator<char>(junit)), std::istreambuf_iterator<char>());
@@ -812,6 +814,7 @@ TEST(ExternalJob, ResumeRunsWhatTheDeadControllerLeft) {
   for (const auto& s : rep["scenarios"]) EXPECT_EQ(s["verdict"], "pass") << s["reason"];
   EXPECT_EQ(rep["complete"], true);
   EXPECT_FALSE(rep.contains("pending"));
+  EXPECT_FALSE(rep["summary"].contains("pending"));
   // The resumed controller named its scenarios as the first one did: as written, relative to the
   // folder the run was started in.
   for (const auto& s : rep["scenarios"]) {
