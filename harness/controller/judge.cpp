@@ -634,7 +634,7 @@ results::ScenarioResult judge(const Scenario& s, const JobEvidence& ev, const Jo
   res.verdict = results::Verdict::kError;
   res.reason =
       ev.unreadable
-          ? fmt::format("cannot judge: an event has a field of the wrong type: {}", unreadable)
+          ? fmt::format("cannot judge: {}", unreadable)
           : fmt::format("cannot judge: an event in {}/events has a field of the wrong type: {}",
                         ev.run_dir, unreadable);
   return res;

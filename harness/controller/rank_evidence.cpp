@@ -181,7 +181,8 @@ RankEvidence read_rank_evidence(const std::string& run_dir, int rank, const JobR
   if (g.is_object() && g.contains("t_us") && g["t_us"].is_number_integer()) {
     gone_t_us = g["t_us"].get<int64_t>();
   }
-  return rank_evidence_from_events(read_events(event_log_path(run_dir, rank)), job, gone_t_us);
+  return rank_evidence_from_events(read_events_strict(event_log_path(run_dir, rank)), job,
+                                   gone_t_us);
 }
 
 void read_ranks_log(std::istream& in, JobEvidence& ev) {
@@ -275,11 +276,14 @@ JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobRe
                   const JobResult& j) -> std::optional<RankEvidence> {
     try {
       return read_rank_evidence(dir, r, j);
+    } catch (const BadEventLine& e) {
+      ev.unreadable = std::string("a line of a rank's event log is no event: ") + e.what();
     } catch (const json::exception& e) {
       const std::string where = locate_unreadable(event_log_path(dir, r), j);
-      ev.unreadable = where.empty() ? std::string(e.what()) : where + ": " + e.what();
-      return std::nullopt;
+      ev.unreadable = "an event has a field of the wrong type: " +
+                      (where.empty() ? std::string(e.what()) : where + ": " + e.what());
     }
+    return std::nullopt;
   };
   for (size_t k = 0; k < earlier.size() && !ev.unreadable; ++k) {
     LaunchEvidence launch;

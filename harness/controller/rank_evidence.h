@@ -134,9 +134,11 @@ struct JobEvidence {
   /// Free bytes (statvfs f_bavail x f_frsize) of the run folder's filesystem, sampled when the
   /// evidence was read, right after the job ended; nullopt when statvfs failed or nobody sampled.
   std::optional<uint64_t> free_bytes;
-  /// An event with a field of the wrong type (a corrupted or foreign log): "PATH:LINE: event
-  /// \"EV\", field \"KEY\": " and json::type_error's text; the ranks are then partial and judge()
-  /// makes the scenario an `error` naming it.
+  /// Why a rank's log cannot be read (a corrupted or foreign log), the ranks then partial and
+  /// judge() making the scenario an `error` ("cannot judge: " and this): "an event has a field
+  /// of the wrong type: PATH:LINE: event \"EV\", field \"KEY\": " and json::type_error's text,
+  /// or "a line of a rank's event log is no event: PATH:LINE: not JSON: \"...\"" (a line that
+  /// is no event, not the last: events.h read_events_strict).
   std::optional<std::string> unreadable;
   /// [expect] final_matches_clean: the clean reference run's digests (RUN/clean/clean.json,
   /// clean_run.h); nullopt when there is none.

@@ -1,6 +1,7 @@
 #include "harness/evidence/events.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -243,6 +244,38 @@ std::vector<nlohmann::json> read_events(const std::string& path) {
 std::vector<nlohmann::json> parse_events(const std::string& text) {
   std::istringstream in(text);
   return parse_event_stream(in);
+}
+
+std::vector<nlohmann::json> read_events_strict(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  std::string bad;  // why the last non-blank line read is no event ("" when it is one)
+  int64_t line_no = 0;
+  bool torn = false;  // the last line read ended at the end of the file, not in a newline
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    torn = in.eof() || line.find('\0') != std::string::npos;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!bad.empty()) throw BadEventLine(bad);  // a bad line with a line after it
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const char* why = j.is_discarded()                                  ? "not JSON"
+                      : !j.is_object()                                  ? "not a JSON object"
+                      : !j.contains("ev") || !j.find("ev")->is_string() ? "no string \"ev\""
+                                                                        : nullptr;
+    if (why == nullptr) {
+      out.push_back(std::move(j));
+      continue;
+    }
+    // Shown as JSON text (a NUL or a control byte stays readable), cut at 80 bytes.
+    const std::string shown = nlohmann::json(line.substr(0, 80))
+                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    bad =
+        fmt::format("{}:{}: {}: {}{}", path, line_no, why, shown, line.size() > 80 ? " (cut)" : "");
+  }
+  // A bad last line that ends without a newline (or in NUL bytes) is torn: its writer was killed
+  // mid-write, skipped. One that a newline ends was written whole.
+  if (!bad.empty() && !torn) throw BadEventLine(bad);
+  return out;
 }
 
 }  // namespace nanchaos::harness

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,5 +132,18 @@ std::vector<nlohmann::json> read_events(const std::string& path);
 /// The events of a log's text, as read_events() reads them from a file: one JSON object per
 /// line, lines that are not JSON objects (a garbled last line, NUL bytes) skipped. Pure.
 std::vector<nlohmann::json> parse_events(const std::string& text);
+
+/// A line of an event log that is no event: not JSON, not an object, or an object without a
+/// string "ev". what(): "PATH:LINE: " and which of these, with the line's first 80 bytes.
+struct BadEventLine : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// read_events() for the judge: a line that is no event throws BadEventLine, unless it is the
+/// file's last line and torn (no newline ends it, or it holds NUL bytes: a rank killed
+/// mid-write), which is skipped. Blank lines are skipped. Writers write whole lines (EventLog, the Python agent), so a bad line
+/// with lines after it is a corrupted log or a job writing something else into it, whose
+/// events (a detection among them) cannot be vouched for. A missing file gives an empty vector.
+std::vector<nlohmann::json> read_events_strict(const std::string& path);
 
 }  // namespace nanchaos::harness

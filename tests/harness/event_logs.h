@@ -88,7 +88,7 @@ class EventLogDir {
             harness::rank_evidence_from_events(harness::parse_events(text), job, gone));
       }
     } catch (const nlohmann::json::exception& ex) {
-      e.unreadable = ex.what();
+      e.unreadable = std::string("an event has a field of the wrong type: ") + ex.what();
     }
     std::istringstream log(ranks_log_);
     harness::read_ranks_log(log, e);

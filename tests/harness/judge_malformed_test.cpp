@@ -106,6 +106,59 @@ TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
   EXPECT_EQ(res.ranks, 2);
 }
 
+// A line that is no event with lines after it is a corrupted log, or a job writing something
+// else into it: its events (a detection among them) cannot be vouched for, so the scenario is an
+// error naming the file and line, never a verdict on what was left. A torn last line (a rank
+// killed mid-write) is still skipped.
+TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAndLine) {
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const std::string plain_log = "/events/rank-1.jsonl";
+  struct Case {
+    std::string tail, why;
+  };
+  for (const Case& c :
+       {Case{"garbage\n{\"ev\":\"x\",\"t_us\":1000000650}\n", "not JSON: \"garbage\""},
+        Case{"[1,2]\n\n{\"ev\":\"x\",\"t_us\":1000000650}\n", "not a JSON object: \"[1,2]\""},
+        Case{"{\"t_us\":1000000640,\"step\":2}\n{\"ev\":\"x\",\"t_us\":1}\n",
+             "no string \"ev\": \"{\\\"t_us\\\":1000000640,\\\"step\\\":2}\""},
+        Case{std::string(100, 'z') + "\n{}\n",
+             "not JSON: \"" + std::string(80, 'z') + "\" (cut)"}}) {
+    EventLogDir d("nanchaos_judge_malformed", "no_event");
+    clean_run(d);
+    d.raw(1, c.tail);
+    d.flush();
+    const auto res = judge_run(s, d.path(), clean_job());
+    EXPECT_EQ(res.verdict, results::Verdict::kError) << c.tail;
+    // The clean run's 11 lines come first: the bad one is line 12.
+    EXPECT_EQ(res.reason, "cannot judge: a line of a rank's event log is no event: " + d.path() +
+                              plain_log + ":12: " + c.why)
+        << res.reason;
+  }
+  // A whole last line (a newline ends it) that is no event: written so, not torn.
+  EventLogDir whole("nanchaos_judge_malformed", "whole_last");
+  clean_run(whole);
+  whole.raw(1, "{\"ev\":null}\n");
+  whole.flush();
+  const auto bad = judge_run(s, whole.path(), clean_job());
+  EXPECT_EQ(bad.reason, "cannot judge: a line of a rank's event log is no event: " + whole.path() +
+                            plain_log + ":12: no string \"ev\": \"{\\\"ev\\\":null}\"")
+      << bad.reason;
+  // The last line alone torn (no newline, or NUL bytes a killed writer left): skipped, the run
+  // judged as before.
+  EventLogDir nul("nanchaos_judge_malformed", "nul_tail");
+  clean_run(nul);
+  nul.raw(1, std::string("{\"ev\":\"step_be\0\0\0", 15));
+  nul.flush();
+  EXPECT_EQ(judge_run(s, nul.path(), clean_job()).verdict, results::Verdict::kPass);
+  EventLogDir torn("nanchaos_judge_malformed", "torn_last");
+  clean_run(torn);
+  torn.raw(1, "{\"ev\":\"step_be");
+  torn.flush();
+  const auto ok = judge_run(s, torn.path(), clean_job());
+  EXPECT_EQ(ok.verdict, results::Verdict::kPass) << ok.reason;
+  EXPECT_EQ(ok.steps_completed, 4);
+}
+
 TEST(JudgeMalformedLogs, AHugeCollectiveSequenceNumberIsJudgedAtOnce) {
   // timeout-4c436c5c (fuzz): the first-gap search walked every number up to the highest `seq`
   // any rank logged, so a corrupted "seq": 4e15 kept the judge busy for days.
