@@ -42,13 +42,15 @@ std::optional<int64_t> opt_int(const json& e, const char* key) {
   }
   return it->get<int64_t>();
 }
-// Absent: unset; null: kNoValue (written back as null); a number: itself; anything else: unset.
+// Absent: unset; null: kNoValue (written back as null); a number: itself (a bool: 0 or 1, as
+// nlohmann reads it); a string, array or object ("loss": "abc") throws json::type_error, which the
+// judge reports with the log's file, line and field (rank_evidence.cpp) - read as absent, a loss
+// written as text would have been a step without a loss, silently.
 std::optional<double> opt_num(const json& e, const char* key) {
   auto it = e.find(key);
   if (it == e.end()) return std::nullopt;
   if (it->is_null()) return kNoValue;
-  if (!it->is_number()) return std::nullopt;
-  return it->get<double>();
+  return it->get<double>();  // type_error 302 unless a number
 }
 // A number, else kNoValue (as the judge read eval_loss before the events were typed).
 double num(const json& e, const char* key) {

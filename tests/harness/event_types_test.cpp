@@ -267,8 +267,18 @@ TEST(EventTypes, AFieldOfTheWrongTypeIsATypeErrorUnlessNothingReadsIt) {
   EXPECT_FALSE(parse_detect(json{{"seq", "x"}}).seq.has_value());
   EXPECT_EQ(type_error(json{{"ev", "decision"}, {"transient", "yes"}, {"ranks", 3}}), "no error");
   EXPECT_EQ(type_error(json{{"ev", "abort"}, {"reason", 3}, {"step", "x"}}), "no error");
-  EXPECT_EQ(type_error(json{{"ev", "final"}, {"eval_loss", "x"}, {"loss_scale", "y"}}), "no error");
-  EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"loss", "x"}, {"cpu_us", "y"}}), "no error");
+  EXPECT_EQ(type_error(json{{"ev", "final"}, {"eval_loss", "x"}}), "no error");
+  EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"cpu_us", "y"}}), "no error");
+  // The loss, lr and loss scale are read (loss curves, divergence, the final loss): text there
+  // was a step without them, silently; it is the field of the wrong type now.
+  for (const char* key : {"loss", "lr", "loss_scale"}) {
+    EXPECT_EQ(type_error(json{{"ev", "step_end"}, {key, "x"}}),
+              "[json.exception.type_error.302] type must be number, but is string")
+        << key;
+  }
+  EXPECT_EQ(type_error(json{{"ev", "final"}, {"loss_scale", "y"}}),
+            "[json.exception.type_error.302] type must be number, but is string");
+  EXPECT_EQ(type_error(json{{"ev", "step_end"}, {"loss", nullptr}}), "no error");  // non-finite
 }
 
 // start, launch, p2p and the checkpoint events: the C++ writers' lines are what they wrote before

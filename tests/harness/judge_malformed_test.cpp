@@ -159,6 +159,22 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
   EXPECT_EQ(ok.steps_completed, 4);
 }
 
+// "loss": "abc" read as absent made a step without a loss, silently (break-it); now the field of
+// the wrong type it is, named with its file and line.
+TEST(JudgeMalformedLogs, ALossWrittenAsTextIsAnErrorNamingTheField) {
+  EventLogDir d("nanchaos_judge_malformed", "loss_text");
+  clean_run(d);
+  d.raw(0, "{\"ev\":\"step_end\",\"t_us\":1000000460,\"step\":4,\"loss\":\"abc\"}\n");
+  d.flush();
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  const auto res = judge_run(s, d.path(), clean_job());
+  EXPECT_EQ(res.verdict, results::Verdict::kError);
+  EXPECT_EQ(res.reason, "cannot judge: an event has a field of the wrong type: " + d.path() +
+                            "/events/rank-0.jsonl:12: event \"step_end\", field \"loss\": "
+                            "[json.exception.type_error.302] type must be number, but is string")
+      << res.reason;
+}
+
 TEST(JudgeMalformedLogs, AHugeCollectiveSequenceNumberIsJudgedAtOnce) {
   // timeout-4c436c5c (fuzz): the first-gap search walked every number up to the highest `seq`
   // any rank logged, so a corrupted "seq": 4e15 kept the judge busy for days.
