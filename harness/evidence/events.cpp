@@ -251,11 +251,11 @@ std::vector<nlohmann::json> read_events_strict(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::string bad;  // why the last non-blank line read is no event ("" when it is one)
   int64_t line_no = 0;
-  bool torn = false;  // the last line read ended at the end of the file, not in a newline
+  bool torn = false;  // the last non-blank line ended at the end of the file, or holds a NUL
   for (std::string line; std::getline(in, line);) {
     ++line_no;
-    torn = in.eof() || line.find('\0') != std::string::npos;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    torn = in.eof() || line.find('\0') != std::string::npos;
     if (!bad.empty()) throw BadEventLine(bad);  // a bad line with a line after it
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const char* why = j.is_discarded()                                  ? "not JSON"

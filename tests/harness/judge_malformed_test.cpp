@@ -143,6 +143,14 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
   EXPECT_EQ(bad.reason, "cannot judge: a line of a rank's event log is no event: " + whole.path() +
                             plain_log + ":12: no string \"ev\": \"{\\\"ev\\\":null}\"")
       << bad.reason;
+  // Blanks after it do not make a whole line torn.
+  EventLogDir blanks("nanchaos_judge_malformed", "blanks_after");
+  clean_run(blanks);
+  blanks.raw(1, "garbage\n\n  ");
+  blanks.flush();
+  EXPECT_EQ(judge_run(s, blanks.path(), clean_job()).reason,
+            "cannot judge: a line of a rank's event log is no event: " + blanks.path() + plain_log +
+                ":12: not JSON: \"garbage\"");
   // The last line alone torn (no newline, or NUL bytes a killed writer left): skipped, the run
   // judged as before.
   EventLogDir nul("nanchaos_judge_malformed", "nul_tail");
