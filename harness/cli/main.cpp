@@ -46,6 +46,7 @@ const CLI::Validator kWholeNumber(
       long long v = 0;
       const char* end = text.data() + text.size();
       const auto [p, ec] = std::from_chars(text.data(), end, v);
+      if (ec == std::errc::result_out_of_range && p == end) return "out of range: " + text;
       return ec == std::errc() && p == end ? "" : "not a whole number: " + text;
     },
     "");
@@ -152,6 +153,7 @@ void add_host_limit_flags(CLI::App* cmd, nanchaos::harness::HostLimitOptions& o)
   cmd->add_option_function<int64_t>(
          "--max-ranks", [&o](const int64_t& n) { o.max_ranks = n; },
          "this host can run N ranks (default max(64, 8 x cores); mpirun oversubscribes)")
+      ->check(kWholeNumber)
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
 }
 

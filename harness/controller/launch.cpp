@@ -58,6 +58,8 @@ struct AttachWatch {
 };
 
 void scan_attach(const std::string& path, AttachWatch& w) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;  // a link to /dev/zero: one endless line
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   in.seekg(w.offset);
@@ -436,8 +438,12 @@ JobResult launch_job(const std::vector<std::string>& argv, const std::string& lo
     if (events_dir.empty()) return;
     for (int rank = 0; rank < world; ++rank) {
       if (!rank_pid.count(rank)) {
-        // `start` is a rank's first event: read one line, not the whole (pre-grown) log.
-        std::ifstream in(event_log_in(events_dir, rank));
+        // `start` is a rank's first event: read one line, not the whole (pre-grown) log; of a
+        // regular file only (a job may put a link to /dev/zero there: one endless line).
+        const std::string log_path = event_log_in(events_dir, rank);
+        std::error_code ec;
+        if (!fs::is_regular_file(log_path, ec)) continue;
+        std::ifstream in(log_path);
         std::string line;
         if (std::getline(in, line)) {
           const auto e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

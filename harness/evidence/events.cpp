@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -209,12 +210,24 @@ std::string EventLog::text() const {
 }
 
 void trim_event_log(const std::string& path) {
+  // A regular file only (a job may leave a directory or a link to /dev/zero in its place: that
+  // is the judge's to report, read_events_strict), read without exceptions.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t nul = text.find('\0');
-  if (nul == std::string::npos) return;
-  const size_t last_nl = text.rfind('\n', nul);
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception&) {
+    return;  // unreadable: nothing cut
+  }
+  // The tail a killed writer leaves is NUL bytes up to the end of the (preallocated) file; NULs
+  // with lines after them are no such tail and stay, for the judge to name.
+  const size_t last = text.find_last_not_of('\0');
+  const size_t tail = last == std::string::npos ? 0 : last + 1;
+  if (tail == text.size()) return;
+  const size_t last_nl = tail == 0 ? std::string::npos : text.rfind('\n', tail - 1);
   const off_t keep = last_nl == std::string::npos ? 0 : off_t(last_nl + 1);
   if (::truncate(path.c_str(), keep) != 0) {
     // Best effort: readers skip the NUL tail anyway.
@@ -237,6 +250,8 @@ std::vector<nlohmann::json> parse_event_stream(std::istream& in) {
 }  // namespace
 
 std::vector<nlohmann::json> read_events(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) return {};
   std::ifstream in(path);
   return parse_event_stream(in);
 }
@@ -247,6 +262,11 @@ std::vector<nlohmann::json> parse_events(const std::string& text) {
 }
 
 std::vector<nlohmann::json> read_events_strict(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);  // follows a link
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+    throw BadEventLine(fmt::format("{}: not a regular file (a directory, a device, a pipe)", path));
+  }
   std::ifstream in(path);
   std::vector<nlohmann::json> out;
   std::string bad;  // why the last non-blank line read is no event ("" when it is one)
@@ -254,7 +274,8 @@ std::vector<nlohmann::json> read_events_strict(const std::string& path) {
   bool torn = false;  // the last non-blank line ended at the end of the file, or holds a NUL
   for (std::string line; std::getline(in, line);) {
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // Blank, or a gap of NUL bytes a writer left (events.h EventLog: a failed truncate).
+    if (line.find_first_not_of(std::string_view(" \t\r\0", 4)) == std::string::npos) continue;
     torn = in.eof() || line.find('\0') != std::string::npos;
     if (!bad.empty()) throw BadEventLine(bad);  // a bad line with a line after it
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -122,11 +122,14 @@ class EventLog {
 };
 
 /// Cuts the NUL bytes a killed writer left after the last complete line of an event log (see
-/// EventLog). No-op for a clean or missing file. Never throws.
+/// EventLog): NULs up to the end of the file, with the torn line before them. NULs with lines
+/// after them are no such tail and stay (the judge names them). No-op for a clean or missing
+/// file, or one that is no regular file. Never throws.
 void trim_event_log(const std::string& path);
 
 /// Reads a JSON-lines file; a truncated or garbled last line (a rank killed mid-write) is skipped.
-/// A missing file gives an empty vector.
+/// A missing file, or one that is no regular file (a directory, a link to /dev/zero), gives an
+/// empty vector.
 std::vector<nlohmann::json> read_events(const std::string& path);
 
 /// The events of a log's text, as read_events() reads them from a file: one JSON object per
@@ -141,9 +144,12 @@ struct BadEventLine : std::runtime_error {
 
 /// read_events() for the judge: a line that is no event throws BadEventLine, unless it is the
 /// file's last line and torn (no newline ends it, or it holds NUL bytes: a rank killed
-/// mid-write), which is skipped. Blank lines are skipped. Writers write whole lines (EventLog, the Python agent), so a bad line
-/// with lines after it is a corrupted log or a job writing something else into it, whose
-/// events (a detection among them) cannot be vouched for. A missing file gives an empty vector.
+/// mid-write), which is skipped. Blank lines and lines of NUL bytes alone (a gap a writer left)
+/// are skipped. A path that is no regular file (a directory, a link to /dev/zero) throws
+/// BadEventLine "PATH: not a regular file ...". Writers write whole lines (EventLog, the Python
+/// agent), so a bad line with lines after it is a corrupted log or a job writing something else
+/// into it, whose events (a detection among them) cannot be vouched for. A missing file gives an
+/// empty vector.
 std::vector<nlohmann::json> read_events_strict(const std::string& path);
 
 }  // namespace nanchaos::harness

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -165,6 +166,58 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
   const auto ok = judge_run(s, torn.path(), clean_job());
   EXPECT_EQ(ok.verdict, results::Verdict::kPass) << ok.reason;
   EXPECT_EQ(ok.steps_completed, 4);
+}
+
+// NUL bytes with lines after them are no killed writer's tail (break-it: the controller's trim cut
+// the log at the first NUL, dropping 5 valid lines, and the run was judged "crashed"): trim leaves
+// them, a line of NULs alone is a gap a writer left (skipped), NULs in a line with text are no
+// event. A log that is no regular file is named as such.
+TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile) {
+  const Scenario s = load_scenario_string(kScenario, "m.toml");
+  EventLogDir gap("nanchaos_judge_malformed", "nul_gap");
+  clean_run(gap);
+  gap.raw(1, std::string("\0\0\0\0\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 39));
+  gap.flush();
+  const std::string log = gap.path() + "/events/rank-1.jsonl";
+  const auto size = std::filesystem::file_size(log);
+  trim_event_log(log);
+  EXPECT_EQ(std::filesystem::file_size(log), size);  // nothing cut
+  const auto ok = judge_run(s, gap.path(), clean_job());
+  EXPECT_EQ(ok.verdict, results::Verdict::kPass) << ok.reason;
+  EXPECT_EQ(ok.steps_completed, 4);
+
+  EventLogDir mixed("nanchaos_judge_malformed", "nul_mixed");
+  clean_run(mixed);
+  mixed.raw(
+      1, std::string("{\"ev\":\"m\",\0\"t_us\":1}\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 55));
+  mixed.flush();
+  trim_event_log(mixed.path() + "/events/rank-1.jsonl");
+  EXPECT_EQ(
+      judge_run(s, mixed.path(), clean_job()).reason,
+      "cannot judge: a line of a rank's event log is no event: " + mixed.path() +
+          "/events/rank-1.jsonl:12: not JSON: \"{\\\"ev\\\":\\\"m\\\",\\u0000\\\"t_us\\\":1}\"");
+
+  // A killed writer's tail (NULs to the end, after a torn line) is still cut.
+  EventLogDir tail("nanchaos_judge_malformed", "nul_tail_cut");
+  clean_run(tail);
+  tail.raw(1, std::string("{\"ev\":\"ma\0\0\0\0", 13));
+  tail.flush();
+  const std::string tail_log = tail.path() + "/events/rank-1.jsonl";
+  const auto before = std::filesystem::file_size(tail_log);
+  trim_event_log(tail_log);
+  EXPECT_EQ(std::filesystem::file_size(tail_log), before - 13);
+
+  EventLogDir dir("nanchaos_judge_malformed", "log_is_a_dir");
+  clean_run(dir);
+  dir.flush();
+  const std::string dir_log = dir.path() + "/events/rank-0.jsonl";
+  std::filesystem::remove(dir_log);
+  std::filesystem::create_directory(dir_log);
+  trim_event_log(dir_log);  // no throw
+  EXPECT_TRUE(read_events(dir_log).empty());
+  EXPECT_EQ(judge_run(s, dir.path(), clean_job()).reason,
+            "cannot judge: a line of a rank's event log is no event: " + dir_log +
+                ": not a regular file (a directory, a device, a pipe)");
 }
 
 // "loss": "abc" read as absent made a step without a loss, silently (break-it); now the field of

@@ -120,6 +120,11 @@ TEST(Trials, QuietRunPrintsNoProgressAndZeroTrialsIsAUsageError) {
               std::string::npos)
         << bad.output;
   }
+  // A count past int64 says so (CLI11 alone let --max-ranks 2^64+1 through, unchecked).
+  bad = run_cmd(kBin + " run " + in + "/a.toml --max-ranks 18446744073709551617 --out " + out);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--max-ranks: out of range: 18446744073709551617"), std::string::npos)
+      << bad.output;
   auto quiet = run_cmd(kBin + " run " + in + "/a.toml --quiet --out " + out);
   EXPECT_EQ(quiet.code, 0) << quiet.output;
   // No progress lines, no table: the one summary line only.

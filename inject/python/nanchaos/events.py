@@ -95,10 +95,10 @@ def _written_length(fd: int, size: int) -> int:
     if size == 0:
         return 0
     data = os.pread(fd, size, 0)
-    nul = data.find(b"\0")
-    if nul < 0:
-        return size
-    return data.rfind(b"\n", 0, nul) + 1
+    tail = len(data.rstrip(b"\0"))  # NULs up to the end: a killed writer's preallocated tail
+    if tail == len(data):
+        return size  # NULs with lines after them are no tail: kept, for the judge to name
+    return data.rfind(b"\n", 0, tail) + 1
 
 
 class EventLog:

@@ -106,3 +106,19 @@ def test_a_killed_writer_leaves_whole_lines_and_the_next_writer_continues(tmp_pa
     log.write("exit", code=0)
     log.close()
     assert [e["ev"] for e in _lines(path)] == ["start", "coll_enter", "exit"]
+
+
+def test_nul_bytes_with_lines_after_them_are_no_tail_and_stay(tmp_path):
+    """Only NUL bytes up to the end of the file are a killed writer's tail: NULs a job wrote with
+    lines after them stay (the judge names them), and a log opened on it appends after the last
+    line instead of cutting the file at the first NUL."""
+    path = str(tmp_path / "rank-0.jsonl")
+    body = b'{"ev":"start","t_us":1}\n\0\0\0\n{"ev":"marker","t_us":2}\n'
+    with open(path, "wb") as fh:
+        fh.write(body)
+    log = EventLog(path, os.getpid())
+    log.write("exit", code=0)
+    log.close()
+    data = open(path, "rb").read()
+    assert data.startswith(body)
+    assert json.loads(data[len(body):])["ev"] == "exit"
