@@ -277,7 +277,7 @@ JobEvidence read_job_evidence(int world, const std::string& run_dir, const JobRe
     try {
       return read_rank_evidence(dir, r, j);
     } catch (const BadEventLine& e) {
-      ev.unreadable = std::string("a line of a rank's event log is no event: ") + e.what();
+      ev.unreadable = e.what();
     } catch (const json::exception& e) {
       const std::string where = locate_unreadable(event_log_path(dir, r), j);
       ev.unreadable = "an event has a field of the wrong type: " +

@@ -138,7 +138,8 @@ struct JobEvidence {
   /// judge() making the scenario an `error` ("cannot judge: " and this): "an event has a field
   /// of the wrong type: PATH:LINE: event \"EV\", field \"KEY\": " and json::type_error's text,
   /// or "a line of a rank's event log is no event: PATH:LINE: not JSON: \"...\"" (a line that
-  /// is no event, not the last: events.h read_events_strict).
+  /// is no event, not the last), or "a rank's event log is no regular file ...: PATH"
+  /// (events.h read_events_strict).
   std::optional<std::string> unreadable;
   /// [expect] final_matches_clean: the clean reference run's digests (RUN/clean/clean.json,
   /// clean_run.h); nullopt when there is none.

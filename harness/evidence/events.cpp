@@ -265,7 +265,8 @@ std::vector<nlohmann::json> read_events_strict(const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);  // follows a link
   if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
-    throw BadEventLine(fmt::format("{}: not a regular file (a directory, a device, a pipe)", path));
+    throw BadEventLine(fmt::format(
+        "a rank's event log is no regular file (a directory, a device, a pipe): {}", path));
   }
   std::ifstream in(path);
   std::vector<nlohmann::json> out;
@@ -290,8 +291,8 @@ std::vector<nlohmann::json> read_events_strict(const std::string& path) {
     // Shown as JSON text (a NUL or a control byte stays readable), cut at 80 bytes.
     const std::string shown = nlohmann::json(line.substr(0, 80))
                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    bad =
-        fmt::format("{}:{}: {}: {}{}", path, line_no, why, shown, line.size() > 80 ? " (cut)" : "");
+    bad = fmt::format("a line of a rank's event log is no event: {}:{}: {}: {}{}", path, line_no,
+                      why, shown, line.size() > 80 ? " (cut)" : "");
   }
   // A bad last line that ends without a newline (or in NUL bytes) is torn: its writer was killed
   // mid-write, skipped. One that a newline ends was written whole.

@@ -137,7 +137,8 @@ std::vector<nlohmann::json> read_events(const std::string& path);
 std::vector<nlohmann::json> parse_events(const std::string& text);
 
 /// A line of an event log that is no event: not JSON, not an object, or an object without a
-/// string "ev". what(): "PATH:LINE: " and which of these, with the line's first 80 bytes.
+/// string "ev". what(): "a line of a rank's event log is no event: PATH:LINE: " and which of
+/// these, with the line's first 80 bytes; or "a rank's event log is no regular file ...: PATH".
 struct BadEventLine : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -146,7 +147,7 @@ struct BadEventLine : std::runtime_error {
 /// file's last line and torn (no newline ends it, or it holds NUL bytes: a rank killed
 /// mid-write), which is skipped. Blank lines and lines of NUL bytes alone (a gap a writer left)
 /// are skipped. A path that is no regular file (a directory, a link to /dev/zero) throws
-/// BadEventLine "PATH: not a regular file ...". Writers write whole lines (EventLog, the Python
+/// BadEventLine too. Writers write whole lines (EventLog, the Python
 /// agent), so a bad line with lines after it is a corrupted log or a job writing something else
 /// into it, whose events (a detection among them) cannot be vouched for. A missing file gives an
 /// empty vector.

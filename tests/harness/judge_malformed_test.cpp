@@ -216,8 +216,9 @@ TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile)
   trim_event_log(dir_log);  // no throw
   EXPECT_TRUE(read_events(dir_log).empty());
   EXPECT_EQ(judge_run(s, dir.path(), clean_job()).reason,
-            "cannot judge: a line of a rank's event log is no event: " + dir_log +
-                ": not a regular file (a directory, a device, a pipe)");
+            "cannot judge: a rank's event log is no regular file (a directory, a device, a "
+            "pipe): " +
+                dir_log);
 }
 
 // "loss": "abc" read as absent made a step without a loss, silently (break-it); now the field of
