@@ -58,6 +58,13 @@ void clean_run(EventLogDir& d) {
   }
 }
 
+// clean_run() with `tail` written after rank `rank`'s lines, flushed to the files (judge_run).
+void clean_run_then(EventLogDir& d, int rank, const std::string& tail) {
+  clean_run(d);
+  d.raw(rank, tail);
+  d.flush();
+}
+
 TEST(JudgeMalformedLogs, LinesThatAreNotObjectsAreSkipped) {
   // crash-4ba8b1e2 (fuzz): a line that parses as a JSON number made e.value() throw
   // type_error.306 out of the judge.
@@ -87,9 +94,8 @@ TEST(JudgeMalformedLogs, LinesThatAreNotObjectsAreSkipped) {
 TEST(JudgeMalformedLogs, AFieldOfTheWrongTypeIsAnErrorNamingTheFolder) {
   // crash-fcd4b7dc (fuzz): "step": "x" made e.value("step", int64_t) throw type_error.302.
   EventLogDir d("nanchaos_judge_malformed", "wrong_type");
-  clean_run(d);
-  d.raw(1, "{\"ev\":\"step_end\",\"step\":\"x\",\"t_us\":1000000500}\n");
-  d.flush();  // read from the files, as after a job (judge_run)
+  // Read from the files, as after a job (judge_run).
+  clean_run_then(d, 1, "{\"ev\":\"step_end\",\"step\":\"x\",\"t_us\":1000000500}\n");
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto res = judge_run(s, d.path(), clean_job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
@@ -125,9 +131,7 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
         Case{std::string(100, 'z') + "\n{}\n",
              "not JSON: \"" + std::string(80, 'z') + "\" (cut)"}}) {
     EventLogDir d("nanchaos_judge_malformed", "no_event");
-    clean_run(d);
-    d.raw(1, c.tail);
-    d.flush();
+    clean_run_then(d, 1, c.tail);
     const auto res = judge_run(s, d.path(), clean_job());
     EXPECT_EQ(res.verdict, results::Verdict::kError) << c.tail;
     // The clean run's 11 lines come first: the bad one is line 12.
@@ -137,32 +141,24 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
   }
   // A whole last line (a newline ends it) that is no event: written so, not torn.
   EventLogDir whole("nanchaos_judge_malformed", "whole_last");
-  clean_run(whole);
-  whole.raw(1, "{\"ev\":null}\n");
-  whole.flush();
+  clean_run_then(whole, 1, "{\"ev\":null}\n");
   const auto bad = judge_run(s, whole.path(), clean_job());
   EXPECT_EQ(bad.reason, "cannot judge: a line of a rank's event log is no event: " + whole.path() +
                             plain_log + ":12: no string \"ev\": \"{\\\"ev\\\":null}\"")
       << bad.reason;
   // Blanks after it do not make a whole line torn.
   EventLogDir blanks("nanchaos_judge_malformed", "blanks_after");
-  clean_run(blanks);
-  blanks.raw(1, "garbage\n\n  ");
-  blanks.flush();
+  clean_run_then(blanks, 1, "garbage\n\n  ");
   EXPECT_EQ(judge_run(s, blanks.path(), clean_job()).reason,
             "cannot judge: a line of a rank's event log is no event: " + blanks.path() + plain_log +
                 ":12: not JSON: \"garbage\"");
   // The last line alone torn (no newline, or NUL bytes a killed writer left): skipped, the run
   // judged as before.
   EventLogDir nul("nanchaos_judge_malformed", "nul_tail");
-  clean_run(nul);
-  nul.raw(1, std::string("{\"ev\":\"step_be\0\0\0", 15));
-  nul.flush();
+  clean_run_then(nul, 1, std::string("{\"ev\":\"step_be\0\0\0", 15));
   EXPECT_EQ(judge_run(s, nul.path(), clean_job()).verdict, results::Verdict::kPass);
   EventLogDir torn("nanchaos_judge_malformed", "torn_last");
-  clean_run(torn);
-  torn.raw(1, "{\"ev\":\"step_be");
-  torn.flush();
+  clean_run_then(torn, 1, "{\"ev\":\"step_be");
   const auto ok = judge_run(s, torn.path(), clean_job());
   EXPECT_EQ(ok.verdict, results::Verdict::kPass) << ok.reason;
   EXPECT_EQ(ok.steps_completed, 4);
@@ -175,9 +171,7 @@ TEST(JudgeMalformedLogs, ALineThatIsNoEventBeforeTheLastIsAnErrorNamingTheFileAn
 TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile) {
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   EventLogDir gap("nanchaos_judge_malformed", "nul_gap");
-  clean_run(gap);
-  gap.raw(1, std::string("\0\0\0\0\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 39));
-  gap.flush();
+  clean_run_then(gap, 1, std::string("\0\0\0\0\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 39));
   const std::string log = gap.path() + "/events/rank-1.jsonl";
   const auto size = std::filesystem::file_size(log);
   trim_event_log(log);
@@ -187,10 +181,9 @@ TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile)
   EXPECT_EQ(ok.steps_completed, 4);
 
   EventLogDir mixed("nanchaos_judge_malformed", "nul_mixed");
-  clean_run(mixed);
-  mixed.raw(
-      1, std::string("{\"ev\":\"m\",\0\"t_us\":1}\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 55));
-  mixed.flush();
+  clean_run_then(
+      mixed, 1,
+      std::string("{\"ev\":\"m\",\0\"t_us\":1}\n{\"ev\":\"marker\",\"t_us\":1000000650}\n", 55));
   trim_event_log(mixed.path() + "/events/rank-1.jsonl");
   EXPECT_EQ(
       judge_run(s, mixed.path(), clean_job()).reason,
@@ -199,9 +192,7 @@ TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile)
 
   // A killed writer's tail (NULs to the end, after a torn line) is still cut.
   EventLogDir tail("nanchaos_judge_malformed", "nul_tail_cut");
-  clean_run(tail);
-  tail.raw(1, std::string("{\"ev\":\"ma\0\0\0\0", 13));
-  tail.flush();
+  clean_run_then(tail, 1, std::string("{\"ev\":\"ma\0\0\0\0", 13));
   const std::string tail_log = tail.path() + "/events/rank-1.jsonl";
   const auto before = std::filesystem::file_size(tail_log);
   trim_event_log(tail_log);
@@ -225,9 +216,7 @@ TEST(JudgeMalformedLogs, NulBytesBeforeTheEndAreNoTailAndALogMustBeARegularFile)
 // the wrong type it is, named with its file and line.
 TEST(JudgeMalformedLogs, ALossWrittenAsTextIsAnErrorNamingTheField) {
   EventLogDir d("nanchaos_judge_malformed", "loss_text");
-  clean_run(d);
-  d.raw(0, "{\"ev\":\"step_end\",\"t_us\":1000000460,\"step\":4,\"loss\":\"abc\"}\n");
-  d.flush();
+  clean_run_then(d, 0, "{\"ev\":\"step_end\",\"t_us\":1000000460,\"step\":4,\"loss\":\"abc\"}\n");
   const Scenario s = load_scenario_string(kScenario, "m.toml");
   const auto res = judge_run(s, d.path(), clean_job());
   EXPECT_EQ(res.verdict, results::Verdict::kError);
